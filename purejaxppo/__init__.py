@@ -1,0 +1,8 @@
+"""purejaxppo: functional PPO in JAX/Flax."""
+
+from .config import ConfigError, PPOConfig, validate
+from .train import PPO, Batch, RunnerState, make_ppo, make_train, ppo_loss_fn
+
+__all__ = ["ConfigError", "PPOConfig", "validate", "PPO", "Batch", "RunnerState", "make_ppo", "make_train",
+           "ppo_loss_fn"]
+__version__ = "0.1.0"

@@ -1,0 +1,195 @@
+"""One frozen, typed PPO configuration (defaults: shared/PPO.md §6).
+
+Fields are of two kinds:
+
+* **structural** (``static``): sizes, env name, flags that change shapes or code
+  paths. They live in the pytree's treedef, so changing one means a new compile.
+* **numeric hyperparameters** (``lr``, ``clip_eps``, ``gamma``, ...): pytree leaves.
+  They are traced inside ``jit``, so ``jax.vmap(train)(keys, configs)`` over a batch of
+  configs (stacked leaves) trains a whole population in ONE compile.
+
+:func:`validate` raises :class:`ConfigError` naming the field and the fix before
+anything is traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Optional
+
+import numpy as np
+from flax import struct
+
+ACTIVATIONS = ("tanh", "relu", "gelu", "elu", "swish")
+ADV_NORMS = ("minibatch", "batch", "none")
+NETWORKS = ("mlp", "cnn", "gru")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the field and the fix."""
+
+
+def static(default):
+    return struct.field(pytree_node=False, default=default)
+
+
+@struct.dataclass
+class PPOConfig:
+    # --- structural (static) --------------------------------------------------------
+    env_name: str = static("CartPole-v1")
+    num_envs: int = static(4)
+    num_steps: int = static(128)
+    total_timesteps: int = static(500_000)
+    update_epochs: int = static(4)
+    num_minibatches: int = static(4)
+    hidden_sizes: tuple = static((64, 64))
+    activation: str = static("tanh")
+    network: str = static("mlp")
+    shared_torso: bool = static(False)
+    anneal_lr: bool = static(True)
+    clip_value: bool = static(True)
+    adv_norm: str = static("minibatch")
+    max_episode_steps: Optional[int] = static(None)  # override the env's time limit
+    normalize_obs: bool = static(False)
+    normalize_reward: bool = static(False)
+    rollout_unroll: int = static(4)  # lax.scan unroll of the rollout (speed only)
+    # --- numeric hyperparameters (traced leaves) --------------------------------------
+    lr: float = 2.5e-4
+    clip_eps: float = 0.2
+    vf_clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5
+    target_kl: Optional[float] = None  # None: no early stop (structural); a float: traced
+
+    # --- derived ------------------------------------------------------------------------
+    @property
+    def batch_size(self) -> int:
+        """Transitions per update, ``num_envs * num_steps``."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_timesteps // self.batch_size
+
+    @classmethod
+    def numeric_fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("pytree_node", True))
+
+    @classmethod
+    def static_fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("pytree_node", True))
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, tuple):
+                v = list(v)
+            elif hasattr(v, "tolist"):
+                v = v.tolist()
+            out[f.name] = v
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PPOConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(names)}")
+        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
+        return cls(**kw)
+
+
+def _is_traced(x) -> bool:
+    import jax
+
+    return isinstance(x, jax.core.Tracer)
+
+
+def _check_int(cfg, name, minimum=1):
+    v = getattr(cfg, name)
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ConfigError(f"{name}={v!r} must be an integer; pass e.g. {name}={max(minimum, 1)}")
+    if v < minimum:
+        raise ConfigError(f"{name}={v} must be >= {minimum}; pass a value >= {minimum}")
+
+
+def _check_num(cfg, name, lo=None, hi=None, lo_open=False, hi_open=False, hint=""):
+    v = getattr(cfg, name)
+    if _is_traced(v):
+        return
+    try:
+        arr = np.asarray(v, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={v!r} must be a number{hint}") from None
+    if arr.dtype == object or not np.all(np.isfinite(arr)):
+        raise ConfigError(f"{name}={v!r} must be a finite number{hint}")
+    lo_s = "(" if lo_open else "["
+    hi_s = ")" if hi_open else "]"
+    rng = f"{lo_s}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{hi_s}"
+    bad = np.zeros(arr.shape, bool)
+    if lo is not None:
+        bad |= (arr <= lo) if lo_open else (arr < lo)
+    if hi is not None:
+        bad |= (arr >= hi) if hi_open else (arr > hi)
+    if np.any(bad):
+        raise ConfigError(f"{name}={v!r} is outside {rng}{hint}")
+
+
+def validate(cfg: PPOConfig) -> PPOConfig:
+    """Raise :class:`ConfigError` on the first invalid field; return ``cfg`` unchanged."""
+    if not isinstance(cfg.env_name, str) or not cfg.env_name:
+        raise ConfigError(f"env_name={cfg.env_name!r} must be a registered gymnax environment name")
+    for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches", "rollout_unroll"):
+        _check_int(cfg, name)
+    if cfg.batch_size % cfg.num_minibatches:
+        raise ConfigError(
+            f"num_minibatches={cfg.num_minibatches} does not divide the batch num_envs*num_steps="
+            f"{cfg.num_envs}*{cfg.num_steps}={cfg.batch_size}; choose a divisor of {cfg.batch_size}"
+        )
+    if cfg.network == "gru" and cfg.num_envs % cfg.num_minibatches:
+        raise ConfigError(
+            f"num_minibatches={cfg.num_minibatches} must divide num_envs={cfg.num_envs} for the recurrent "
+            "network (minibatches are whole env sequences); choose a divisor of num_envs"
+        )
+    if cfg.total_timesteps < cfg.batch_size:
+        raise ConfigError(
+            f"total_timesteps={cfg.total_timesteps} is smaller than one batch (num_envs*num_steps="
+            f"{cfg.batch_size}); raise total_timesteps or lower num_envs/num_steps"
+        )
+    if cfg.max_episode_steps is not None:
+        _check_int(cfg, "max_episode_steps")
+    if not isinstance(cfg.hidden_sizes, tuple) or not cfg.hidden_sizes or not all(
+        isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in cfg.hidden_sizes
+    ):
+        raise ConfigError(f"hidden_sizes={cfg.hidden_sizes!r} must be a non-empty tuple of positive ints, e.g. (64, 64)")
+    if cfg.activation not in ACTIVATIONS:
+        raise ConfigError(f"activation={cfg.activation!r} is unknown; choose one of {ACTIVATIONS}")
+    if cfg.adv_norm not in ADV_NORMS:
+        raise ConfigError(f"adv_norm={cfg.adv_norm!r} is unknown; choose one of {ADV_NORMS}")
+    if cfg.network not in NETWORKS:
+        raise ConfigError(f"network={cfg.network!r} is unknown; choose one of {NETWORKS}")
+    for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ConfigError(f"{name}={getattr(cfg, name)!r} must be True or False")
+    _check_num(cfg, "lr", lo=0, lo_open=True, hint="; the learning rate must be positive, e.g. 2.5e-4")
+    _check_num(cfg, "clip_eps", lo=0, lo_open=True, hint="; the PPO clip range must be positive, e.g. 0.2")
+    _check_num(cfg, "vf_clip_eps", lo=0, lo_open=True, hint="; use clip_value=False to disable value clipping")
+    _check_num(cfg, "vf_coef", lo=0, hint="; e.g. 0.5")
+    _check_num(cfg, "ent_coef", lo=0, hint="; e.g. 0.01")
+    _check_num(cfg, "gamma", lo=0, hi=1, lo_open=True, hint="; the discount must be in (0, 1], e.g. 0.99")
+    _check_num(cfg, "gae_lambda", lo=0, hi=1, hint="; GAE lambda must be in [0, 1], e.g. 0.95")
+    _check_num(cfg, "max_grad_norm", lo=0, lo_open=True, hint="; e.g. 0.5")
+    _check_num(cfg, "adam_eps", lo=0, lo_open=True, hint="; e.g. 1e-5")
+    if cfg.target_kl is not None:
+        _check_num(cfg, "target_kl", lo=0, lo_open=True, hint="; or None to disable early stopping")
+    return cfg

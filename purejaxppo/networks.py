@@ -1,0 +1,131 @@
+"""Actor and critic networks (Flax) behind a small functional interface.
+
+A :class:`Network` bundles pure functions over explicit params:
+
+* ``init(key) -> params``
+* ``actor(params, obs [..., *obs_shape]) -> dist_params`` (logits ``[..., A]`` or
+  ``(mean, log_std)`` each ``[..., D]``)
+* ``critic(params, obs [..., *obs_shape]) -> value [...]``
+* ``apply(params, obs) -> (dist_params, value)``
+* ``dist``: the :class:`~purejaxppo.distributions.Distribution` the actor parameterises.
+
+Splitting ``actor`` and ``critic`` lets the rollout act with the actor alone and
+evaluate the critic on all observations in one batched pass after the scan.
+Initialisation follows common PPO practice: orthogonal weights (gain sqrt(2) in the
+torso, 0.01 for the policy head, 1 for the value head), zero biases, log-std 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, NamedTuple, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from .distributions import CATEGORICAL, GAUSSIAN, Distribution
+
+ACTIVATION_FNS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "elu": nn.elu, "swish": nn.swish}
+
+
+class Network(NamedTuple):
+    init: Callable[[jax.Array], Any]
+    actor: Callable[[Any, jax.Array], Any]
+    critic: Callable[[Any, jax.Array], jax.Array]
+    apply: Callable[[Any, jax.Array], tuple]
+    dist: Distribution
+
+
+def _dense(features, scale):
+    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale), bias_init=nn.initializers.zeros)
+
+
+class MLPTorso(nn.Module):
+    hidden_sizes: Sequence[int]
+    activation: str = "tanh"
+    obs_ndim: int = 1
+
+    @nn.compact
+    def __call__(self, obs):
+        x = obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,))
+        for h in self.hidden_sizes:
+            x = ACTIVATION_FNS[self.activation](_dense(h, math.sqrt(2))(x))
+        return x
+
+
+class CNNTorso(nn.Module):
+    """MinAtar-style torso: one 3x3 conv (16 ch) on ``[..., H, W, C]``, then the MLP."""
+
+    hidden_sizes: Sequence[int]
+    activation: str = "relu"
+    obs_ndim: int = 3
+    channels: int = 16
+
+    @nn.compact
+    def __call__(self, obs):
+        batch = obs.shape[: obs.ndim - 3]
+        x = obs.reshape((-1,) + obs.shape[-3:])
+        x = nn.Conv(self.channels, (3, 3), padding="VALID", kernel_init=nn.initializers.orthogonal(math.sqrt(2)))(x)
+        x = ACTIVATION_FNS[self.activation](x)
+        x = x.reshape(batch + (-1,))
+        return MLPTorso(self.hidden_sizes, self.activation, obs_ndim=1)(x)
+
+
+class ActorCritic(nn.Module):
+    num_actions: int
+    discrete: bool
+    hidden_sizes: Sequence[int] = (64, 64)
+    activation: str = "tanh"
+    obs_ndim: int = 1
+    torso: str = "mlp"
+    shared_torso: bool = False
+
+    def setup(self):
+        make = (lambda: CNNTorso(self.hidden_sizes, self.activation, self.obs_ndim)) if self.torso == "cnn" else (
+            lambda: MLPTorso(self.hidden_sizes, self.activation, self.obs_ndim))
+        self.actor_torso = make()
+        self.critic_torso = self.actor_torso if self.shared_torso else make()
+        self.policy_head = _dense(self.num_actions, 0.01)
+        self.value_head = _dense(1, 1.0)
+        if not self.discrete:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
+
+    def actor(self, obs):
+        out = self.policy_head(self.actor_torso(obs))
+        if self.discrete:
+            return out
+        return out, jnp.broadcast_to(self.log_std, out.shape)
+
+    def critic(self, obs):
+        return self.value_head(self.critic_torso(obs))[..., 0]
+
+    def __call__(self, obs):
+        return self.actor(obs), self.critic(obs)
+
+
+def make_network(
+    spec,
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    torso: str = "mlp",
+    shared_torso: bool = False,
+) -> Network:
+    """Build the feed-forward actor-critic for an :class:`~purejaxppo.envs.EnvSpec`."""
+    module = ActorCritic(
+        num_actions=spec.num_actions,
+        discrete=spec.discrete,
+        hidden_sizes=tuple(hidden_sizes),
+        activation=activation,
+        obs_ndim=len(spec.obs_shape),
+        torso=torso,
+        shared_torso=shared_torso,
+    )
+    dummy = jnp.zeros((1,) + tuple(spec.obs_shape), jnp.float32)
+    return Network(
+        init=lambda key: module.init(key, dummy),
+        actor=lambda params, obs: module.apply(params, obs, method=ActorCritic.actor),
+        critic=lambda params, obs: module.apply(params, obs, method=ActorCritic.critic),
+        apply=module.apply,
+        dist=CATEGORICAL if spec.discrete else GAUSSIAN,
+    )
