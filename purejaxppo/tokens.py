@@ -67,7 +67,7 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
       stable) and ``out[:, 0] = 0``. Mask the result with the response mask.
     """
     logp = categorical_log_prob(logits[:, :-1], tokens[:, 1:])
-    return shift_right(jnp.concatenate([logp, jnp.zeros_like(logp[:, :1])], axis=1))
+    return jnp.concatenate([jnp.zeros_like(logp[:, :1]), logp], axis=1)
 
 
 def token_entropy(logits: jax.Array) -> jax.Array:
