@@ -69,8 +69,8 @@ class ToyConfig:
     sft_batch: int = 128
     sft_lr: float = 3e-3
     # PPO
-    iters: int = 60
-    batch: int = 64
+    iters: int = 120
+    batch: int = 128
     epochs: int = 4
     minibatches: int = 4
     lr: float = 5e-4
@@ -491,13 +491,15 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--betas", default=None, help="comma-separated beta sweep (first = main run)")
     ap.add_argument("--iters", type=int, default=None)
+    ap.add_argument("--adaptive-target", type=float, default=None,
+                    help="adaptive KL controller: target KL per sequence (betas become initial values)")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    kw = dict(seed=args.seed) | ({"iters": args.iters} if args.iters else {})
+    kw = dict(seed=args.seed, adaptive_target=args.adaptive_target) | ({"iters": args.iters} if args.iters else {})
     cfg = quick_config(**kw) if args.quick else ToyConfig(**kw)
     betas = ([float(x) for x in args.betas.split(",")] if args.betas
-             else ([0.1] if args.quick else [0.1, 0.003, 0.03, 0.3, 1.0]))
+             else ([0.1] if args.quick else [0.3, 0.003, 0.03, 0.1, 1.0]))
     t_start = time.time()
     sft_nll, tables, _ = run_toy(cfg, betas)
     main_beta = betas[0]

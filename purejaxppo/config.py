@@ -53,7 +53,7 @@ class PPOConfig:
     max_episode_steps: Optional[int] = static(None)  # override the env's time limit
     normalize_obs: bool = static(False)
     normalize_reward: bool = static(False)
-    rollout_unroll: int = static(4)  # lax.scan unroll of the rollout (speed only)
+    rollout_unroll: int = static(1)  # lax.scan unroll of the rollout (speed only)
     # --- numeric hyperparameters (traced leaves) --------------------------------------
     lr: float = 2.5e-4
     clip_eps: float = 0.2

@@ -52,6 +52,7 @@ class PPO(NamedTuple):
     network: Network
     init: Callable[[jax.Array, PPOConfig], RunnerState]
     step: Callable[[RunnerState, PPOConfig], tuple[RunnerState, dict]]
+    run: Callable[..., tuple[RunnerState, dict]]
     train: Callable[..., tuple[RunnerState, dict]]
 
 
@@ -71,13 +72,14 @@ def ppo_loss_fn(network: Network, params, mb: Batch, config: PPOConfig) -> tuple
     )
 
 
-def learning_rate(config: PPOConfig, optimizer_steps: jax.Array) -> jax.Array:
-    """Constant, or linearly annealed to 0 over all updates (one value per update)."""
+def learning_rate(config: PPOConfig, update: jax.Array) -> jax.Array:
+    """Learning rate for update number ``update`` (0-based): constant, or linearly
+    annealed from ``lr`` towards 0 (``lr * (1 - update / num_updates)``). It is a
+    function of the update index, not of the optimizer's step count, so minibatches
+    skipped by target-KL early stopping do not shift the schedule."""
     if not config.anneal_lr:
-        return jnp.asarray(config.lr, jnp.float32) * jnp.ones_like(optimizer_steps, jnp.float32)
-    per_update = config.update_epochs * config.num_minibatches
-    frac = 1.0 - (optimizer_steps // per_update) / config.num_updates
-    return config.lr * frac
+        return jnp.asarray(config.lr, jnp.float32)
+    return config.lr * (1.0 - update / config.num_updates)
 
 
 def make_env(config: PPOConfig) -> envs_lib.VecEnv:
@@ -105,8 +107,8 @@ def make_ppo(
                                shared_torso=config.shared_torso)
     static = config  # structural fields are read from here; numbers from the traced cfg
 
-    def optimizer_for(cfg):
-        return make_optimizer(cfg.max_grad_norm, cfg.adam_eps, lambda count: learning_rate(cfg, count))
+    def optimizer_for(cfg, lr=0.0):
+        return make_optimizer(cfg.max_grad_norm, cfg.adam_eps, lr)
 
     def init(rng: jax.Array, cfg: PPOConfig = config) -> RunnerState:
         rng, k_net, k_env = jax.random.split(rng, 3)
@@ -131,20 +133,20 @@ def make_ppo(
                        cfg.gamma, cfg.gae_lambda)
         if static.adv_norm == "batch":
             adv = losses.normalize(adv)
+        lr = learning_rate(cfg, runner.update)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])
         batch = jax.tree.map(flat, Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret))
 
-        optimizer_steps = runner.train.opt_state[1].count  # scale_by_adam's step counter
         train_state, metrics = update_epochs(
             k_upd, runner.train, batch,
             loss_fn=lambda p, mb: loss_fn(network, p, mb, cfg),
-            optimizer=optimizer_for(cfg),
+            optimizer=optimizer_for(cfg, lr),
             num_epochs=static.update_epochs, num_minibatches=static.num_minibatches,
             target_kl=cfg.target_kl,
         )
         metrics.update(episode_metrics(traj.info))
         metrics["explained_variance"] = losses.explained_variance(values, ret)
-        metrics["lr"] = learning_rate(cfg, optimizer_steps)
+        metrics["lr"] = lr
         metrics["env_steps"] = (runner.update + 1) * static.batch_size
         return RunnerState(train_state, env_state, obs, rng, runner.update + 1), metrics
 
@@ -157,8 +159,7 @@ def make_ppo(
         """Whole training from ``rng``: ``(final RunnerState, metrics {name: [num_updates]})``."""
         return run(init(rng, cfg), cfg)
 
-    ppo = PPO(config, venv, network, init, step, train)
-    return ppo
+    return PPO(config, venv, network, init, step, run, train)
 
 
 def episode_metrics(info: dict) -> dict:
