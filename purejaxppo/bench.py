@@ -1,0 +1,140 @@
+"""Training throughput of purejaxppo versus the limits set by the environment.
+
+Prints, in one process, for one env and config:
+  * compile seconds of the whole training (one ``jax.jit`` of ``train``),
+  * training env-steps/s (median of ``--repeats`` runs after compile),
+  * the limits: env-only stepping with random actions, and env + actor forward
+    (sampling included), each as a ``lax.scan`` of the same length and batch,
+  * ratios of training to those limits.
+
+Example:  python benchmarks/throughput.py --env CartPole-v1   (or: python -m purejaxppo bench ...)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--num-envs", type=int, default=4)
+    p.add_argument("--num-steps", type=int, default=128)
+    p.add_argument("--total-timesteps", type=int, default=500_000)
+    p.add_argument("--seeds", type=int, default=1, help="vmapped seeds (aggregate steps/s reported)")
+    p.add_argument("--devices", type=int, default=1,
+                   help="host CPU devices to split seeds over (sets XLA_FLAGS before JAX starts)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    args = p.parse_args(argv)
+    if args.devices > 1:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_force_host_platform_device_count={args.devices}")
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from purejaxppo import PPOConfig, make_ppo
+    from purejaxppo.parallel import seed_parallel_train
+
+    cfg = PPOConfig(env_name=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
+                    total_timesteps=args.total_timesteps)
+    ppo = make_ppo(cfg)
+    steps = cfg.num_updates * cfg.batch_size * args.seeds
+
+    keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
+    if args.devices > 1:
+        train = seed_parallel_train(ppo.train, num_devices=args.devices)
+    elif args.seeds > 1:
+        train = jax.jit(jax.vmap(ppo.train))
+    else:
+        train = jax.jit(lambda k: ppo.train(k[0]))
+
+    def timed(fn, *a):
+        t = time.perf_counter()
+        out = fn(*a)
+        jax.block_until_ready(out)
+        return time.perf_counter() - t, out
+
+    t0 = time.perf_counter()
+    compiled = train.lower(keys).compile()
+    compile_s = time.perf_counter() - t0
+    times, outs = [], None
+    for _ in range(args.repeats):
+        dt, outs = timed(compiled, keys)
+        times.append(dt)
+    train_sps = steps / statistics.median(times)
+    ret = np.asarray(outs[1]["episode_return"]).reshape(args.seeds, -1)
+    final = np.array([np.nanmean(r[-max(1, r.shape[0] // 20):]) for r in ret])
+
+    # --- limits: same number of env steps, same batch -------------------------------
+    venv, net = ppo.venv, ppo.network
+    params = ppo.init(jax.random.PRNGKey(0)).train.params
+    n_iter = cfg.num_updates * cfg.num_steps
+
+    def random_action(key):
+        if venv.spec.discrete:
+            return jax.random.randint(key, (cfg.num_envs,), 0, venv.spec.num_actions)
+        return jax.random.normal(key, (cfg.num_envs,) + venv.spec.action_shape)
+
+    def env_only(key):
+        obs, state = venv.reset(key)
+        def body(c, k):
+            state, _ = c
+            k1, k2 = jax.random.split(k)
+            obs, state, r, *_ = venv.step(k2, state, random_action(k1))
+            return (state, obs), r
+        return jax.lax.scan(body, (state, obs), jax.random.split(key, n_iter), unroll=cfg.rollout_unroll)[1].sum()
+
+    def env_actor(key):
+        obs, state = venv.reset(key)
+        def body(c, k):
+            state, obs = c
+            k1, k2 = jax.random.split(k)
+            d = net.actor(params, obs)
+            a = net.dist.sample(k1, d)
+            lp = net.dist.log_prob(d, a)
+            obs, state, r, *_ = venv.step(k2, state, a)
+            return (state, obs), r + lp
+        return jax.lax.scan(body, (state, obs), jax.random.split(key, n_iter), unroll=cfg.rollout_unroll)[1].sum()
+
+    limit_steps = n_iter * cfg.num_envs
+    limits = {}
+    for name, fn in (("env_only", env_only), ("env_actor", env_actor)):
+        f = jax.jit(jax.vmap(fn)) if args.seeds > 1 else jax.jit(fn)
+        k = keys if args.seeds > 1 else keys[0]
+        f(k).block_until_ready()
+        ts = [timed(f, k)[0] for _ in range(args.repeats)]
+        limits[name] = limit_steps * args.seeds / statistics.median(ts)
+
+    res = {
+        "env": args.env, "num_envs": cfg.num_envs, "num_steps": cfg.num_steps,
+        "total_timesteps": cfg.total_timesteps, "seeds": args.seeds, "devices": args.devices,
+        "compile_s": round(compile_s, 2), "train_steps_per_s": round(train_sps),
+        "train_times_s": [round(t, 3) for t in times],
+        "env_only_steps_per_s": round(limits["env_only"]),
+        "env_actor_steps_per_s": round(limits["env_actor"]),
+        "ratio_train_to_env_only": round(train_sps / limits["env_only"], 3),
+        "ratio_train_to_env_actor": round(train_sps / limits["env_actor"], 3),
+        "final_return_mean": float(np.mean(final)), "final_return_min": float(np.min(final)),
+        "jax": jax.__version__, "backend": jax.default_backend(), "cpu_count": os.cpu_count(),
+        "machine": platform.machine(), "python": sys.version.split()[0],
+    }
+    w = max(len(k) for k in res)
+    for k, v in res.items():
+        print(f"{k:<{w}}  {v}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=2)
+    return res
+
+
+if __name__ == "__main__":
+    main()
