@@ -51,6 +51,8 @@ class PPOConfig:
     clip_value: bool = static(True)
     adv_norm: str = static("minibatch")
     max_episode_steps: Optional[int] = static(None)  # override the env's time limit
+    obs_keep: Optional[tuple] = static(None)  # keep only these flat obs indices, e.g. (0, 2): CartPole without velocities
+    gru_size: int = static(128)  # hidden size of the recurrent core (network="gru")
     normalize_obs: bool = static(False)
     normalize_reward: bool = static(False)
     rollout_unroll: int = static(1)  # lax.scan unroll of the rollout (speed only)
@@ -168,6 +170,10 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         )
     if cfg.max_episode_steps is not None:
         _check_int(cfg, "max_episode_steps")
+    _check_int(cfg, "gru_size")
+    if cfg.obs_keep is not None and (not isinstance(cfg.obs_keep, tuple) or not cfg.obs_keep or not all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0 for i in cfg.obs_keep)):
+        raise ConfigError(f"obs_keep={cfg.obs_keep!r} must be None or a non-empty tuple of observation indices, e.g. (0, 2)")
     if not isinstance(cfg.hidden_sizes, tuple) or not cfg.hidden_sizes or not all(
         isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in cfg.hidden_sizes
     ):

@@ -137,3 +137,24 @@ def episode_statistics(venv: VecEnv) -> VecEnv:
         return obs, new_state, reward, term, trunc, info
 
     return venv._replace(reset=reset, step=step)
+
+
+def keep_observation(venv: VecEnv, indices) -> VecEnv:
+    """Partial observability: keep only the flat observation components ``indices``
+    (``(0, 2)`` turns CartPole into position-only CartPole: velocities hidden)."""
+    idx = np.asarray(indices, np.int32)
+    size = int(np.prod(venv.spec.obs_shape))
+    if idx.max() >= size:
+        raise ConfigError(f"obs_keep={tuple(indices)} has an index >= the observation size {size} of {venv.spec.name}")
+    select = lambda o: o.reshape(o.shape[:1] + (-1,))[:, idx]
+
+    def reset(key):
+        obs, state = venv.reset(key)
+        return select(obs), state
+
+    def step(key, state, action):
+        obs, state, reward, term, trunc, info = venv.step(key, state, action)
+        info = {**info, "final_observation": select(info["final_observation"])}
+        return select(obs), state, reward, term, trunc, info
+
+    return venv._replace(spec=venv.spec._replace(obs_shape=(len(idx),)), reset=reset, step=step)

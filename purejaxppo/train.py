@@ -83,7 +83,10 @@ def learning_rate(config: PPOConfig, update: jax.Array) -> jax.Array:
 
 
 def make_env(config: PPOConfig) -> envs_lib.VecEnv:
+    """The config's environment, vectorised, with its wrappers (innermost first)."""
     venv = envs_lib.make_vec_env(config.env_name, config.num_envs, config.max_episode_steps)
+    if config.obs_keep is not None:
+        venv = envs_lib.keep_observation(venv, config.obs_keep)
     return envs_lib.episode_statistics(venv)
 
 
@@ -95,6 +98,10 @@ def make_ppo(
 ) -> PPO:
     """Build PPO for ``config``; ``venv``, ``network`` and ``loss_fn`` can be swapped."""
     validate(config)
+    if config.network == "gru":
+        from .recurrent import make_recurrent_ppo
+
+        return make_recurrent_ppo(config, venv=venv, network=network)
     venv = venv if venv is not None else make_env(config)
     if network is None:
         if config.network == "cnn" and len(venv.spec.obs_shape) != 3:

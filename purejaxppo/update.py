@@ -68,7 +68,7 @@ def update_epochs(
     def minibatch_step(carry, mb):
         state, stopped = carry
         (_, metrics), grads = grad_fn(state.params, mb)
-        metrics["grad_norm"] = optax.global_norm(grads)
+        metrics["grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         new_state = TrainState(optax.apply_updates(state.params, updates), opt_state)
         if target_kl is not None:

@@ -1,0 +1,72 @@
+"""Rollout records termination and truncation apart; targets bootstrap correctly."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from purejaxppo.envs import episode_statistics, make_vec_env
+from purejaxppo.gae import gae
+from purejaxppo.rollout import collect, critic_values
+
+LIMIT = 12
+
+
+def _random_policy(key, obs):
+    return jax.random.randint(key, obs.shape[:1], 0, 2), jnp.full(obs.shape[:1], -np.log(2.0))
+
+
+def _rollout(num_steps=200, num_envs=8):
+    venv = episode_statistics(make_vec_env("CartPole-v1", num_envs, max_episode_steps=LIMIT))
+    obs, state = venv.reset(jax.random.PRNGKey(0))
+    (_, last_obs), tr = collect(jax.random.PRNGKey(1), _random_policy, venv.step, state, obs, num_steps)
+    return jax.device_get(tr), np.asarray(last_obs)
+
+
+def test_flags_and_final_observation():
+    tr, last_obs = _rollout()
+    term, trunc = tr.terminated, tr.truncated
+    assert trunc.any() and term.any(), "the short time limit must produce both kinds of ends"
+    # a truncated step is exactly one that ended at the time limit
+    lengths = tr.info["episode_length"]
+    assert np.all(lengths[trunc & ~term] == LIMIT)
+    assert np.all(lengths[term] <= LIMIT)
+    # the stored next state is the pre-reset observation: it continues the trajectory where the
+    # episode did not end, and differs from the (reset) observation stored at t+1 where it ended
+    done = term | trunc
+    np.testing.assert_array_equal(tr.next_obs[:-1][~done[:-1]], tr.obs[1:][~done[:-1]])
+    assert not np.allclose(tr.next_obs[:-1][done[:-1]], tr.obs[1:][done[:-1]])
+    np.testing.assert_array_equal(tr.next_obs[-1][~done[-1]], last_obs[~done[-1]])
+    # CartPole terminal states are outside the thresholds; truncated ones (mostly) are not
+    x, theta = tr.next_obs[..., 0], tr.next_obs[..., 2]
+    outside = (np.abs(x) > 2.4) | (np.abs(theta) > 12 * 2 * np.pi / 360)
+    assert np.all(outside[term]) and not np.any(outside[trunc & ~term])
+
+
+def test_truncated_bootstraps_from_final_observation_terminated_from_zero():
+    tr, _ = _rollout()
+    w = np.array([0.3, -1.2, 2.0, 0.7], np.float32)
+    critic = lambda o: jnp.tanh(o @ w) + 2.0  # any nonzero function of the observation
+    values, next_values = critic_values(critic, tr)
+    gamma = 0.9
+    adv, _ = gae(jnp.asarray(tr.reward), values, next_values, jnp.asarray(tr.terminated), jnp.asarray(tr.truncated), gamma, 0.0)
+    adv, values = np.asarray(adv), np.asarray(values)
+    f = lambda o: np.tanh(o @ w) + 2.0
+    trunc_only = tr.truncated & ~tr.terminated
+    # truncated: r + gamma * V(final observation) - V(s)
+    np.testing.assert_allclose(adv[trunc_only], (tr.reward + gamma * f(tr.next_obs) - f(tr.obs))[trunc_only], rtol=1e-5, atol=1e-5)
+    # ...which is NOT the value of the reset observation stored at t+1
+    t_idx, e_idx = np.nonzero(trunc_only[:-1])
+    wrong = tr.reward[t_idx, e_idx] + gamma * f(tr.obs[t_idx + 1, e_idx]) - f(tr.obs[t_idx, e_idx])
+    assert not np.allclose(adv[t_idx, e_idx], wrong)
+    # terminated: r - V(s)
+    np.testing.assert_allclose(adv[tr.terminated], (tr.reward - f(tr.obs))[tr.terminated], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(values, f(tr.obs), rtol=1e-5, atol=1e-5)
+
+
+def test_continuous_actions_clipped_only_for_the_env():
+    venv = make_vec_env("Pendulum-v1", 2)
+    obs, state = venv.reset(jax.random.PRNGKey(0))
+    big = jnp.array([[5.0], [-5.0]])  # bounds are [-2, 2]
+    _, s1, r1, *_ = venv.step(jax.random.PRNGKey(1), state, big)
+    _, s2, r2, *_ = venv.step(jax.random.PRNGKey(1), state, jnp.array([[2.0], [-2.0]]))
+    np.testing.assert_allclose(r1, r2)  # the env saw the clipped action
