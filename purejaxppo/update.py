@@ -54,6 +54,7 @@ def update_epochs(
     num_epochs: int,
     num_minibatches: int,
     target_kl: Optional[jax.Array] = None,
+    axis_name: Optional[str] = None,
 ) -> tuple[TrainState, dict]:
     """Run ``num_epochs`` x ``num_minibatches`` gradient steps of ``loss_fn(params, mb)``.
 
@@ -62,12 +63,18 @@ def update_epochs(
     ``target_kl``, this and every later minibatch of the iteration is skipped (params and
     optimizer state unchanged). Returned metrics are means over the steps TAKEN, plus
     ``grad_norm`` (before clipping) and ``minibatches_taken``.
+
+    With ``axis_name`` (inside ``shard_map``/``pmap``), gradients and metrics are averaged
+    over that device axis before the step (data-parallel PPO: each device holds an equal
+    share of every minibatch, so the mean of their gradients is the global gradient).
     """
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
     def minibatch_step(carry, mb):
         state, stopped = carry
         (_, metrics), grads = grad_fn(state.params, mb)
+        if axis_name is not None:
+            grads, metrics = jax.lax.pmean((grads, metrics), axis_name)
         metrics["grad_norm"] = optax.tree.norm(grads)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         new_state = TrainState(optax.apply_updates(state.params, updates), opt_state)
