@@ -54,7 +54,8 @@ class PPOConfig:
     obs_keep: Optional[tuple] = static(None)  # keep only these flat obs indices, e.g. (0, 2): CartPole without velocities
     gru_size: int = static(128)  # hidden size of the recurrent core (network="gru")
     normalize_obs: bool = static(False)
-    normalize_reward: bool = static(False)
+    normalize_reward: bool = static(False)  # scale by the running std of the discounted return
+    freeze_obs_norm: bool = static(False)  # keep observation statistics fixed (e.g. restored ones)
     rollout_unroll: int = static(1)  # lax.scan unroll of the rollout (speed only)
     # --- numeric hyperparameters (traced leaves) --------------------------------------
     lr: float = 2.5e-4
@@ -184,7 +185,7 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         raise ConfigError(f"adv_norm={cfg.adv_norm!r} is unknown; choose one of {ADV_NORMS}")
     if cfg.network not in NETWORKS:
         raise ConfigError(f"network={cfg.network!r} is unknown; choose one of {NETWORKS}")
-    for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward"):
+    for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward", "freeze_obs_norm"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r} must be True or False")
     _check_num(cfg, "lr", lo=0, lo_open=True, hint="; the learning rate must be positive, e.g. 2.5e-4")

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from . import envs as envs_lib
-from . import losses
+from . import losses, normalize
 from .config import ConfigError, PPOConfig, validate
 from .gae import gae
 from .networks import Network, make_network
@@ -87,7 +87,12 @@ def make_env(config: PPOConfig) -> envs_lib.VecEnv:
     venv = envs_lib.make_vec_env(config.env_name, config.num_envs, config.max_episode_steps)
     if config.obs_keep is not None:
         venv = envs_lib.keep_observation(venv, config.obs_keep)
-    return envs_lib.episode_statistics(venv)
+    venv = envs_lib.episode_statistics(venv)  # inside the scalers: it records raw returns
+    if config.normalize_reward:
+        venv = normalize.scale_reward(venv, float(config.gamma))
+    if config.normalize_obs:
+        venv = normalize.normalize_observation(venv, frozen=config.freeze_obs_norm)
+    return venv
 
 
 def make_ppo(
