@@ -59,6 +59,7 @@ class PPOConfig:
     rollout_unroll: int = static(1)  # lax.scan unroll of the rollout (speed only)
     # --- numeric hyperparameters (traced leaves) --------------------------------------
     lr: float = 2.5e-4
+    critic_lr: Optional[float] = None  # None: one rate for all; a float: the critic's own rate
     clip_eps: float = 0.2
     vf_clip_eps: float = 0.2
     vf_coef: float = 0.5
@@ -197,6 +198,10 @@ def validate(cfg: PPOConfig) -> PPOConfig:
     _check_num(cfg, "gae_lambda", lo=0, hi=1, hint="; GAE lambda must be in [0, 1], e.g. 0.95")
     _check_num(cfg, "max_grad_norm", lo=0, lo_open=True, hint="; e.g. 0.5")
     _check_num(cfg, "adam_eps", lo=0, lo_open=True, hint="; e.g. 1e-5")
+    if cfg.critic_lr is not None:
+        _check_num(cfg, "critic_lr", lo=0, lo_open=True, hint="; or None to use lr for the critic too")
+        if cfg.shared_torso:
+            raise ConfigError("critic_lr needs separate actor and critic torsos; set shared_torso=False or critic_lr=None")
     if cfg.target_kl is not None:
         _check_num(cfg, "target_kl", lo=0, lo_open=True, hint="; or None to disable early stopping")
     return cfg

@@ -77,9 +77,19 @@ def learning_rate(config: PPOConfig, update: jax.Array) -> jax.Array:
     annealed from ``lr`` towards 0 (``lr * (1 - update / num_updates)``). It is a
     function of the update index, not of the optimizer's step count, so minibatches
     skipped by target-KL early stopping do not shift the schedule."""
-    if not config.anneal_lr:
-        return jnp.asarray(config.lr, jnp.float32)
-    return config.lr * (1.0 - update / config.num_updates)
+    frac = 1.0 if not config.anneal_lr else 1.0 - update / config.num_updates
+    return jnp.asarray(config.lr * frac, jnp.float32)
+
+
+def learning_rates(config: PPOConfig, params, update: jax.Array):
+    """The scalar rate, or (with ``critic_lr``) a params-shaped tree: critic leaves
+    (``critic_torso``, ``value_head``) get ``critic_lr`` on the same schedule."""
+    lr = learning_rate(config, update)
+    if config.critic_lr is None:
+        return lr
+    critic = lr * (config.critic_lr / config.lr)
+    is_critic = lambda path: any(getattr(k, "key", None) in ("critic_torso", "value_head") for k in path)
+    return jax.tree_util.tree_map_with_path(lambda path, _: critic if is_critic(path) else lr, params)
 
 
 def make_env(config: PPOConfig) -> envs_lib.VecEnv:
@@ -119,7 +129,7 @@ def make_ppo(
                                shared_torso=config.shared_torso)
     static = config  # structural fields are read from here; numbers from the traced cfg
 
-    def optimizer_for(cfg, lr=0.0):
+    def optimizer_for(cfg, lr=0.0):  # the rate is stateless: init does not need it
         return make_optimizer(cfg.max_grad_norm, cfg.adam_eps, lr)
 
     def init(rng: jax.Array, cfg: PPOConfig = config) -> RunnerState:
@@ -145,7 +155,7 @@ def make_ppo(
                        cfg.gamma, cfg.gae_lambda)
         if static.adv_norm == "batch":
             adv = losses.normalize(adv)
-        lr = learning_rate(cfg, runner.update)
+        lr = learning_rates(cfg, params, runner.update)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])
         batch = jax.tree.map(flat, Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret))
 
@@ -158,7 +168,9 @@ def make_ppo(
         )
         metrics.update(episode_metrics(traj.info))
         metrics["explained_variance"] = losses.explained_variance(values, ret)
-        metrics["lr"] = lr
+        metrics["lr"] = learning_rate(cfg, runner.update)
+        if cfg.critic_lr is not None:
+            metrics["critic_lr"] = learning_rate(cfg, runner.update) * (cfg.critic_lr / cfg.lr)
         metrics["env_steps"] = (runner.update + 1) * static.batch_size
         return RunnerState(train_state, env_state, obs, rng, runner.update + 1), metrics
 

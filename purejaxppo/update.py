@@ -21,18 +21,22 @@ class TrainState(NamedTuple):
 
 
 def make_optimizer(max_grad_norm, adam_eps, learning_rate) -> optax.GradientTransformation:
-    """Global-norm clipping, then Adam, then the (possibly scheduled) learning rate.
+    """Global-norm clipping, then Adam, then the learning rate.
 
-    All arguments may be traced scalars (``learning_rate`` too: it has no state).
+    All arguments may be traced scalars. ``learning_rate`` is a scalar, or a pytree of
+    scalars with the structure of the params (e.g. separate actor and critic rates).
     The chain runs on the params raveled into one vector (``optax.flatten``): the same
     numbers, but a handful of fused kernels instead of a few per parameter leaf, which
     is what dominates a small network's update on CPU.
     """
-    return optax.flatten(optax.chain(
-        optax.clip_by_global_norm(max_grad_norm),
-        optax.scale_by_adam(eps=adam_eps),
-        optax.scale_by_learning_rate(learning_rate),
-    ))
+    adam = optax.flatten(optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.scale_by_adam(eps=adam_eps)))
+
+    def scale(updates, state, params=None):
+        per_leaf = jax.tree.structure(learning_rate) == jax.tree.structure(updates)
+        lrs = learning_rate if per_leaf else jax.tree.map(lambda _: learning_rate, updates)
+        return jax.tree.map(lambda u, lr: -lr * u, updates, lrs), state
+
+    return optax.chain(adam, optax.GradientTransformation(lambda params: optax.EmptyState(), scale))
 
 
 def shuffle_split(key: jax.Array, data, num_minibatches: int):
