@@ -1,0 +1,199 @@
+"""Checkpoints of a whole runner state with orbax: atomic, verified, exact.
+
+A checkpoint is a folder ``<root>/update_<U:08d>/`` holding
+
+* ``state/``: an orbax PyTree checkpoint of every array leaf of the runner state
+  (params, optimizer state, env states incl. wrapper statistics, observations, RNG keys,
+  update counter -- whatever the pytree holds; new leaves need no code change),
+  stored under index names so the tree's own key names never reach the file system;
+* ``meta.json``: the caller's metadata (config, seeds, update count, ...) and a
+  manifest ``[{path, shape, dtype, sha1}]`` of the leaves in tree order.
+
+Why a manifest: restoring needs a template pytree (built by the caller from the same
+config, e.g. with ``jax.eval_shape``). Comparing the manifest against it first turns a
+checkpoint made for another env/network into a message naming the differing leaves
+instead of an orbax tree-structure trace, and the SHA-1 of every restored array detects
+truncated or corrupt files (and proves the restore is bit-exact).
+
+Atomicity: a checkpoint is written to a hidden temporary folder and renamed into place
+only when complete, and older checkpoints are pruned only after that, so an interruption
+at any moment leaves the previous good checkpoint intact. Only folders containing
+``meta.json`` count as checkpoints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+_NAME = re.compile(r"^update_(\d+)$")
+
+
+class CheckpointError(Exception):
+    """A checkpoint is missing, corrupt, or made for a different setup; the message says which and the fix."""
+
+
+def _is_prng_key(x) -> bool:
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _digest(a: np.ndarray) -> str:
+    return hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def flatten_state(tree) -> tuple[dict[str, np.ndarray], list[dict]]:
+    """Host copies of the leaves of ``tree`` and their manifest, in tree order.
+
+    Typed PRNG keys are stored as their raw ``key_data`` (uint32) with the impl name, so
+    old-style ``uint32[2]`` keys and new-style typed keys both round-trip exactly."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    arrays, manifest = {}, []
+    for i, (path, leaf) in enumerate(flat):
+        entry = {"path": jax.tree_util.keystr(path)}
+        if _is_prng_key(leaf):
+            entry["prng_impl"] = str(jax.random.key_impl(leaf))
+            leaf = jax.random.key_data(leaf)
+        a = np.asarray(jax.device_get(leaf))
+        entry.update(shape=list(a.shape), dtype=str(a.dtype), sha1=_digest(a))
+        arrays[f"{i:05d}"] = a
+        manifest.append(entry)
+    return arrays, manifest
+
+
+def _template_manifest(template) -> list[dict]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(template)
+    out = []
+    for path, leaf in flat:
+        entry = {"path": jax.tree_util.keystr(path)}
+        if _is_prng_key(leaf):
+            data = jax.eval_shape(jax.random.key_data, leaf)
+            entry.update(shape=list(data.shape), dtype=str(data.dtype), prng_impl=True)
+        else:
+            entry.update(shape=list(np.shape(leaf)), dtype=str(np.dtype(leaf.dtype)))
+        out.append(entry)
+    return out
+
+
+def save_checkpoint(root: str, update: int, state, meta: Optional[dict] = None, keep: int = 2) -> str:
+    """Write ``state`` (any pytree of arrays) as checkpoint ``update``; return its folder.
+
+    ``meta`` (JSON-serialisable) is stored alongside. At most ``keep`` checkpoints are
+    kept (the newest); pruning happens after the new one is complete."""
+    import orbax.checkpoint as ocp
+
+    os.makedirs(root, exist_ok=True)
+    final = os.path.join(root, f"update_{int(update):08d}")
+    tmp = os.path.join(root, f".tmp-update_{int(update):08d}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    arrays, manifest = flatten_state(state)
+    ocp.PyTreeCheckpointer().save(os.path.join(tmp, "state"), arrays)
+    with open(os.path.join(tmp, "meta.json"), "w") as f:
+        json.dump({**(meta or {}), "update": int(update), "leaves": manifest}, f, indent=1)
+    if os.path.exists(final):  # re-saving the same update (e.g. end == last periodic save)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for _, old in list_checkpoints(root)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(root: str) -> list[tuple[int, str]]:
+    """Complete checkpoints under ``root`` as ``[(update, folder)]``, oldest first."""
+    if not os.path.isdir(root):
+        return []
+    out = []
+    for name in os.listdir(root):
+        m = _NAME.match(name)
+        if m and os.path.isfile(os.path.join(root, name, "meta.json")):
+            out.append((int(m.group(1)), os.path.join(root, name)))
+    return sorted(out)
+
+
+def latest_checkpoint(root: str) -> Optional[str]:
+    ckpts = list_checkpoints(root)
+    return ckpts[-1][1] if ckpts else None
+
+
+def read_meta(path: str) -> dict:
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is not a checkpoint (no meta.json); it may be incomplete -- "
+                              "use an update_* folder listed by the run's checkpoints/") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}/meta.json is corrupt ({e}); resume from an older checkpoint "
+                              "by deleting this folder") from None
+
+
+def compare_manifest(saved: list[dict], expected: list[dict], what: str = "checkpoint") -> None:
+    """Raise :class:`CheckpointError` naming the first leaves that differ in path, shape or dtype."""
+    problems = []
+    saved_by_path = {e["path"]: e for e in saved}
+    expected_paths = [e["path"] for e in expected]
+    missing = [p for p in expected_paths if p not in saved_by_path]
+    extra = [e["path"] for e in saved if e["path"] not in set(expected_paths)]
+    if missing:
+        problems.append(f"leaves missing from the {what}: {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}")
+    if extra:
+        problems.append(f"leaves only in the {what}: {', '.join(extra[:4])}{' ...' if len(extra) > 4 else ''}")
+    for e in expected:
+        s = saved_by_path.get(e["path"])
+        if s is None:
+            continue
+        if list(s["shape"]) != list(e["shape"]) or s["dtype"] != e["dtype"]:
+            problems.append(f"{e['path']}: {what} has {s['dtype']}{tuple(s['shape'])}, "
+                            f"this setup needs {e['dtype']}{tuple(e['shape'])}")
+        if len(problems) >= 6:
+            break
+    if problems:
+        raise CheckpointError(f"the {what} does not fit this setup (different env, network or sizes?):\n  "
+                              + "\n  ".join(problems))
+
+
+def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
+    """Restore the checkpoint folder ``path`` into the structure of ``template``.
+
+    ``template`` is a pytree shaped like the saved state (arrays or
+    ``jax.ShapeDtypeStruct``; e.g. ``jax.eval_shape(init, keys)``). Returns
+    ``(state, meta)``: host (numpy) arrays in ``template``'s tree structure, typed PRNG
+    keys re-wrapped. Raises :class:`CheckpointError` if the checkpoint does not fit the
+    template or any array fails its checksum."""
+    import orbax.checkpoint as ocp
+
+    meta = read_meta(path)
+    saved = meta.get("leaves")
+    if not isinstance(saved, list):
+        raise CheckpointError(f"{path}/meta.json has no leaf manifest; it was not written by purejaxppo")
+    compare_manifest(saved, _template_manifest(template))
+    order = {e["path"]: i for i, e in enumerate(saved)}
+    try:
+        arrays = ocp.PyTreeCheckpointer().restore(os.path.join(path, "state"))
+    except Exception as e:  # orbax/tensorstore raise many types for damaged files
+        raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
+                              "it is truncated or corrupt -- delete it to resume from the previous one") from None
+    flat, treedef = jax.tree_util.tree_flatten_with_path(template)
+    leaves = []
+    for path_k, tmpl in flat:
+        entry = saved[order[jax.tree_util.keystr(path_k)]]
+        key = f"{order[jax.tree_util.keystr(path_k)]:05d}"
+        a = arrays.get(key) if isinstance(arrays, dict) else None
+        if a is None:
+            raise CheckpointError(f"checkpoint {path} lacks the array for {entry['path']}; it is truncated "
+                                  "-- delete it to resume from the previous one")
+        a = np.asarray(a)
+        if list(a.shape) != list(entry["shape"]) or str(a.dtype) != entry["dtype"] or _digest(a) != entry["sha1"]:
+            raise CheckpointError(f"checkpoint {path}: array {entry['path']} fails its checksum; the files are "
+                                  "corrupt -- delete this folder to resume from the previous checkpoint")
+        if "prng_impl" in entry:
+            a = jax.random.wrap_key_data(a, impl=entry["prng_impl"])
+        leaves.append(a)
+    return jax.tree_util.tree_unflatten(treedef, leaves), meta
