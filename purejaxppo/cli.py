@@ -1,7 +1,9 @@
-"""Command line: ``python -m purejaxppo train|bench ...``.
+"""Command line: ``python -m purejaxppo train|eval|plot|bench ...``.
 
-User errors (bad flags, invalid config, unknown env) print the problem and the fix
-and exit with status 2, without a traceback.
+User errors (bad flags, invalid config, unknown env, missing or mismatched run folder)
+print the problem and the fix and exit with status 2, without a traceback. A training
+that is interrupted (Ctrl-C, SIGTERM) saves a checkpoint and says how to resume (exit
+130); one that produces non-finite numbers stops with the update and metric (exit 1).
 """
 
 from __future__ import annotations
@@ -89,36 +91,114 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train PPO agents (N seeds at once)")
-    t.add_argument("--seeds", type=int, default=1, help="number of seeds trained together (vmapped)")
-    t.add_argument("--seed", type=int, default=0, help="base random seed")
+    t.add_argument("--seeds", type=int, default=None, help="number of seeds trained together (vmapped); default 1")
+    t.add_argument("--seed", type=int, default=None, help="base random seed; default 0")
     t.add_argument("--run-dir", default=None, help="output folder (default: runs/<env>-<time>)")
-    t.add_argument("--chunk", type=int, default=25, help="updates per compiled chunk between progress reports")
+    t.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue the run in RUN_DIR from its latest checkpoint (its own config and seeds)")
+    t.add_argument("--chunk", type=int, default=None, help="updates per compiled chunk between progress reports (25)")
+    t.add_argument("--checkpoint-every", type=int, default=None, metavar="K",
+                   help="save a checkpoint every K chunks (10); also saved at the end and on interrupt")
+    t.add_argument("--stop-after", type=int, default=None, metavar="UPDATES",
+                   help="stop (with a checkpoint) once this many updates are done; continue later with --resume")
     t.add_argument("--devices", default="auto",
                    help="CPU devices to split seeds over: auto (all cores when seeds divide evenly) or a number")
     t.add_argument("--quiet", action="store_true", help="no progress bar; only the summary")
+    t.add_argument("--tensorboard", action="store_true", help="also log to RUN_DIR/tb (needs purejaxppo[tensorboard])")
+    t.add_argument("--wandb", nargs="?", const="purejaxppo", default=None, metavar="PROJECT",
+                   help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])")
     add_config_flags(t)
+
+    e = sub.add_parser("eval", help="evaluate a trained run's policy (all seeds)")
+    e.add_argument("run_dir", metavar="RUN_DIR")
+    e.add_argument("--episodes", type=int, default=100, help="episodes per seed (run in parallel)")
+    e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    e.add_argument("--seed", type=int, default=0, help="evaluation random seed")
+    e.add_argument("--checkpoint", default=None, help="a checkpoint folder (default: the latest)")
+    e.add_argument("--gif", default=None, metavar="OUT.gif", help="render one episode of seed 0 to a GIF")
+    e.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    pl = sub.add_parser("plot", help="learning curves of one or more runs")
+    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    pl.add_argument("-o", "--out", default="curves.png", help="output image (png/pdf/svg)")
+    pl.add_argument("--metric", default="episode_return", help="metric column to plot (default episode_return)")
 
     b = sub.add_parser("bench", help="throughput benchmark (see benchmarks/throughput.py)")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
+def _devices_for(seeds: int, spec: str) -> int:
+    cores = os.cpu_count() or 1
+    if spec == "auto":
+        return max(d for d in range(1, cores + 1) if seeds % d == 0)
+    try:
+        devices = int(spec)
+    except ValueError:
+        raise UserError(f"--devices={spec!r} must be 'auto' or an integer") from None
+    if devices < 1 or seeds % devices:
+        raise UserError(f"--devices={devices} must be >= 1 and divide --seeds={seeds}")
+    return devices
+
+
+def _progress(quiet: bool, total_label: str):
+    """``(on_chunk, close)`` for a tqdm bar: updates done/total, env steps, steps/s, return, ETA."""
+    import numpy as np
+
+    state = {"bar": None}
+
+    def on_chunk(info):
+        if quiet:
+            return
+        if state["bar"] is None:
+            from tqdm import tqdm
+
+            print(f"compiled in {info['compile_s']:.1f}s", flush=True)
+            state["bar"] = tqdm(total=info["num_updates"], initial=info.get("start_update", 0), unit="upd",
+                                dynamic_ncols=True, file=sys.stdout, mininterval=0.5, desc=total_label,
+                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} updates "
+                                           "[{elapsed}<{remaining} ETA{postfix}]")
+        bar = state["bar"]
+        bar.update(info["updates"] - bar.n)
+        ret = np.asarray(info["episode_return"], np.float64)
+        finite = ret[np.isfinite(ret)]
+        last = ret[:, -1][np.isfinite(ret[:, -1])]
+        latest = last.mean() if last.size else (finite.mean() if finite.size else float("nan"))
+        bar.set_postfix_str(f"steps {info['env_steps']:,} | return {latest:.1f} | {info['steps_per_s']:,.0f} steps/s")
+
+    def close():
+        if state["bar"] is not None:
+            state["bar"].close()
+
+    return on_chunk, close
+
+
+def _loggers(args, run_dir, config):
+    from .driver import TensorBoardLogger, WandbLogger
+
+    out = []
+    if args.tensorboard:
+        out.append(TensorBoardLogger(run_dir, config.batch_size))
+    if args.wandb:
+        out.append(WandbLogger(run_dir, config.batch_size, config.to_dict(), project=args.wandb))
+    return out
+
+
 def cmd_train(args) -> int:
     import time
 
-    seeds = args.seeds
+    from .checkpoint import list_checkpoints
+
+    if args.resume:
+        return cmd_resume(args)
+    seeds = 1 if args.seeds is None else args.seeds
     if seeds < 1:
         raise UserError(f"--seeds={seeds} must be >= 1")
-    cores = os.cpu_count() or 1
-    if args.devices == "auto":
-        devices = max(d for d in range(1, cores + 1) if seeds % d == 0)
-    else:
-        try:
-            devices = int(args.devices)
-        except ValueError:
-            raise UserError(f"--devices={args.devices!r} must be 'auto' or an integer") from None
-        if devices < 1 or seeds % devices:
-            raise UserError(f"--devices={devices} must be >= 1 and divide --seeds={seeds}")
+    if args.chunk is not None and args.chunk < 1:
+        raise UserError(f"--chunk={args.chunk} must be >= 1")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise UserError(f"--checkpoint-every={args.checkpoint_every} must be >= 1")
+    devices = _devices_for(seeds, args.devices)
     _set_devices(devices)
 
     import numpy as np
@@ -131,36 +211,125 @@ def cmd_train(args) -> int:
 
     ppo = make_ppo(config)  # unknown env names fail here, before any compile
     run_dir = args.run_dir or os.path.join("runs", f"{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if list_checkpoints(os.path.join(run_dir, "checkpoints")) or os.path.exists(os.path.join(run_dir, "metrics.csv")):
+        raise UserError(f"run folder {run_dir!r} already holds a run; continue it with "
+                        f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
     if not args.quiet:
         print(f"purejaxppo: training {config.env_name} | {seeds} seed(s) on {devices} device(s) | "
-              f"{config.num_updates} updates x {config.batch_size} steps | compiling...", flush=True)
-    bar = None
+              f"{config.num_updates} updates x {config.batch_size} steps | run folder {run_dir} | compiling...",
+              flush=True)
+    on_chunk, close = _progress(args.quiet, config.env_name)
+    os.makedirs(run_dir, exist_ok=True)
+    loggers = _loggers(args, run_dir, config)
+    try:
+        res = train_chunked(config, seed=0 if args.seed is None else args.seed, num_seeds=seeds, run_dir=run_dir,
+                            chunk_updates=args.chunk or 25, num_devices=devices, on_chunk=on_chunk, ppo=ppo,
+                            checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
+                            loggers=loggers)
+    finally:
+        close()
+    _report(res, run_dir, seeds)
+    return 0
 
-    def on_chunk(info):
-        nonlocal bar
-        if args.quiet:
-            return
-        if bar is None:
-            from tqdm import tqdm
 
-            print(f"compiled in {info['compile_s']:.1f}s", flush=True)
-            bar = tqdm(total=info["num_updates"], unit="upd", dynamic_ncols=True, file=sys.stdout, mininterval=0.5)
-        bar.update(info["updates"] - bar.n)
-        ret = np.asarray(info["episode_return"])
-        with np.errstate(all="ignore"):
-            latest = np.nanmean(ret[:, -1]) if np.isfinite(ret[:, -1]).any() else np.nanmean(ret)
-        bar.set_postfix_str(f"steps {info['env_steps']:,} | return {latest:.1f} | {info['steps_per_s']:,.0f} steps/s")
+def cmd_resume(args) -> int:
+    run_dir = args.resume
+    given = sorted("--" + k[4:].replace("_", "-") for k, v in vars(args).items() if k.startswith("cfg_") and v is not None)
+    given += [f for f, v in (("--seeds", args.seeds), ("--seed", args.seed), ("--run-dir", args.run_dir)) if v is not None]
+    if given:
+        raise UserError(f"--resume continues {run_dir!r} with its saved config and seeds, so {', '.join(given)} "
+                        "cannot be changed; drop them, or start a new run with another --run-dir")
+    from .driver import load_run_info, resume_run
 
-    res = train_chunked(config, seed=args.seed, num_seeds=seeds, run_dir=run_dir, chunk_updates=args.chunk,
-                        num_devices=devices, on_chunk=on_chunk, ppo=ppo)
-    if bar is not None:
-        bar.close()
+    info = load_run_info(run_dir)
+    seeds = info["num_seeds"]
+    devices = info.get("num_devices", 1)
+    _set_devices(devices)
+    config = info["config"]
+    if not args.quiet:
+        print(f"purejaxppo: resuming {run_dir} ({config.env_name}, {seeds} seed(s), {config.num_updates} updates) "
+              "| compiling...", flush=True)
+    on_chunk, close = _progress(args.quiet, config.env_name)
+    kw = {"on_chunk": on_chunk, "stop_after": args.stop_after, "loggers": _loggers(args, run_dir, config)}
+    if args.chunk is not None:
+        kw["chunk_updates"] = args.chunk
+    if args.checkpoint_every is not None:
+        kw["checkpoint_every"] = args.checkpoint_every
+    try:
+        res = resume_run(run_dir, **kw)
+    finally:
+        close()
+    _report(res, run_dir, seeds)
+    return 0
+
+
+def _report(res, run_dir, seeds):
+    import warnings
+
+    import numpy as np
+
     fr = res.final_return
-    print(f"final return over {seeds} seed(s): mean {np.nanmean(fr):.1f}  min {np.nanmin(fr):.1f}  "
-          f"max {np.nanmax(fr):.1f}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        print(f"final return over {seeds} seed(s): mean {np.nanmean(fr):.1f}  min {np.nanmin(fr):.1f}  "
+              f"max {np.nanmax(fr):.1f}")
     print(f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
-          f"({res.env_steps:,} steps)")
-    print(f"metrics and config written to {run_dir}")
+          f"({res.env_steps:,} steps this session)")
+    if not res.finished:
+        print(f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
+              f"`python -m purejaxppo train --resume {run_dir}`")
+    print(f"metrics, config and checkpoints written to {run_dir}")
+
+
+def cmd_eval(args) -> int:
+    import json
+
+    import jax
+    import numpy as np
+
+    from .driver import load_run
+    from .evaluate import evaluate_runner, find_obs_stats, save_gif, summarize
+
+    if args.episodes < 1:
+        raise UserError(f"--episodes={args.episodes} must be >= 1")
+    config, info, runner, ppo = load_run(args.run_dir, args.checkpoint)
+    key = jax.random.PRNGKey(args.seed)
+    ret, length = evaluate_runner(config, ppo.network, runner, key, args.episodes, not args.stochastic)
+    s = summarize(ret)
+    s.update(run_dir=args.run_dir, checkpoint=info["checkpoint"], update=info["update"],
+             policy="stochastic" if args.stochastic else "deterministic (mode)", episodes_per_seed=args.episodes,
+             mean_length=float(np.nanmean(np.where(np.isfinite(ret), length, np.nan))) if s["episodes"] else None)
+    if args.gif:
+        stats = find_obs_stats(runner.env_state) if config.normalize_obs else None
+        params0 = jax.tree.map(lambda x: x[0], runner.train.params)
+        stats0 = None if stats is None else jax.tree.map(lambda x: x[0], stats)
+        s["gif"], s["gif_frames"] = args.gif, save_gif(args.gif, config, ppo.network, params0, jax.random.PRNGKey(args.seed),
+                                                       stats0, not args.stochastic)
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print(f"{config.env_name} | {info['checkpoint']} (update {info['update']}/{config.num_updates}) | "
+          f"{s['policy']} policy | {args.episodes} episode(s) x {len(s['per_seed_mean'])} seed(s)")
+    print(f"return: mean {s['mean']:.2f}  std {s['std']:.2f}  min {s['min']:.2f}  max {s['max']:.2f}  "
+          f"({s['episodes']} finished episodes)")
+    if len(s["per_seed_mean"]) > 1:
+        print("per seed mean: " + "  ".join(f"{x:.2f}" for x in s["per_seed_mean"]))
+    if args.gif:
+        print(f"episode of seed 0 rendered to {args.gif} ({s['gif_frames']} frames)")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from .plot import plot_runs
+
+    for d in args.run_dirs:
+        if not os.path.exists(os.path.join(d, "metrics.csv")):
+            raise UserError(f"{d!r} has no metrics.csv; pass run folders written by `purejaxppo train`")
+    try:
+        out = plot_runs(args.run_dirs, args.out, metric=args.metric)
+    except KeyError as e:
+        raise UserError(e.args[0]) from None
+    print(f"learning curves of {len(args.run_dirs)} run(s) written to {out}")
     return 0
 
 
@@ -171,22 +340,34 @@ class UserError(Exception):
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from .checkpoint import CheckpointError
     from .config import ConfigError
+    from .driver import NonFiniteError
 
     try:
         if args.command == "train":
             return cmd_train(args)
+        if args.command == "eval":
+            return cmd_eval(args)
+        if args.command == "plot":
+            return cmd_plot(args)
         if args.command == "bench":
             sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
             from .bench import main as bench_main
 
             bench_main(args.rest)
             return 0
-    except (ConfigError, UserError) as e:
+    except (ConfigError, UserError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except NonFiniteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as e:
+        ckpt = getattr(e, "checkpoint", None)
+        where = (f"; progress saved in {ckpt} (update {getattr(e, 'updates_done', '?')}). Continue with "
+                 f"`python -m purejaxppo train --resume {os.path.dirname(os.path.dirname(ckpt))}`") if ckpt else ""
+        print(f"\ninterrupted{where}", file=sys.stderr)
         return 130
     return 1
 

@@ -1,0 +1,97 @@
+"""Learning curves from run folders: mean and spread over seeds vs env steps.
+
+Each run's ``metrics.csv`` (one row per update per seed, see :mod:`purejaxppo.driver`)
+gives one line: the mean over seeds of ``metric`` (default ``episode_return``) at each
+update, with a band from the min to the max over seeds. A ``member`` column (population
+runs) splits a run into one line per member. Updates in which no episode finished are
+NaN; they are carried forward from the last finite value so lines have no gaps.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+
+
+def _ffill(a: np.ndarray) -> np.ndarray:
+    """Forward-fill NaNs along the last axis (``[..., U]``); leading NaNs stay NaN."""
+    a = np.array(a, np.float64)
+    idx = np.where(np.isfinite(a), np.arange(a.shape[-1]), 0)
+    np.maximum.accumulate(idx, axis=-1, out=idx)
+    out = np.take_along_axis(a, idx, axis=-1)
+    return out
+
+
+def load_curves(run_dir: str, metric: str = "episode_return") -> list[dict]:
+    """``[{label, env_steps [U], values [S, U]}]``: one entry per run (or per member).
+
+    Raises ``FileNotFoundError`` / ``KeyError`` with a clear message if the folder has no
+    metrics or not that metric."""
+    path = os.path.join(run_dir, "metrics.csv") if os.path.isdir(run_dir) else run_dir
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{run_dir!r} has no metrics.csv; pass a run folder written by purejaxppo train")
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], [r for r in rows[1:] if r]
+    if metric not in header:
+        raise KeyError(f"{path} has no metric {metric!r}; available: {', '.join(header[2:])}")
+    col = {name: i for i, name in enumerate(header)}
+    label = os.path.basename(os.path.normpath(run_dir))
+    groups: dict = {}
+    for r in body:
+        member = r[col["member"]] if "member" in col else None
+        groups.setdefault(member, []).append(r)
+    curves = []
+    for member, rs in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0])):
+        seed = np.array([int(float(r[col["seed"]])) for r in rs])
+        upd = np.array([int(float(r[col["update"]])) for r in rs])
+        val = np.array([float(r[col[metric]]) for r in rs])
+        S, U = seed.max() + 1, upd.max() + 1
+        values = np.full((S, U), np.nan)
+        values[seed, upd] = val
+        if "env_steps" in col:
+            steps = np.full(U, np.nan)
+            steps[upd] = [float(r[col["env_steps"]]) for r in rs]
+        else:
+            steps = np.arange(1, U + 1, dtype=np.float64)
+        curves.append({"label": label if member is None else f"{label} [member {member}]",
+                       "env_steps": steps, "values": values})
+    return curves
+
+
+def plot_runs(run_dirs: Sequence[str], out: str, metric: str = "episode_return",
+              title: Optional[str] = None) -> str:
+    """Plot mean (line) and min..max over seeds (band) of ``metric`` vs env steps for every
+    run/member into ``out`` (png/pdf/svg by extension); returns ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for run_dir in run_dirs:
+        for c in load_curves(run_dir, metric):
+            v = _ffill(c["values"]) if metric in ("episode_return", "episode_length") else c["values"]
+            with np.errstate(all="ignore"):
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    mean, lo, hi = np.nanmean(v, 0), np.nanmin(v, 0), np.nanmax(v, 0)
+            n = c["values"].shape[0]
+            (line,) = ax.plot(c["env_steps"], mean, label=f"{c['label']} ({n} seed{'s' if n > 1 else ''})")
+            if n > 1:
+                ax.fill_between(c["env_steps"], lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("env steps (per seed)")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_title(title or f"{metric.replace('_', ' ')}: mean over seeds, band = min..max")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
