@@ -289,6 +289,54 @@ def _tree_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
+# Compiled chunk functions, reused by later driver calls in the same process (a resume,
+# a sweep, the tests): keyed by the PPO instance, config, device count, chunk length and
+# the runner's shapes. The PPO's ``run`` is kept in the value so its id is not reused.
+_CACHE: dict = {}
+
+
+def _functions(ppo: PPO, config: PPOConfig, num_seeds: int, num_devices: int):
+    """``(init(keys [S]) -> runner [S, ...], make_chunk(n) -> jitted runner -> ((runner, metrics), finite [S]))``."""
+    def chunk_fn(n):
+        def one(r):
+            out = ppo.run(r, config, n)
+            return out, _tree_finite(out[0].train)  # extra output: does not change the numbers
+        return one
+
+    if num_devices > 1 and num_seeds % num_devices == 0:
+        from .parallel import seed_parallel_train
+
+        return (seed_parallel_train(lambda k: ppo.init(k, config), num_devices),
+                lambda n: seed_parallel_train(chunk_fn(n), num_devices))
+    key = ("init", id(ppo.run), _hashable(config))
+    if key[2] is not None and key in _CACHE:
+        init = _CACHE[key][1]
+    else:
+        init = jax.jit(jax.vmap(lambda k: ppo.init(k, config)))
+        if key[2] is not None:
+            _CACHE[key] = (ppo.run, init)
+    return init, lambda n: jax.jit(jax.vmap(chunk_fn(n)))
+
+
+def _hashable(config):
+    try:
+        hash(config)
+        return config
+    except TypeError:  # e.g. a population config with array leaves: no caching
+        return None
+
+
+def _compiled_chunk(ppo, config, num_devices, n, runner, make_chunk):
+    sig = tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(runner))
+    key = ("chunk", id(ppo.run), _hashable(config), num_devices, n, str(jax.tree.structure(runner)), sig)
+    if key[2] is not None and key in _CACHE:
+        return _CACHE[key][1]
+    fn = make_chunk(n).lower(runner).compile()
+    if key[2] is not None:
+        _CACHE[key] = (ppo.run, fn)
+    return fn
+
+
 def train_chunked(
     config: PPOConfig,
     *,
@@ -324,16 +372,7 @@ def train_chunked(
     keys = seed_keys(seed, num_seeds)
     n_total = config.num_updates
     chunk = chunk_size(n_total, chunk_updates)
-    if num_devices > 1 and num_seeds % num_devices == 0:
-        from .parallel import seed_parallel_train
-
-        init = seed_parallel_train(lambda k: ppo.init(k, config), num_devices)
-        make_chunk = lambda n: seed_parallel_train(
-            lambda r: (lambda out: (out, _tree_finite(out[0].train)))(ppo.run(r, config, n)), num_devices)
-    else:
-        init = jax.jit(jax.vmap(lambda k: ppo.init(k, config)))
-        make_chunk = lambda n: jax.jit(jax.vmap(
-            lambda r: (lambda out: (out, _tree_finite(out[0].train)))(ppo.run(r, config, n))))
+    init, make_chunk = _functions(ppo, config, num_seeds, num_devices)
 
     ckpt_root = os.path.join(run_dir, "checkpoints") if run_dir else None
     run_info = {"config": config.to_dict(), "seed": seed, "num_seeds": num_seeds, "chunk_updates": chunk,
@@ -371,7 +410,7 @@ def train_chunked(
 
     def get(n):
         if n not in compiled:
-            compiled[n] = make_chunk(n).lower(runner).compile()
+            compiled[n] = _compiled_chunk(ppo, config, num_devices, n, runner, make_chunk)
         return compiled[n]
 
     get(min(chunk, max(n_total - done, 1)))
