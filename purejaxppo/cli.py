@@ -209,7 +209,8 @@ def cmd_train(args) -> int:
     config = validate(config_from_args(args))
     from .train import make_ppo
 
-    ppo = make_ppo(config)  # unknown env names fail here, before any compile
+    make_ppo(config)  # unknown env names fail here, before any compile (the driver builds its own,
+    # so that its compiled-chunk cache is shared by later runs of the same config in this process)
     run_dir = args.run_dir or os.path.join("runs", f"{config.env_name}-{time.strftime('%Y%m%d-%H%M%S')}")
     if list_checkpoints(os.path.join(run_dir, "checkpoints")) or os.path.exists(os.path.join(run_dir, "metrics.csv")):
         raise UserError(f"run folder {run_dir!r} already holds a run; continue it with "
@@ -223,7 +224,7 @@ def cmd_train(args) -> int:
     loggers = _loggers(args, run_dir, config)
     try:
         res = train_chunked(config, seed=0 if args.seed is None else args.seed, num_seeds=seeds, run_dir=run_dir,
-                            chunk_updates=args.chunk or 25, num_devices=devices, on_chunk=on_chunk, ppo=ppo,
+                            chunk_updates=args.chunk or 25, num_devices=devices, on_chunk=on_chunk,
                             checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
                             loggers=loggers)
     finally:

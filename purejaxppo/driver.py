@@ -290,12 +290,13 @@ def _tree_finite(tree) -> jax.Array:
 
 
 # Compiled chunk functions, reused by later driver calls in the same process (a resume,
-# a sweep, the tests): keyed by the PPO instance, config, device count, chunk length and
-# the runner's shapes. The PPO's ``run`` is kept in the value so its id is not reused.
+# a sweep, the tests): keyed by the PPO instance ("default" when the driver built it from
+# the config itself), config, device count, chunk length and the runner's shapes. The
+# PPO's ``run`` is kept in the value so its id is not reused.
 _CACHE: dict = {}
 
 
-def _functions(ppo: PPO, config: PPOConfig, num_seeds: int, num_devices: int):
+def _functions(ppo: PPO, config: PPOConfig, num_seeds: int, num_devices: int, owner):
     """``(init(keys [S]) -> runner [S, ...], make_chunk(n) -> jitted runner -> ((runner, metrics), finite [S]))``."""
     def chunk_fn(n):
         def one(r):
@@ -308,7 +309,7 @@ def _functions(ppo: PPO, config: PPOConfig, num_seeds: int, num_devices: int):
 
         return (seed_parallel_train(lambda k: ppo.init(k, config), num_devices),
                 lambda n: seed_parallel_train(chunk_fn(n), num_devices))
-    key = ("init", id(ppo.run), _hashable(config))
+    key = ("init", owner, _hashable(config))
     if key[2] is not None and key in _CACHE:
         init = _CACHE[key][1]
     else:
@@ -326,9 +327,9 @@ def _hashable(config):
         return None
 
 
-def _compiled_chunk(ppo, config, num_devices, n, runner, make_chunk):
+def _compiled_chunk(ppo, config, num_devices, n, runner, make_chunk, owner):
     sig = tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(runner))
-    key = ("chunk", id(ppo.run), _hashable(config), num_devices, n, str(jax.tree.structure(runner)), sig)
+    key = ("chunk", owner, _hashable(config), num_devices, n, str(jax.tree.structure(runner)), sig)
     if key[2] is not None and key in _CACHE:
         return _CACHE[key][1]
     fn = make_chunk(n).lower(runner).compile()
@@ -368,11 +369,12 @@ def train_chunked(
     from its latest checkpoint (same config, seeds and chunk size: see :func:`resume_run`),
     dropping metrics rows written after it; the result equals an uninterrupted run.
     """
+    owner = "default" if ppo is None else id(ppo.run)  # compiled-function cache key (see _CACHE)
     ppo = ppo if ppo is not None else make_ppo(config)
     keys = seed_keys(seed, num_seeds)
     n_total = config.num_updates
     chunk = chunk_size(n_total, chunk_updates)
-    init, make_chunk = _functions(ppo, config, num_seeds, num_devices)
+    init, make_chunk = _functions(ppo, config, num_seeds, num_devices, owner)
 
     ckpt_root = os.path.join(run_dir, "checkpoints") if run_dir else None
     run_info = {"config": config.to_dict(), "seed": seed, "num_seeds": num_seeds, "chunk_updates": chunk,
@@ -410,7 +412,7 @@ def train_chunked(
 
     def get(n):
         if n not in compiled:
-            compiled[n] = _compiled_chunk(ppo, config, num_devices, n, runner, make_chunk)
+            compiled[n] = _compiled_chunk(ppo, config, num_devices, n, runner, make_chunk, owner)
         return compiled[n]
 
     get(min(chunk, max(n_total - done, 1)))
