@@ -1,0 +1,37 @@
+"""Per-environment default configurations (tuned starting points).
+
+``preset_config(name, **overrides)`` gives the shipped config for ``name`` (plain
+defaults of shared/PPO.md §6 for envs without a preset), with ``overrides`` applied.
+Reproduce a result with ``python -m purejaxppo train --env NAME --preset``.
+"""
+
+from __future__ import annotations
+
+from .config import PPOConfig
+
+MINATAR = dict(network="cnn", activation="relu", hidden_sizes=(128,), num_envs=64, num_steps=128,
+               update_epochs=4, num_minibatches=8, lr=5e-4, ent_coef=0.01, total_timesteps=10_000_000)
+
+PRESETS: dict[str, dict] = {
+    "CartPole-v1": dict(total_timesteps=500_000),
+    "Acrobot-v1": dict(num_envs=16, num_steps=128, total_timesteps=1_000_000, update_epochs=4, num_minibatches=4,
+                       normalize_obs=True),
+    "MountainCar-v0": dict(num_envs=16, num_steps=256, total_timesteps=2_000_000, normalize_obs=True,
+                           gamma=0.99, ent_coef=0.0, lr=1e-3, update_epochs=8, num_minibatches=8),
+    "Pendulum-v1": dict(gamma=0.9, ent_coef=0.0, lr=1e-3, update_epochs=10, num_envs=8, num_steps=256,
+                        num_minibatches=32, total_timesteps=500_000),
+    "MountainCarContinuous-v0": dict(num_envs=16, num_steps=256, total_timesteps=1_000_000, normalize_obs=True,
+                                     ent_coef=0.0, lr=1e-3, update_epochs=8, num_minibatches=8, gamma=0.99),
+    "Catch-bsuite": dict(num_envs=16, num_steps=64, total_timesteps=200_000),
+    "MemoryChain-bsuite": dict(network="gru", num_envs=64, num_steps=32, total_timesteps=2_000_000,
+                               num_minibatches=4, lr=1e-3),
+    "Breakout-MinAtar": dict(MINATAR),
+    "SpaceInvaders-MinAtar": dict(MINATAR),
+    "Asterix-MinAtar": dict(MINATAR),
+    "Freeway-MinAtar": dict(MINATAR),
+}
+
+
+def preset_config(env_name: str, **overrides) -> PPOConfig:
+    """The preset for ``env_name`` (or the plain defaults) with ``overrides`` applied."""
+    return PPOConfig(env_name=env_name, **{**PRESETS.get(env_name, {}), **overrides})
