@@ -131,8 +131,13 @@ def _check_num(cfg, name, lo=None, hi=None, lo_open=False, hi_open=False, hint="
     v = getattr(cfg, name)
     if _is_traced(v):
         return
+    if isinstance(v, (str, bytes, bool)) or v is None:
+        raise ConfigError(f"{name}={v!r} must be a number, not {type(v).__name__}{hint}")
     try:
-        arr = np.asarray(v, dtype=np.float64)
+        arr = np.asarray(v)
+        if arr.dtype.kind not in "iuf":
+            raise TypeError
+        arr = arr.astype(np.float64)
     except (TypeError, ValueError):
         raise ConfigError(f"{name}={v!r} must be a number{hint}") from None
     if arr.dtype == object or not np.all(np.isfinite(arr)):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from purejaxppo import ConfigError, PPOConfig, make_ppo, validate
 
 ints = st.one_of(st.integers(-3, 12), st.sampled_from([2.5, "4", None, True]))
-# Numeric strings are left out here: config.validate accepts them today (see the xfail below).
+# Numeric strings are left out here; test_numeric_strings_are_rejected covers them.
 floats = st.one_of(st.floats(-1.0, 2.0), st.sampled_from([0.0, 1.0, float("nan"), float("inf"), None]))
 
 FIELDS = {
@@ -94,8 +94,6 @@ def test_every_config_is_rejected_before_tracing_or_traces(cfg):
     assert metrics["actor_loss"].shape == (cfg.num_updates,)
 
 
-@pytest.mark.xfail(strict=True, reason="config._check_num converts numeric strings with np.asarray; "
-                   "validate should reject non-numbers such as '0.1' (they fail later, inside tracing)")
 @pytest.mark.parametrize("field", ["lr", "adam_eps", "gamma"])
 def test_numeric_strings_are_rejected(field):
     with pytest.raises(ConfigError):
