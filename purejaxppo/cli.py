@@ -73,8 +73,11 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args, base=None):
     from .config import PPOConfig
+    from .presets import preset_config
 
-    base = base if base is not None else PPOConfig()
+    if base is None:
+        env = getattr(args, "cfg_env_name", None) or PPOConfig().env_name
+        base = preset_config(env) if getattr(args, "preset", False) else PPOConfig()
     changes = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     return base.replace(**changes)
 
@@ -104,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--devices", default="auto",
                    help="CPU devices to split seeds over: auto (all cores when seeds divide evenly) or a number")
     t.add_argument("--quiet", action="store_true", help="no progress bar; only the summary")
+    t.add_argument("--preset", action="store_true",
+                   help="start from the shipped per-env config (purejaxppo/presets.py); flags still override")
+    t.add_argument("--sweep", action="append", default=None, metavar="NAME=V1,V2,...",
+                   help="train a hyperparameter population in one compile (repeatable: grid over all); "
+                        "e.g. --sweep lr=1e-4,3e-4,1e-3")
     t.add_argument("--tensorboard", action="store_true", help="also log to RUN_DIR/tb (needs purejaxppo[tensorboard])")
     t.add_argument("--wandb", nargs="?", const="purejaxppo", default=None, metavar="PROJECT",
                    help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])")
@@ -128,16 +136,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _jax_started_devices():
+    """Number of devices if JAX's backend is already up in this process (main() called
+    from Python), else None: XLA_FLAGS can no longer change it then."""
+    if "jax" not in sys.modules:
+        return None
+    try:
+        from jax._src import xla_bridge
+
+        if xla_bridge.backends_are_initialized():
+            import jax
+
+            return jax.device_count()
+    except Exception:
+        return None
+    return None
+
+
 def _devices_for(seeds: int, spec: str) -> int:
     cores = os.cpu_count() or 1
+    started = _jax_started_devices()
     if spec == "auto":
-        return max(d for d in range(1, cores + 1) if seeds % d == 0)
+        limit = min(cores, started) if started else cores
+        return max(d for d in range(1, limit + 1) if seeds % d == 0)
     try:
         devices = int(spec)
     except ValueError:
         raise UserError(f"--devices={spec!r} must be 'auto' or an integer") from None
     if devices < 1 or seeds % devices:
         raise UserError(f"--devices={devices} must be >= 1 and divide --seeds={seeds}")
+    if started is not None and devices > started:
+        raise UserError(f"--devices={devices}: JAX already started with {started} device(s) in this process; "
+                        "use --devices 1 or run from the command line")
     return devices
 
 
@@ -207,6 +237,8 @@ def cmd_train(args) -> int:
     from .driver import train_chunked
 
     config = validate(config_from_args(args))
+    if args.sweep:
+        return cmd_sweep(args, config, seeds)
     from .train import make_ppo
 
     make_ppo(config)  # unknown env names fail here, before any compile (the driver builds its own,
@@ -230,6 +262,57 @@ def cmd_train(args) -> int:
     finally:
         close()
     _report(res, run_dir, seeds)
+    return 0
+
+
+def cmd_sweep(args, base, seeds: int) -> int:
+    """Population training: all members x seeds in ONE compile; table best first."""
+    import json
+    import time
+
+    import jax
+    import numpy as np
+
+    from .driver import MetricsWriter, final_returns, versions
+    from .population import make_population, parse_sweep, population_keys, results_table, vmap_population
+    from .train import make_ppo
+
+    if args.resume or args.stop_after:
+        raise UserError("--sweep runs in one call; --resume/--stop-after are for single-config runs")
+    pop = make_population(base, parse_sweep(args.sweep), num_seeds=seeds)
+    run_dir = args.run_dir or os.path.join("runs", f"{base.env_name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump({"config": base.to_dict(), "members": pop.members, "num_seeds": seeds,
+                   "seed": args.seed or 0, "versions": versions()}, f, indent=2)
+    n = len(pop.members)
+    if not args.quiet:
+        print(f"purejaxppo: sweep over {n} members x {seeds} seed(s) of {base.env_name} "
+              f"({base.num_updates} updates each) in one compile...", flush=True)
+    ppo = make_ppo(base)
+    keys = population_keys(jax.random.PRNGKey(args.seed or 0), pop)
+    t0 = time.perf_counter()
+    compiled = jax.jit(vmap_population(ppo.train)).lower(keys, pop.configs).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    _, metrics = compiled(keys, pop.configs)
+    metrics = jax.device_get(metrics)
+    run_s = time.perf_counter() - t0
+    names = sorted(metrics)
+    with open(os.path.join(run_dir, "metrics.csv"), "w") as f:
+        f.write(",".join(["member", "seed", "update"] + names) + "\n")
+        for m in range(n):
+            for s in range(seeds):
+                for u in range(base.num_updates):
+                    f.write(",".join([str(m), str(s), str(u)] + [f"{float(metrics[k][m, s, u]):.9g}" for k in names]) + "\n")
+    finals = np.stack([final_returns(metrics["episode_return"][m]) for m in range(n)])
+    table = results_table(pop, finals)
+    with open(os.path.join(run_dir, "results.md"), "w") as f:
+        f.write(table + "\n")
+    print(table)
+    steps = n * seeds * base.num_updates * base.batch_size
+    print(f"compile {compile_s:.1f}s | run {run_s:.1f}s | {steps / run_s:,.0f} env-steps/s ({steps:,} steps)")
+    print(f"metrics, table and config written to {run_dir}")
     return 0
 
 

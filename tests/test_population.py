@@ -54,3 +54,29 @@ def test_parse_sweep_and_table():
     table = results_table(pop, np.array([[10.0, 20.0], [30.0, 50.0]]))
     lines = table.splitlines()
     assert lines[2].startswith("| 1 |") and "40.0 | 30.0 | 50.0" in lines[2]  # best first
+
+
+def test_cli_sweep_writes_table_best_first(tmp_path, capsys):
+    from purejaxppo.cli import main
+
+    out = tmp_path / "sweep"
+    rc = main(["train", "--env", "CartPole-v1", "--sweep", "lr=1e-4,3e-3", "--seeds", "2", "--devices", "1",
+               "--num-steps", "32", "--total-timesteps", "4096", "--run-dir", str(out), "--quiet"])
+    assert rc == 0
+    table = (out / "results.md").read_text().splitlines()
+    means = [float(line.split("|")[3]) for line in table[2:]]
+    assert len(means) == 2 and means[0] >= means[1]
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("member,seed,update") and len(rows) == 1 + 2 * 2 * 32
+    assert main(["train", "--sweep", "hidden_sizes=1,2"]) == 2
+    assert "cannot sweep" in capsys.readouterr().err
+
+
+def test_cli_preset_applies_per_env_defaults(monkeypatch):
+    from purejaxppo import cli
+
+    args = cli.build_parser().parse_args(["train", "--env", "Pendulum-v1", "--preset", "--lr", "5e-4"])
+    cfg = cli.config_from_args(args)
+    assert cfg.gamma == 0.9 and cfg.update_epochs == 10 and cfg.lr == 5e-4  # preset + override
+    plain = cli.config_from_args(cli.build_parser().parse_args(["train", "--env", "Pendulum-v1"]))
+    assert plain.gamma == 0.99
