@@ -102,3 +102,13 @@ def test_target_kl_stops_after_one_minibatch_step():
     assert max(moved) > 0
     # Adam's first step moves every coordinate with nonzero gradient by ~lr (sign of grad)
     assert max(moved) <= 2.5e-4 * 1.01
+
+
+def test_unsafe_rbg_rollout_is_deterministic_and_differs_from_threefry():
+    cfg = SMALL.replace(rollout_rng="unsafe_rbg")
+    train = jax.jit(make_ppo(cfg).train)
+    a, b = _metrics(train(jax.random.PRNGKey(3))), _metrics(train(jax.random.PRNGKey(3)))
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    c = _metrics(jax.jit(make_ppo(SMALL).train)(jax.random.PRNGKey(3)))
+    assert not np.array_equal(a["actor_loss"], c["actor_loss"])
