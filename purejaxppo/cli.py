@@ -53,13 +53,17 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         if f.name == "env_name":
             flag = "--env"
         t, default = hints[f.name], f.default
+        args_t = typing.get_args(t)
+        optional = type(None) in args_t
+        inner = next((a for a in args_t if a is not type(None)), t) if optional else t
         if t is bool:
             conv = _parse_bool
-        elif f.name == "hidden_sizes":
-            conv = _parse_int_tuple
-        elif f.name == "target_kl":
+        elif inner is tuple:
+            conv = (lambda s: None if s.lower() in ("none", "null", "off") else _parse_int_tuple(s)) if optional \
+                else _parse_int_tuple
+        elif optional and inner is float:
             conv = _parse_optional_float
-        elif f.name == "max_episode_steps":
+        elif optional and inner is int:
             conv = _parse_optional_int
         elif t is int:
             conv = int

@@ -69,3 +69,15 @@ def test_cli_bad_flag_value_exits_nonzero():
     p = subprocess.run([sys.executable, "-m", "purejaxppo", "train", "--num-envs", "four"],
                        capture_output=True, text=True)
     assert p.returncode != 0 and "Traceback" not in p.stderr and "num-envs" in p.stderr
+
+
+def test_every_config_flag_parses_to_a_valid_typed_value():
+    from purejaxppo.cli import build_parser, config_from_args
+
+    argv = ["train", "--obs-keep", "0,2", "--critic-lr", "1e-3", "--target-kl", "0.02", "--max-episode-steps", "200",
+            "--hidden-sizes", "32,32", "--normalize-obs", "true", "--rollout-rng", "unsafe_rbg", "--gru-size", "16",
+            "--adv-norm", "batch", "--clip-value", "false", "--gamma", "0.98"]
+    cfg = validate(config_from_args(build_parser().parse_args(argv)))
+    assert cfg.obs_keep == (0, 2) and cfg.critic_lr == 1e-3 and cfg.target_kl == 0.02
+    assert cfg.max_episode_steps == 200 and cfg.hidden_sizes == (32, 32) and cfg.normalize_obs is True
+    assert cfg.rollout_rng == "unsafe_rbg" and cfg.gru_size == 16 and cfg.clip_value is False and cfg.gamma == 0.98
