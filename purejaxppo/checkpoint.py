@@ -88,6 +88,7 @@ def save_checkpoint(root: str, update: int, state, meta: Optional[dict] = None, 
     kept (the newest); pruning happens after the new one is complete."""
     import orbax.checkpoint as ocp
 
+    root = os.path.abspath(root)  # orbax (tensorstore OCDBT) refuses relative paths
     os.makedirs(root, exist_ok=True)
     final = os.path.join(root, f"update_{int(update):08d}")
     tmp = os.path.join(root, f".tmp-update_{int(update):08d}-{os.getpid()}")
@@ -168,6 +169,8 @@ def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
     keys re-wrapped. Raises :class:`CheckpointError` if the checkpoint does not fit the
     template or any array fails its checksum."""
     import orbax.checkpoint as ocp
+
+    path = os.path.abspath(path)
 
     meta = read_meta(path)
     saved = meta.get("leaves")

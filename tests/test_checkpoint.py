@@ -131,3 +131,18 @@ def test_truncated_or_corrupt_files_are_detected(tmp_path):
         fh.write('{"update": 1, "leav')
     with pytest.raises(CheckpointError, match="meta.json is corrupt"):
         restore_checkpoint(path, tree)
+
+
+def test_relative_checkpoint_folder_round_trips(tmp_path, monkeypatch):
+    # orbax refuses relative paths; a run folder given as "runs/x" must still checkpoint
+    import jax.numpy as jnp
+
+    from purejaxppo.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    state = {"w": jnp.arange(6.0).reshape(2, 3), "n": jnp.asarray(3, jnp.int32)}
+    save_checkpoint("runs/rel/checkpoints", 5, state)
+    path = latest_checkpoint("runs/rel/checkpoints")
+    restored, _ = restore_checkpoint(os.path.relpath(path), state)
+    np.testing.assert_array_equal(restored["w"], state["w"])
+    assert int(restored["n"]) == 3
