@@ -1,0 +1,56 @@
+"""Shared helpers of the benchmarks: hardware description and SB3 configuration."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+
+def hardware() -> dict:
+    """CPU model, core count, load average and library versions, for the JSON outputs."""
+    model = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import jax
+
+    info = {"cpu": model, "cpu_count": os.cpu_count(), "machine": platform.machine(),
+            "python": sys.version.split()[0], "jax": jax.__version__, "backend": jax.default_backend(),
+            "jax_devices": len(jax.devices())}
+    try:
+        info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
+    return info
+
+
+def sb3_ppo_kwargs(total_timesteps: int, vf_coef: float) -> dict:
+    """SB3 PPO arguments matching purejaxppo's defaults (shared/PPO.md §6).
+
+    SB3's value loss is ``mse`` without purejaxppo's 1/2, so ``vf_coef=0.25`` there gives the
+    same gradient as purejaxppo's ``vf_coef=0.5`` with ``0.5*mse``. Value clipping 0.2 as
+    purejaxppo's ``clip_value=True``. Adam eps 1e-5 is SB3's PPO default."""
+    import torch
+
+    return dict(
+        n_steps=128, batch_size=128, n_epochs=4, learning_rate=lambda f: 2.5e-4 * f, clip_range=0.2,
+        clip_range_vf=0.2, ent_coef=0.01, vf_coef=vf_coef, gae_lambda=0.95, gamma=0.99, max_grad_norm=0.5,
+        normalize_advantage=True,
+        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh, ortho_init=True),
+        device="cpu", verbose=0)
+
+
+def final_window_return(episode_returns, episode_end_steps, total_steps: int, frac: float = 0.05) -> float:
+    """Mean return of the episodes that ENDED in the last ``frac`` of the env steps."""
+    import numpy as np
+
+    r = np.asarray(episode_returns, float)
+    t = np.asarray(episode_end_steps, float)
+    sel = r[t > (1 - frac) * total_steps]
+    return float(sel.mean()) if sel.size else float("nan")
