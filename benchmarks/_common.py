@@ -30,6 +30,14 @@ def hardware() -> dict:
     return info
 
 
+def set_torch_threads(n: int) -> None:
+    """Torch intra-op threads for SB3. 1 is the default: for 64x64 MLPs on a busy small CPU,
+    more threads mostly spin-wait (measured: a 2-thread SB3 run took >4x longer under load)."""
+    import torch
+
+    torch.set_num_threads(n)
+
+
 def sb3_ppo_kwargs(total_timesteps: int, vf_coef: float) -> dict:
     """SB3 PPO arguments matching purejaxppo's defaults (shared/PPO.md §6).
 

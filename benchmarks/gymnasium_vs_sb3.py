@@ -70,9 +70,12 @@ def main(argv=None):
     p.add_argument("--tasks", default="LunarLander-v3,CartPole-v1")
     p.add_argument("--total-timesteps", type=int, default=50_000)
     p.add_argument("--sb3-vf-coef", type=float, default=0.25)
+    p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads for SB3")
     p.add_argument("--out", default="benchmarks/results/gymnasium_vs_sb3")
     args = p.parse_args(argv)
-    from _common import hardware
+    from _common import hardware, set_torch_threads
+
+    set_torch_threads(args.torch_threads)
 
     from purejaxppo.envs import registered_envs
 

@@ -98,10 +98,13 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, default=1, help="sequential runs per library (SB3 ~2 min each)")
     p.add_argument("--vmapped-seeds", type=int, default=8, help="purejaxppo seeds in one vmapped call (0: skip)")
     p.add_argument("--sb3-vf-coef", type=float, default=0.25)
+    p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads for SB3")
     p.add_argument("--out", default="benchmarks/results/sb3_compare", help="writes OUT.json and OUT.md")
     args = p.parse_args(argv)
 
-    from _common import hardware
+    from _common import hardware, set_torch_threads
+
+    set_torch_threads(args.torch_threads)
 
     res = {"task": "CartPole-v1", "total_timesteps": args.total_timesteps, "hardware": hardware()}
     res["purejaxppo"] = run_purejaxppo(args.total_timesteps, args.seeds, args.vmapped_seeds)
