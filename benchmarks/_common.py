@@ -32,7 +32,8 @@ def hardware() -> dict:
 
 def set_torch_threads(n: int) -> None:
     """Torch intra-op threads for SB3. 1 is the default: for 64x64 MLPs on a busy small CPU,
-    more threads mostly spin-wait (measured: a 2-thread SB3 run took >4x longer under load)."""
+    extra threads mostly wait on each other (here a 2-thread SB3 run under load had not finished 5e5
+    steps after 12 CPU-minutes; unloaded SB3 needs about 2 minutes)."""
     import torch
 
     torch.set_num_threads(n)
