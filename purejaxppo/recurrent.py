@@ -44,9 +44,9 @@ from . import losses
 from .config import ConfigError, PPOConfig, validate
 from .distributions import CATEGORICAL, GAUSSIAN, Distribution
 from .gae import gae
-from .networks import ACTIVATION_FNS, MLPTorso, _dense
+from .networks import ACTIVATION_FNS, MLPTorso
 from .rollout import Transition
-from .train import PPO, episode_metrics, learning_rate, make_env
+from .train import PPO, episode_metrics, learning_rate, learning_rates, make_env
 from .update import TrainState, make_optimizer, update_epochs
 
 
@@ -73,8 +73,12 @@ class GRUActorCritic(nn.Module):
         x = MLPTorso(self.hidden_sizes, self.activation, self.obs_ndim, name="torso")(obs)
         carry, y = nn.GRUCell(self.gru_size, name="gru")(carry, x)
         width = self.hidden_sizes[-1]
-        out = _dense(self.num_actions, 0.01)(act(_dense(width, math.sqrt(2))(y)))
-        value = _dense(1, 1.0)(act(_dense(width, math.sqrt(2))(y)))[..., 0]
+        # layer names match train.learning_rates: critic_torso/value_head get critic_lr if set
+        # (the torso and GRU are shared, so they follow the actor's rate)
+        dense = lambda n, scale, name: nn.Dense(n, kernel_init=nn.initializers.orthogonal(scale),
+                                                bias_init=nn.initializers.zeros, name=name)
+        out = dense(self.num_actions, 0.01, "policy_head")(act(dense(width, math.sqrt(2), "actor_torso")(y)))
+        value = dense(1, 1.0, "value_head")(act(dense(width, math.sqrt(2), "critic_torso")(y)))[..., 0]
         if self.discrete:
             return carry, out, value
         log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
@@ -260,7 +264,7 @@ def make_recurrent_ppo(config: PPOConfig, venv=None, network: Optional[Recurrent
                                                       runner.obs, runner.carry, runner.done, static.num_steps,
                                                       static.rollout_unroll)
         batch, ret = make_batch(network, params, traj, runner.carry, cfg, static.adv_norm)
-        lr = learning_rate(cfg, runner.update)
+        lr = learning_rates(cfg, params, runner.update)
         train_state, metrics = update_epochs(
             k_upd, runner.train, batch,
             loss_fn=lambda p, mb: loss_fn(network, p, mb, cfg),
@@ -270,7 +274,9 @@ def make_recurrent_ppo(config: PPOConfig, venv=None, network: Optional[Recurrent
         )
         metrics.update(episode_metrics(traj.transition.info))
         metrics["explained_variance"] = losses.explained_variance(traj.value, ret)
-        metrics["lr"] = lr
+        metrics["lr"] = learning_rate(cfg, runner.update)
+        if cfg.critic_lr is not None:
+            metrics["critic_lr"] = metrics["lr"] * (cfg.critic_lr / cfg.lr)
         metrics["env_steps"] = (runner.update + 1) * static.batch_size
         return RecurrentRunnerState(train_state, env_state, obs, rng, runner.update + 1, carry, done), metrics
 

@@ -163,16 +163,17 @@ def test_determinism_and_vmap_over_seeds_and_stacked_configs():
     np.testing.assert_allclose(batched["lr"][:, 0], [1e-3, 3e-4], rtol=1e-6)
 
 
-def test_options_continuous_target_kl_batch_norm_no_value_clip():
+def test_options_continuous_target_kl_batch_norm_no_value_clip_critic_lr():
     cfg = SMALL.replace(env_name="Pendulum-v1", max_episode_steps=20, target_kl=1e-4, adv_norm="batch",
                         clip_value=False, anneal_lr=False, activation="relu", hidden_sizes=(8, 8), lr=3e-3,
-                        update_epochs=4)
+                        critic_lr=1e-3, update_epochs=4)
     m = _np(jax.jit(make_ppo(cfg).train)(jax.random.PRNGKey(0))[1])
     for k, v in m.items():
         assert np.all(np.isfinite(v)) or k in ("episode_return", "episode_length"), k
     # target-KL early stopping skips minibatches; the first one is always taken (KL 0 there)
     assert np.all(m["minibatches_taken"] >= 1) and np.any(m["minibatches_taken"] < 8)
     np.testing.assert_allclose(m["lr"], 3e-3, rtol=1e-6)
+    np.testing.assert_allclose(m["critic_lr"], 1e-3, rtol=1e-6)
     with pytest.raises(ConfigError, match="num_envs"):
         make_ppo(SMALL.replace(num_envs=6, num_minibatches=4, num_steps=32))
 
