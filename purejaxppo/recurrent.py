@@ -46,7 +46,7 @@ from .distributions import CATEGORICAL, GAUSSIAN, Distribution
 from .gae import gae
 from .networks import ACTIVATION_FNS, MLPTorso
 from .rollout import Transition
-from .train import PPO, episode_metrics, learning_rate, learning_rates, make_env
+from .train import PPO, episode_metrics, learning_rate, learning_rates, make_env, rollout_key
 from .update import TrainState, make_optimizer, update_epochs
 
 
@@ -259,6 +259,7 @@ def make_recurrent_ppo(config: PPOConfig, venv=None, network: Optional[Recurrent
 
     def step(runner: RecurrentRunnerState, cfg: PPOConfig = config):
         rng, k_roll, k_upd = jax.random.split(runner.rng, 3)
+        k_roll = rollout_key(k_roll, static.rollout_rng)
         params = runner.train.params
         (env_state, obs, carry, done), traj = collect(k_roll, network, params, venv.step, runner.env_state,
                                                       runner.obs, runner.carry, runner.done, static.num_steps,

@@ -126,6 +126,8 @@ def make_ppo(
     if config.network == "gru":
         from .recurrent import make_recurrent_ppo
 
+        if loss_fn is not ppo_loss_fn:
+            return make_recurrent_ppo(config, venv=venv, network=network, loss_fn=loss_fn)
         return make_recurrent_ppo(config, venv=venv, network=network)
     venv = venv if venv is not None else make_env(config)
     if network is None:
