@@ -90,7 +90,13 @@ def main(argv=None):
     args = p.parse_args(argv)
     from _common import hardware
 
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     results = []
+
+    def save():  # after every point, so a hang or kill keeps what was measured
+        with open(args.out + ".json", "w") as f:
+            json.dump({"hardware": hardware(), "args": vars(args), "results": results}, f, indent=2)
+
     for task in args.tasks.split(","):
         net = args.network or ENV_DEFAULTS.get(task, {}).get("network", "mlp")
         for axis, values in (("envs", args.envs), ("seeds", args.seeds)):
@@ -100,9 +106,7 @@ def main(argv=None):
                 r["axis"] = axis
                 results.append(r)
                 print(json.dumps(r), flush=True)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out + ".json", "w") as f:
-        json.dump({"hardware": hardware(), "args": vars(args), "results": results}, f, indent=2)
+                save()
     plot(results, args.out + ".png")
     print(f"wrote {args.out}.json and {args.out}.png")
 
