@@ -53,7 +53,7 @@ class PPOConfig:
     adv_norm: str = static("minibatch")
     max_episode_steps: Optional[int] = static(None)  # override the env's time limit
     obs_keep: Optional[tuple] = static(None)  # keep only these flat obs indices, e.g. (0, 2): CartPole without velocities
-    gru_size: int = static(32)  # GRU hidden size (network="gru"); >= 64 can hang XLA:CPU under vmap over seeds (see notes)
+    gru_size: int = static(128)  # GRU hidden size (network="gru")
     normalize_obs: bool = static(False)
     normalize_reward: bool = static(False)  # scale by the running std of the discounted return
     freeze_obs_norm: bool = static(False)  # keep observation statistics fixed (e.g. restored ones)

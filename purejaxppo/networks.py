@@ -37,8 +37,46 @@ class Network(NamedTuple):
     dist: Distribution
 
 
+def orthogonal(scale: float = 1.0):
+    """Orthogonal initializer (as ``nn.initializers.orthogonal``) without LAPACK.
+
+    The same distribution: Q of a Gaussian matrix with a positive-diagonal R, which is
+    what Gram-Schmidt produces. Flax's version calls LAPACK ``geqrf``; batched by
+    ``vmap`` over seeds, jaxlib runs that on the CPU client's thread pool and waits on a
+    blocking counter, which deadlocks when the devices occupy every pool thread (seen:
+    ``--seeds 8`` on 2 host devices hung at 0% CPU). Plain matmuls cannot.
+    """
+
+    def init(key, shape, dtype=jnp.float32):
+        rows = math.prod(shape[:-1])
+        cols = shape[-1]
+        n, m = max(rows, cols), min(rows, cols)
+        a = jax.random.normal(key, (n, m), jnp.float32)
+        q = _gram_schmidt(a)
+        if rows < cols:
+            q = q.T
+        return (scale * q).reshape(shape).astype(dtype)
+
+    return init
+
+
+def _gram_schmidt(a: jax.Array) -> jax.Array:
+    """Orthonormal columns of ``a [n, m]`` (n >= m), column by column; each projection
+    is done twice ("twice is enough") for float32 accuracy."""
+    m = a.shape[1]
+
+    def column(j, q):
+        earlier = (jnp.arange(m) < j).astype(a.dtype)
+        v = q[:, j]
+        for _ in range(2):
+            v = v - q @ ((q.T @ v) * earlier)
+        return q.at[:, j].set(v / jnp.linalg.norm(v))
+
+    return jax.lax.fori_loop(0, m, column, a)
+
+
 def _dense(features, scale):
-    return nn.Dense(features, kernel_init=nn.initializers.orthogonal(scale), bias_init=nn.initializers.zeros)
+    return nn.Dense(features, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
 
 
 class MLPTorso(nn.Module):

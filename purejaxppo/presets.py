@@ -23,7 +23,7 @@ PRESETS: dict[str, dict] = {
     "MountainCarContinuous-v0": dict(num_envs=16, num_steps=256, total_timesteps=1_000_000, normalize_obs=True,
                                      ent_coef=0.0, lr=1e-3, update_epochs=8, num_minibatches=8, gamma=0.99),
     "Catch-bsuite": dict(num_envs=16, num_steps=64, total_timesteps=200_000),
-    "MemoryChain-bsuite": dict(network="gru", num_envs=64, num_steps=32, total_timesteps=2_000_000,
+    "MemoryChain-bsuite": dict(network="gru", gru_size=32, num_envs=64, num_steps=32, total_timesteps=2_000_000,
                                num_minibatches=4, lr=1e-3),
     "Breakout-MinAtar": dict(MINATAR),
     "SpaceInvaders-MinAtar": dict(MINATAR),

@@ -44,7 +44,7 @@ from . import losses
 from .config import ConfigError, PPOConfig, validate
 from .distributions import CATEGORICAL, GAUSSIAN, Distribution
 from .gae import gae
-from .networks import ACTIVATION_FNS, MLPTorso
+from .networks import ACTIVATION_FNS, MLPTorso, orthogonal
 from .rollout import Transition
 from .train import PPO, episode_metrics, learning_rate, learning_rates, make_env, rollout_key
 from .update import TrainState, make_optimizer, update_epochs
@@ -71,11 +71,12 @@ class GRUActorCritic(nn.Module):
         act = ACTIVATION_FNS[self.activation]
         carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
         x = MLPTorso(self.hidden_sizes, self.activation, self.obs_ndim, name="torso")(obs)
-        carry, y = nn.GRUCell(self.gru_size, name="gru")(carry, x)
+        # recurrent kernel: our LAPACK-free orthogonal init (flax's default deadlocks under vmap on CPU)
+        carry, y = nn.GRUCell(self.gru_size, recurrent_kernel_init=orthogonal(), name="gru")(carry, x)
         width = self.hidden_sizes[-1]
         # layer names match train.learning_rates: critic_torso/value_head get critic_lr if set
         # (the torso and GRU are shared, so they follow the actor's rate)
-        dense = lambda n, scale, name: nn.Dense(n, kernel_init=nn.initializers.orthogonal(scale),
+        dense = lambda n, scale, name: nn.Dense(n, kernel_init=orthogonal(scale),
                                                 bias_init=nn.initializers.zeros, name=name)
         out = dense(self.num_actions, 0.01, "policy_head")(act(dense(width, math.sqrt(2), "actor_torso")(y)))
         value = dense(1, 1.0, "value_head")(act(dense(width, math.sqrt(2), "critic_torso")(y)))[..., 0]
