@@ -31,6 +31,7 @@ def main(argv=None):
     p.add_argument("--devices", type=int, default=1,
                    help="host CPU devices to split seeds over (sets XLA_FLAGS before JAX starts)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rollout-rng", default="threefry", help="PRNG of the rollout (training AND the limits)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args(argv)
     if args.devices > 1:
@@ -45,7 +46,7 @@ def main(argv=None):
     from purejaxppo.parallel import seed_parallel_train
 
     cfg = PPOConfig(env_name=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
-                    total_timesteps=args.total_timesteps)
+                    total_timesteps=args.total_timesteps, rollout_rng=args.rollout_rng)
     ppo = make_ppo(cfg)
     steps = cfg.num_updates * cfg.batch_size * args.seeds
 
@@ -84,8 +85,11 @@ def main(argv=None):
             return jax.random.randint(key, (cfg.num_envs,), 0, venv.spec.num_actions)
         return jax.random.normal(key, (cfg.num_envs,) + venv.spec.action_shape)
 
+    from purejaxppo.train import rollout_key
+
     def env_only(key):
         obs, state = venv.reset(key)
+        key = rollout_key(key, cfg.rollout_rng)
         def body(c, k):
             state, _ = c
             k1, k2 = jax.random.split(k)
@@ -95,6 +99,7 @@ def main(argv=None):
 
     def env_actor(key):
         obs, state = venv.reset(key)
+        key = rollout_key(key, cfg.rollout_rng)
         def body(c, k):
             state, obs = c
             k1, k2 = jax.random.split(k)
@@ -115,7 +120,7 @@ def main(argv=None):
         limits[name] = limit_steps * args.seeds / statistics.median(ts)
 
     res = {
-        "env": args.env, "num_envs": cfg.num_envs, "num_steps": cfg.num_steps,
+        "env": args.env, "rollout_rng": cfg.rollout_rng, "num_envs": cfg.num_envs, "num_steps": cfg.num_steps,
         "total_timesteps": cfg.total_timesteps, "seeds": args.seeds, "devices": args.devices,
         "compile_s": round(compile_s, 2), "train_steps_per_s": round(train_sps),
         "train_times_s": [round(t, 3) for t in times],
