@@ -82,13 +82,19 @@ def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs
     return env, params, spec
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None, **env_kwargs) -> VecEnv:
-    """Vectorise gymnax env ``name`` over ``num_envs`` copies (auto-reset, final obs)."""
+def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
+                 env_keys: Optional[Callable[[jax.Array], jax.Array]] = None, **env_kwargs) -> VecEnv:
+    """Vectorise gymnax env ``name`` over ``num_envs`` copies (auto-reset, final obs).
+
+    ``env_keys(key) -> [num_envs]`` keys derives the per-env keys of a reset/step
+    (default: ``split(key, num_envs)``); data-parallel training passes one device's
+    slice of the global split so that sharded rollouts equal the single-device one."""
     env, params, spec = make_gymnax(name, max_episode_steps, **env_kwargs)
     scalar_box = not spec.discrete and len(env.action_space(params).shape) == 0
+    env_keys = env_keys if env_keys is not None else (lambda key: jax.random.split(key, num_envs))
 
     def reset(key):
-        obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), params)
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(env_keys(key), params)
         return obs.astype(jnp.float32), state
 
     def step(key, state, action):
@@ -97,7 +103,7 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
             if scalar_box:
                 action = action[..., 0]
         obs, state, reward, term, trunc, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-            jax.random.split(key, num_envs), state, action, params
+            env_keys(key), state, action, params
         )
         info = {"final_observation": info["final_observation"].astype(jnp.float32)}
         return obs.astype(jnp.float32), state, reward.astype(jnp.float32), term, trunc, info

@@ -160,30 +160,14 @@ def sliced_vec_env(config: PPOConfig, num_devices: int, axis: str) -> envs_lib.V
     keys and keeps its slice ``[d*E/D, (d+1)*E/D)``. That is what makes a data-parallel
     rollout equal the single-device one. Wrappers as in ``train.make_env``.
     """
-    env, params, spec = envs_lib.make_gymnax(config.env_name, config.max_episode_steps)
     e_glob = config.num_envs
     e_loc = e_glob // num_devices
-    scalar_box = not spec.discrete and len(env.action_space(params).shape) == 0
 
     def my_keys(key):
         start = jax.lax.axis_index(axis) * e_loc
         return jax.lax.dynamic_slice_in_dim(jax.random.split(key, e_glob), start, e_loc)
 
-    def reset(key):
-        obs, state = jax.vmap(env.reset, in_axes=(0, None))(my_keys(key), params)
-        return obs.astype(jnp.float32), state
-
-    def step(key, state, action):
-        if not spec.discrete:
-            action = jnp.clip(action, spec.action_low, spec.action_high)
-            if scalar_box:
-                action = action[..., 0]
-        obs, state, reward, term, trunc, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
-            my_keys(key), state, action, params)
-        info = {"final_observation": info["final_observation"].astype(jnp.float32)}
-        return obs.astype(jnp.float32), state, reward.astype(jnp.float32), term, trunc, info
-
-    venv = envs_lib.VecEnv(spec, e_loc, reset, step)
+    venv = envs_lib.make_vec_env(config.env_name, e_loc, config.max_episode_steps, env_keys=my_keys)
     if config.obs_keep is not None:
         venv = envs_lib.keep_observation(venv, config.obs_keep)
     return envs_lib.episode_statistics(venv)
