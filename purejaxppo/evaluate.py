@@ -182,6 +182,12 @@ def save_gif(path: str, config: PPOConfig, network, params, key: jax.Array, obs_
     if config.env_name not in supported:
         raise ConfigError(f"gymnax's visualizer cannot render {config.env_name}; --gif works for "
                           f"{', '.join(supported)}")
+    if config.env_name.endswith(("-v0", "-v1")):
+        try:  # gymnax draws classic control through gymnasium's pygame renderer
+            import pygame  # noqa: F401
+        except ImportError:
+            raise ConfigError(f"--gif for {config.env_name} needs pygame: pip install 'purejaxppo[render]' "
+                              "(or pygame), or drop --gif") from None
     env, env_params, seq, cum = episode_states(config, network, params, key, obs_stats, deterministic)
     Visualizer(env, env_params, seq, cum).animate(path)
     return len(seq)
