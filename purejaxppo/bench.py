@@ -44,6 +44,7 @@ def main(argv=None):
 
     from purejaxppo import PPOConfig, make_ppo
     from purejaxppo.parallel import seed_parallel_train
+    from purejaxppo.train import rollout_key
 
     cfg = PPOConfig(env_name=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
                     total_timesteps=args.total_timesteps, rollout_rng=args.rollout_rng)
@@ -80,35 +81,35 @@ def main(argv=None):
     params = ppo.init(jax.random.PRNGKey(0)).train.params
     n_iter = cfg.num_updates * cfg.num_steps
 
-    def random_action(key):
+    def random_action(key, obs):
         if venv.spec.discrete:
-            return jax.random.randint(key, (cfg.num_envs,), 0, venv.spec.num_actions)
-        return jax.random.normal(key, (cfg.num_envs,) + venv.spec.action_shape)
+            a = jax.random.randint(key, (cfg.num_envs,), 0, venv.spec.num_actions)
+        else:
+            a = jax.random.normal(key, (cfg.num_envs,) + venv.spec.action_shape)
+        return a, 0.0
 
-    from purejaxppo.train import rollout_key
+    def actor_action(key, obs):
+        d = net.actor(params, obs)
+        a = net.dist.sample(key, d)
+        return a, net.dist.log_prob(d, a)  # used in the output so it is not optimised away
 
-    def env_only(key):
-        obs, state = venv.reset(key)
-        key = rollout_key(key, cfg.rollout_rng)
-        def body(c, k):
-            state, _ = c
-            k1, k2 = jax.random.split(k)
-            obs, state, r, *_ = venv.step(k2, state, random_action(k1))
-            return (state, obs), r
-        return jax.lax.scan(body, (state, obs), jax.random.split(key, n_iter), unroll=cfg.rollout_unroll)[1].sum()
+    def stepping(act):
+        """A scan of ``n_iter`` env steps with actions from ``act(key, obs) -> (action, extra)``."""
+        def run(key):
+            obs, state = venv.reset(key)
+            key = rollout_key(key, cfg.rollout_rng)
 
-    def env_actor(key):
-        obs, state = venv.reset(key)
-        key = rollout_key(key, cfg.rollout_rng)
-        def body(c, k):
-            state, obs = c
-            k1, k2 = jax.random.split(k)
-            d = net.actor(params, obs)
-            a = net.dist.sample(k1, d)
-            lp = net.dist.log_prob(d, a)
-            obs, state, r, *_ = venv.step(k2, state, a)
-            return (state, obs), r + lp
-        return jax.lax.scan(body, (state, obs), jax.random.split(key, n_iter), unroll=cfg.rollout_unroll)[1].sum()
+            def body(c, k):
+                state, obs = c
+                k1, k2 = jax.random.split(k)
+                a, extra = act(k1, obs)
+                obs, state, r, *_ = venv.step(k2, state, a)
+                return (state, obs), r + extra
+
+            return jax.lax.scan(body, (state, obs), jax.random.split(key, n_iter), unroll=cfg.rollout_unroll)[1].sum()
+        return run
+
+    env_only, env_actor = stepping(random_action), stepping(actor_action)
 
     limit_steps = n_iter * cfg.num_envs
     limits = {}

@@ -50,6 +50,14 @@ def registered_envs() -> list[str]:
     return list(gymnax.registered_envs)
 
 
+def box_action_fields(shape, low, high) -> dict:
+    """EnvSpec fields of a continuous action space; a scalar Box becomes ``(1,)``."""
+    shape = tuple(shape) if len(shape) else (1,)
+    low = np.broadcast_to(np.asarray(low, np.float32), shape).copy()
+    high = np.broadcast_to(np.asarray(high, np.float32), shape).copy()
+    return dict(discrete=False, num_actions=int(np.prod(shape)), action_shape=shape, action_low=low, action_high=high)
+
+
 def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs):
     """``(env, env_params, spec)`` for a registered gymnax name; clear errors otherwise."""
     import gymnax
@@ -69,10 +77,7 @@ def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs
     if isinstance(space, spaces.Discrete):
         spec_kw = dict(discrete=True, num_actions=int(space.n), action_shape=(), action_low=None, action_high=None)
     elif isinstance(space, spaces.Box):
-        shape = tuple(space.shape) if len(space.shape) else (1,)
-        low = np.broadcast_to(np.asarray(space.low, np.float32), shape).copy()
-        high = np.broadcast_to(np.asarray(space.high, np.float32), shape).copy()
-        spec_kw = dict(discrete=False, num_actions=int(np.prod(shape)), action_shape=shape, action_low=low, action_high=high)
+        spec_kw = box_action_fields(space.shape, space.low, space.high)
     else:
         raise ConfigError(
             f"environment {name!r} has action space {type(space).__name__}; purejaxppo supports Discrete and Box"

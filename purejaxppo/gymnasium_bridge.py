@@ -47,7 +47,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from .config import ConfigError
-from .envs import EnvSpec, VecEnv
+from .envs import EnvSpec, VecEnv, box_action_fields
 
 
 def _spaces_spec(name: str, obs_space, act_space, max_episode_steps) -> EnvSpec:
@@ -60,10 +60,7 @@ def _spaces_spec(name: str, obs_space, act_space, max_episode_steps) -> EnvSpec:
     if isinstance(act_space, spaces.Discrete):
         kw = dict(discrete=True, num_actions=int(act_space.n), action_shape=(), action_low=None, action_high=None)
     elif isinstance(act_space, spaces.Box) and len(act_space.shape) <= 1:
-        shape = tuple(act_space.shape) if act_space.shape else (1,)
-        low = np.broadcast_to(np.asarray(act_space.low, np.float32), shape).copy()
-        high = np.broadcast_to(np.asarray(act_space.high, np.float32), shape).copy()
-        kw = dict(discrete=False, num_actions=int(np.prod(shape)), action_shape=shape, action_low=low, action_high=high)
+        kw = box_action_fields(act_space.shape, act_space.low, act_space.high)
     else:
         raise ConfigError(
             f"gymnasium env {name!r} has action space {act_space}; the bridge supports Discrete and 1-D Box actions; "
