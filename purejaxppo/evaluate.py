@@ -6,6 +6,9 @@ plays ``num_episodes`` episodes in parallel (one per env copy) with the determin
 return and length. The env is the training env without the normalisation wrappers:
 returns are raw environment returns, and if the run normalised observations the policy
 sees them normalised with the run's final statistics, frozen (``obs_stats``).
+Recurrent (``network="gru"``) policies carry their hidden state from step to step and
+reset it after each episode's end, as in training (:func:`policy_step`); the GIF
+rollout (:func:`episode_states`) does the same.
 """
 
 from __future__ import annotations
@@ -54,6 +57,22 @@ def _obs_transform(config: PPOConfig, obs_stats):
     return lambda obs: apply_stats(obs_stats, obs)
 
 
+def policy_step(config: PPOConfig, network) -> tuple[Callable, Callable]:
+    """``(init_memory(n), act(params, memory, obs [n, ...], reset [n]) -> (dist_params, memory))``.
+
+    What the policy remembers between steps: nothing (``()``) for feed-forward networks;
+    for ``network="gru"`` the GRU carry ``[n, G]``, zeroed where ``reset`` (the previous
+    step ended that copy's episode; ``True`` before the first step) by the network's own
+    ``step``, exactly as in training (recurrent.collect)."""
+    if config.network == "gru":
+        def act(params, carry, obs, reset):
+            carry, dist_params, _ = network.step(params, carry, obs, reset)
+            return dist_params, carry
+
+        return network.initial_carry, act
+    return (lambda n: ()), (lambda params, memory, obs, reset: (network.actor(params, obs), memory))
+
+
 def make_evaluator(config: PPOConfig, network, num_episodes: int, deterministic: bool = True,
                    max_steps: Optional[int] = None) -> Callable:
     """Jitted ``evaluate(key, params [S, ...], obs_stats [S, ...] | None) -> (returns [S, N], lengths [S, N])``.
@@ -61,12 +80,11 @@ def make_evaluator(config: PPOConfig, network, num_episodes: int, deterministic:
     ``N = num_episodes`` env copies each play one episode from a reset of their own
     (keys split per seed); a copy whose episode is still running after ``max_steps``
     (default: the env's time limit, so every episode ends) reports NaN."""
-    if config.network == "gru":
-        raise ConfigError("evaluation of recurrent (network='gru') policies is not supported yet")
     if num_episodes < 1:
         raise ConfigError(f"--episodes={num_episodes} must be >= 1")
     venv = _eval_env(config, num_episodes)
     horizon = int(max_steps or venv.spec.max_episode_steps)
+    init_memory, act = policy_step(config, network)
 
     def one_seed(key, params, obs_stats):
         k_reset, k_run = jax.random.split(key)
@@ -74,19 +92,19 @@ def make_evaluator(config: PPOConfig, network, num_episodes: int, deterministic:
         obs, state = venv.reset(k_reset)
 
         def body(carry, k):
-            state, obs, finished, ret, length = carry
+            state, obs, memory, reset, finished, ret, length = carry
             k_act, k_env = jax.random.split(k)
-            dist_params = network.actor(params, prep(obs))
+            dist_params, memory = act(params, memory, prep(obs), reset)
             action = network.dist.mode(dist_params) if deterministic else network.dist.sample(k_act, dist_params)
             obs, state, _, _, _, info = venv.step(k_env, state, action)
             new = jnp.logical_and(info["episode_done"], jnp.logical_not(finished))
             ret = jnp.where(new, info["episode_return"], ret)
             length = jnp.where(new, info["episode_length"], length)
-            return (state, obs, jnp.logical_or(finished, new), ret, length), None
+            return (state, obs, memory, info["episode_done"], jnp.logical_or(finished, new), ret, length), None
 
-        init = (state, obs, jnp.zeros(num_episodes, bool), jnp.full(num_episodes, jnp.nan, jnp.float32),
-                jnp.zeros(num_episodes, jnp.int32))
-        (_, _, finished, ret, length), _ = jax.lax.scan(body, init, jax.random.split(k_run, horizon))
+        init = (state, obs, init_memory(num_episodes), jnp.ones(num_episodes, bool), jnp.zeros(num_episodes, bool),
+                jnp.full(num_episodes, jnp.nan, jnp.float32), jnp.zeros(num_episodes, jnp.int32))
+        (*_, finished, ret, length), _ = jax.lax.scan(body, init, jax.random.split(k_run, horizon))
         return jnp.where(finished, ret, jnp.nan), length
 
     @jax.jit
@@ -136,6 +154,7 @@ def episode_states(config: PPOConfig, network, params, key: jax.Array, obs_stats
         return prep_norm(obs)
 
     scalar_box = not spec.discrete and len(env.action_space(env_params).shape) == 0
+    init_memory, act = policy_step(config, network)
 
     @jax.jit
     def rollout(key):
@@ -143,9 +162,9 @@ def episode_states(config: PPOConfig, network, params, key: jax.Array, obs_stats
         obs, state = env.reset(k_reset, env_params)
 
         def body(carry, k):
-            state, obs, done_before = carry
+            state, obs, memory, reset, done_before = carry
             k_act, k_env = jax.random.split(k)
-            dist_params = network.actor(params, prep(obs))
+            dist_params, memory = act(params, memory, prep(obs), reset[None])
             action = network.dist.mode(dist_params) if deterministic else network.dist.sample(k_act, dist_params)
             action = action[0]
             if not spec.discrete:
@@ -153,10 +172,11 @@ def episode_states(config: PPOConfig, network, params, key: jax.Array, obs_stats
                 if scalar_box:
                     action = action[..., 0]
             obs2, state2, reward, term, trunc, _ = env.step(k_env, state, action, env_params)
-            return (state2, obs2, jnp.logical_or(done_before, jnp.logical_or(term, trunc))), (state, reward, done_before)
+            done = jnp.logical_or(term, trunc)
+            return (state2, obs2, memory, done, jnp.logical_or(done_before, done)), (state, reward, done_before)
 
-        _, (states, rewards, done_before) = jax.lax.scan(body, (state, obs, jnp.asarray(False)),
-                                                         jax.random.split(k_run, spec.max_episode_steps))
+        init = (state, obs, init_memory(1), jnp.asarray(True), jnp.asarray(False))
+        _, (states, rewards, done_before) = jax.lax.scan(body, init, jax.random.split(k_run, spec.max_episode_steps))
         return states, rewards, done_before
 
     states, rewards, done_before = jax.device_get(rollout(key))

@@ -1,5 +1,6 @@
-"""Evaluation under jit: known returns, mode vs sampling, obs statistics, GIF, plots."""
+"""Evaluation under jit: known returns, mode vs sampling, recurrent policies, obs statistics, GIF, plots."""
 
+import json
 import os
 
 import jax
@@ -44,6 +45,79 @@ def test_mode_policy_is_deterministic_and_sampling_is_not():
     assert np.mean(sto) > np.mean(det_flat) + 5  # a random policy balances longer (~22 steps)
 
 
+def _gru_network(cfg):
+    from purejaxppo.recurrent import make_recurrent_network
+    from purejaxppo.train import make_env
+
+    return make_recurrent_network(make_env(cfg).spec, cfg.gru_size, cfg.hidden_sizes, cfg.activation)
+
+
+def _gru_loop(cfg, net, params, key, num_episodes, deterministic, memory=True):
+    """Reference for the jitted GRU evaluator: a plain Python loop over single steps with
+    the evaluator's keys, the GRU carry zeroed by hand after each copy's episode end (or,
+    ``memory=False``, before every step) and returns summed here. ``([S, N], [S, N])``."""
+    from purejaxppo.train import make_env
+
+    venv = make_env(cfg.replace(num_envs=num_episodes))
+    env_step, gru_step = jax.jit(venv.step), jax.jit(net.step)
+    no_reset = np.zeros(num_episodes, bool)  # the loop resets the carry itself
+    rets, lens = [], []
+    for s, k_seed in enumerate(jax.random.split(key, jax.tree.leaves(params)[0].shape[0])):
+        p = jax.tree.map(lambda x: x[s], params)
+        k_reset, k_run = jax.random.split(k_seed)
+        obs, state = venv.reset(k_reset)
+        carry = np.zeros((num_episodes, cfg.gru_size), np.float32)
+        done = np.ones(num_episodes, bool)  # "the previous step ended an episode" before the first step
+        total, steps = np.zeros(num_episodes, np.float32), np.zeros(num_episodes, np.int32)
+        first_ret, first_len = np.full(num_episodes, np.nan, np.float32), np.zeros(num_episodes, np.int32)
+        for k in jax.random.split(k_run, venv.spec.max_episode_steps):
+            k_act, k_env = jax.random.split(k)
+            carry = np.where((done if memory else ~no_reset)[:, None], 0.0, carry)
+            carry, dist_params, _ = gru_step(p, carry, obs, no_reset)
+            action = net.dist.mode(dist_params) if deterministic else net.dist.sample(k_act, dist_params)
+            obs, state, reward, term, trunc, _ = env_step(k_env, state, action)
+            done = np.asarray(term | trunc)
+            total, steps = total + np.asarray(reward, np.float32), steps + 1
+            ended = done & np.isnan(first_ret)
+            first_ret[ended], first_len[ended] = total[ended], steps[ended]
+            total, steps = np.where(done, 0, total).astype(np.float32), np.where(done, 0, steps)
+        rets.append(first_ret)
+        lens.append(first_len)
+    return np.stack(rets), np.stack(lens)
+
+
+@pytest.mark.parametrize("env_name,deterministic,limit", [("CartPole-v1", True, 30), ("Pendulum-v1", False, 12)])
+def test_gru_evaluator_equals_a_step_by_step_loop(env_name, deterministic, limit):
+    # short time limits; CartPole copies also terminate early, at different steps
+    cfg = PPOConfig(env_name=env_name, network="gru", gru_size=8, hidden_sizes=(16,), max_episode_steps=limit)
+    net = _gru_network(cfg)
+    params = jax.vmap(net.init)(jax.random.split(jax.random.PRNGKey(0), 2))
+    key = jax.random.PRNGKey(5)
+    ret, length = make_evaluator(cfg, net, 6, deterministic)(key, params)
+    want_ret, want_len = _gru_loop(cfg, net, params, key, 6, deterministic)
+    assert ret.shape == (2, 6) and np.all(np.isfinite(want_ret))
+    np.testing.assert_allclose(ret, want_ret, rtol=1e-5)
+    np.testing.assert_array_equal(length, want_len)
+    # sensitivity: without the carry (memoryless GRU) the returns differ, so the carry is used
+    forgetful, _ = _gru_loop(cfg, net, params, key, 6, deterministic, memory=False)
+    assert not np.allclose(ret, forgetful, rtol=1e-5)
+
+
+def test_cli_eval_of_a_gru_run(tmp_path, capsys):
+    from purejaxppo.cli import main
+
+    run = str(tmp_path / "gru")
+    tiny = ["--env", "MemoryChain-bsuite", "--preset", "--num-envs", "4", "--num-steps", "8", "--total-timesteps",
+            str(4 * 8 * 2), "--num-minibatches", "2", "--update-epochs", "1", "--gru-size", "8", "--seeds", "2",
+            "--devices", "1", "--run-dir", run, "--quiet"]
+    assert main(["train", *tiny]) == 0
+    capsys.readouterr()
+    assert main(["eval", run, "--episodes", "3", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["episodes"] == 6 and s["update"] == 2
+    assert all(np.isfinite([s["mean"], s["std"], s["min"], s["max"], s["mean_length"], *s["per_seed_mean"]]))
+
+
 def test_find_obs_stats_and_summary():
     from purejaxppo.normalize import ObsNormState, init_stats
 
@@ -65,6 +139,13 @@ def test_gif_has_one_frame_per_step(tmp_path):
     assert save_gif(out, cfg, net, {"b": jnp.zeros(())}, key) == len(seq)
     with open(out, "rb") as f:
         assert f.read(4) == b"GIF8"
+
+
+def test_gru_episode_states_play_one_episode():
+    cfg = PPOConfig(env_name="CartPole-v1", network="gru", gru_size=8, hidden_sizes=(16,))
+    net = _gru_network(cfg)
+    _, _, seq, cum = episode_states(cfg, net, net.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1))
+    assert 1 <= len(seq) == len(cum) and cum == list(range(1, len(seq) + 1))
 
 
 def test_plot_draws_mean_and_band(tmp_path):
