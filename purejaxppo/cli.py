@@ -157,18 +157,24 @@ def _jax_started_devices():
     return None
 
 
-def _devices_for(seeds: int, spec: str) -> int:
+def _devices_for(seeds: int, spec: str, runs: str = "") -> int:
+    """Devices to split ``seeds`` independent runs over (``runs`` names them in errors;
+    default ``--seeds=N``)."""
+    import re
+
     cores = os.cpu_count() or 1
     started = _jax_started_devices()
+    # a device count already forced in XLA_FLAGS wins over ours (_set_devices keeps it)
+    forced = re.search(r"xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
     if spec == "auto":
-        limit = min(cores, started) if started else cores
+        limit = min(cores, started or (int(forced.group(1)) if forced else cores))
         return max(d for d in range(1, limit + 1) if seeds % d == 0)
     try:
         devices = int(spec)
     except ValueError:
         raise UserError(f"--devices={spec!r} must be 'auto' or an integer") from None
     if devices < 1 or seeds % devices:
-        raise UserError(f"--devices={devices} must be >= 1 and divide --seeds={seeds}")
+        raise UserError(f"--devices={devices} must be >= 1 and divide {runs or f'--seeds={seeds}'}")
     if started is not None and devices > started:
         raise UserError(f"--devices={devices}: JAX already started with {started} device(s) in this process; "
                         "use --devices 1 or run from the command line")
@@ -232,7 +238,17 @@ def cmd_train(args) -> int:
         raise UserError(f"--chunk={args.chunk} must be >= 1")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         raise UserError(f"--checkpoint-every={args.checkpoint_every} must be >= 1")
-    devices = _devices_for(seeds, args.devices)
+    if args.sweep:
+        # a sweep splits its members x seeds runs over the devices; count them before JAX starts
+        import math
+
+        from .population import parse_sweep
+
+        members = math.prod(len(v) for v in parse_sweep(args.sweep).values())
+        devices = _devices_for(members * seeds, args.devices,
+                               f"the sweep's {members} members x {seeds} seed(s) = {members * seeds} runs")
+    else:
+        devices = _devices_for(seeds, args.devices)
     _set_devices(devices)
 
     import numpy as np
@@ -242,7 +258,7 @@ def cmd_train(args) -> int:
 
     config = validate(config_from_args(args))
     if args.sweep:
-        return cmd_sweep(args, config, seeds)
+        return cmd_sweep(args, config, seeds, devices)
     from .train import make_ppo
 
     make_ppo(config)  # unknown env names fail here, before any compile (the driver builds its own,
@@ -269,8 +285,9 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cmd_sweep(args, base, seeds: int) -> int:
-    """Population training: all members x seeds in ONE compile; table best first."""
+def cmd_sweep(args, base, seeds: int, devices: int = 1) -> int:
+    """Population training: all members x seeds in ONE compile, split over ``devices``
+    (same numbers as one device); table best first."""
     import json
     import time
 
@@ -278,11 +295,15 @@ def cmd_sweep(args, base, seeds: int) -> int:
     import numpy as np
 
     from .driver import MetricsWriter, final_returns, versions
-    from .population import make_population, parse_sweep, population_keys, results_table, vmap_population
+    from .population import (flatten_runs, make_population, parse_sweep, population_keys, results_table,
+                             vmap_population)
     from .train import make_ppo
 
     if args.resume or args.stop_after:
         raise UserError("--sweep runs in one call; --resume/--stop-after are for single-config runs")
+    if devices > jax.device_count():  # e.g. XLA_FLAGS already forced fewer host devices
+        raise UserError(f"--devices={devices}: JAX sees only {jax.device_count()} device(s); use --devices "
+                        f"{jax.device_count()} (or fewer), or unset xla_force_host_platform_device_count in XLA_FLAGS")
     pop = make_population(base, parse_sweep(args.sweep), num_seeds=seeds)
     run_dir = args.run_dir or os.path.join("runs", f"{base.env_name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     os.makedirs(run_dir, exist_ok=True)
@@ -292,16 +313,27 @@ def cmd_sweep(args, base, seeds: int) -> int:
     n = len(pop.members)
     if not args.quiet:
         print(f"purejaxppo: sweep over {n} members x {seeds} seed(s) of {base.env_name} "
-              f"({base.num_updates} updates each) in one compile...", flush=True)
+              f"({base.num_updates} updates each) in one compile on {devices} device(s)...", flush=True)
     ppo = make_ppo(base)
     keys = population_keys(jax.random.PRNGKey(args.seed or 0), pop)
+    if devices == 1:
+        fn, inputs = jax.jit(vmap_population(ppo.train)), (keys, pop.configs)
+    else:
+        # the n*seeds runs flattened to one axis and split over the devices (independent
+        # runs, no communication: the same numbers as one device); reshaped back below
+        from .parallel import population_parallel_train
+
+        fn = population_parallel_train(ppo.train, devices)
+        inputs = fn.place(*flatten_runs(keys, pop.configs))
     t0 = time.perf_counter()
-    compiled = jax.jit(vmap_population(ppo.train)).lower(keys, pop.configs).compile()
+    compiled = fn.lower(*inputs).compile()
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    _, metrics = compiled(keys, pop.configs)
+    _, metrics = compiled(*inputs)
     metrics = jax.device_get(metrics)
     run_s = time.perf_counter() - t0
+    if devices > 1:
+        metrics = {k: v.reshape((n, seeds) + v.shape[1:]) for k, v in metrics.items()}
     names = sorted(metrics)
     with open(os.path.join(run_dir, "metrics.csv"), "w") as f:
         f.write(",".join(["member", "seed", "update"] + names) + "\n")

@@ -143,12 +143,21 @@ def population_parallel_train(train: Callable, num_devices: Optional[int] = None
     spec = NamedSharding(mesh, P(axis))
     fn = jax.jit(jax.shard_map(jax.vmap(train), mesh=mesh, in_specs=P(axis), out_specs=P(axis), check_vma=False))
 
-    def run(keys, configs):
-        _check_leading((keys, configs), n_dev, "population")
-        keys, configs = jax.device_put((keys, configs), spec)
-        return fn(keys, configs)
+    class _Run:
+        # ``place``/``lower`` let a caller compile ahead of time and time it (the CLI sweep:
+        # ``compiled = run.lower(*inputs).compile(); compiled(*run.place(*inputs))``); a
+        # compiled program only accepts inputs already laid out over the mesh
+        def place(self, keys, configs):
+            _check_leading((keys, configs), n_dev, "population")
+            return jax.device_put((keys, configs), spec)
 
-    return run
+        def lower(self, keys, configs):
+            return fn.lower(*self.place(keys, configs))
+
+        def __call__(self, keys, configs):
+            return fn(*self.place(keys, configs))
+
+    return _Run()
 
 
 # --- data parallel ------------------------------------------------------------------------

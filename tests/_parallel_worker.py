@@ -5,7 +5,7 @@ get several CPU devices; this script is launched with the flag and prints ONE JS
 of measured differences, which the test asserts on.
 
 Usage: XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/_parallel_worker.py CHECK
-with CHECK in {population, data_parallel, errors}.
+with CHECK in {population, data_parallel, errors, sweep_cli}.
 """
 
 from __future__ import annotations
@@ -102,8 +102,49 @@ def check_errors():
     return msgs
 
 
+def check_sweep_cli():
+    """``train --sweep`` through the CLI on 2 devices vs 1 device: metrics.csv and results.md."""
+    import contextlib
+    import io
+    import tempfile
+
+    import purejaxppo.parallel as parallel
+    from purejaxppo.cli import main
+
+    used = []
+    original = parallel.population_parallel_train
+
+    def recording(train, num_devices=None, **kw):
+        used.append(num_devices)
+        return original(train, num_devices, **kw)
+
+    parallel.population_parallel_train = recording  # cmd_sweep imports it from the module at call time
+    tiny = ["train", "--env", "CartPole-v1", "--sweep", "lr=1e-3,3e-3", "--seeds", "2", "--num-envs", "4",
+            "--num-steps", "16", "--total-timesteps", str(4 * 16 * 3), "--update-epochs", "2",
+            "--num-minibatches", "2"]
+    out, files = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for d in ("1", "2"):
+            run = f"{tmp}/d{d}"
+            with contextlib.redirect_stdout(io.StringIO()) as log:
+                out[f"rc_d{d}"] = main(tiny + ["--devices", d, "--run-dir", run])
+            out[f"log_d{d}"] = log.getvalue()
+            files[d] = {name: open(f"{run}/{name}").read() for name in ("metrics.csv", "results.md")}
+    parse = lambda text: np.array([[float(x) for x in line.split(",")] for line in text.splitlines()[1:]])
+    one, two = parse(files["1"]["metrics.csv"]), parse(files["2"]["metrics.csv"])
+    header = files["1"]["metrics.csv"].splitlines()[0]
+    loss = header.split(",").index("actor_loss")
+    out.update(parallel_calls=used, same_header=header == files["2"]["metrics.csv"].splitlines()[0],
+               rows=int(one.shape[0]), metrics_diff=max_rel_diff(two, one),
+               same_table=files["1"]["results.md"] == files["2"]["results.md"],
+               # sensitivity: the two members (different lr) really train differently
+               members_differ=max_rel_diff(one[one[:, 0] == 1, loss], one[one[:, 0] == 0, loss]))
+    return out
+
+
 if __name__ == "__main__":
     check = sys.argv[1]
     assert len(jax.devices()) >= 4, f"expected 4 forced host devices, got {jax.devices()}"
-    result = {"population": check_population, "data_parallel": check_data_parallel, "errors": check_errors}[check]()
+    result = {"population": check_population, "data_parallel": check_data_parallel, "errors": check_errors,
+              "sweep_cli": check_sweep_cli}[check]()
     print("RESULT " + json.dumps(result))

@@ -58,6 +58,17 @@ def test_clear_errors():
     assert "3 runs cannot be split evenly over 4 devices" in r["uneven_runs"]
 
 
+def test_cli_sweep_on_two_devices_equals_one_device():
+    r = run_worker("sweep_cli")
+    assert r["rc_d1"] == 0 and r["rc_d2"] == 0, r
+    assert r["parallel_calls"] == [2], "only the --devices 2 sweep should shard (population_parallel_train)"
+    assert "on 2 device(s)" in r["log_d2"] and "on 1 device(s)" in r["log_d1"]
+    assert r["same_header"] and r["rows"] == 2 * 2 * 3  # members x seeds x updates
+    assert r["metrics_diff"] < 1e-5, r
+    assert r["same_table"], r
+    assert r["members_differ"] > 1e-3, "members with different lr should differ (else the test proves nothing)"
+
+
 def test_stack_configs_rejects_structural_differences():
     from purejaxppo import PPOConfig
     from purejaxppo.config import ConfigError

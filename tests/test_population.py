@@ -70,6 +70,10 @@ def test_cli_sweep_writes_table_best_first(tmp_path, capsys):
     assert rows[0].startswith("member,seed,update") and len(rows) == 1 + 2 * 2 * 32
     assert main(["train", "--sweep", "hidden_sizes=1,2"]) == 2
     assert "cannot sweep" in capsys.readouterr().err
+    # --devices splits members x seeds runs (2-device equality: tests/test_parallel.py)
+    assert main(["train", "--sweep", "lr=1e-4,3e-4,1e-3", "--devices", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--devices=2" in err and "3 members x 1 seed(s) = 3 runs" in err and "Traceback" not in err
 
 
 def test_cli_preset_applies_per_env_defaults(monkeypatch):
