@@ -107,8 +107,8 @@ def test_cli_eval_of_a_gru_run(tmp_path, capsys):
     from purejaxppo.cli import main
 
     run = str(tmp_path / "gru")
-    tiny = ["--env", "MemoryChain-bsuite", "--preset", "--num-envs", "4", "--num-steps", "8", "--total-timesteps",
-            str(4 * 8 * 2), "--num-minibatches", "2", "--update-epochs", "1", "--gru-size", "8", "--seeds", "2",
+    tiny = ["--env", "MemoryChain-bsuite", "--network", "gru", "--gru-size", "8", "--num-envs", "4", "--num-steps",
+            "8", "--total-timesteps", str(4 * 8 * 2), "--num-minibatches", "2", "--update-epochs", "1", "--seeds", "2",
             "--devices", "1", "--run-dir", run, "--quiet"]
     assert main(["train", *tiny]) == 0
     capsys.readouterr()
