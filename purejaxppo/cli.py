@@ -178,6 +178,9 @@ def _devices_for(seeds: int, spec: str, runs: str = "") -> int:
     if started is not None and devices > started:
         raise UserError(f"--devices={devices}: JAX already started with {started} device(s) in this process; "
                         "use --devices 1 or run from the command line")
+    if forced and devices > int(forced.group(1)):
+        raise UserError(f"--devices={devices}: XLA_FLAGS forces {forced.group(1)} host device(s); use --devices "
+                        f"{forced.group(1)} (or fewer), or unset xla_force_host_platform_device_count in XLA_FLAGS")
     return devices
 
 
@@ -301,9 +304,6 @@ def cmd_sweep(args, base, seeds: int, devices: int = 1) -> int:
 
     if args.resume or args.stop_after:
         raise UserError("--sweep runs in one call; --resume/--stop-after are for single-config runs")
-    if devices > jax.device_count():  # e.g. XLA_FLAGS already forced fewer host devices
-        raise UserError(f"--devices={devices}: JAX sees only {jax.device_count()} device(s); use --devices "
-                        f"{jax.device_count()} (or fewer), or unset xla_force_host_platform_device_count in XLA_FLAGS")
     pop = make_population(base, parse_sweep(args.sweep), num_seeds=seeds)
     run_dir = args.run_dir or os.path.join("runs", f"{base.env_name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
     os.makedirs(run_dir, exist_ok=True)

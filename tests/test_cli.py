@@ -85,3 +85,14 @@ def test_bad_flag_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["eval"])
     assert e.value.code == 2 and "RUN_DIR" in capsys.readouterr().err
+
+
+def test_more_devices_than_xla_flags_force_is_a_user_error():
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    out = subprocess.run([sys.executable, "-m", "purejaxppo", "train", "--seeds", "2", "--devices", "2", "--quiet"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "XLA_FLAGS forces 1 host device" in out.stderr and "Traceback" not in out.stderr, out.stderr
