@@ -1,9 +1,9 @@
 """Scaling curves: training env-steps/s vs number of envs and vs number of vmapped seeds.
 
 For each point a fresh ``jax.jit`` of ``--updates`` PPO updates is compiled (compile time
-recorded separately) and run ``--repeats`` times (median). A fixed number of updates
-(not a fixed step budget) keeps small points cheap; big points do more work in the same
-number of launches. Envs axis: one seed, ``E`` envs. Seeds axis: ``--seed-envs`` envs,
+recorded separately), run once to warm up, then ``--repeats`` times (median). Each point
+runs at least ``--updates`` updates and at least ``--min-steps`` env steps, so small points
+are not pure dispatch overhead. Envs axis: one seed, ``E`` envs. Seeds axis: ``--seed-envs`` envs,
 ``S`` vmapped seeds (aggregate steps/s). Writes ``OUT.json`` and ``OUT.png``.
 
 Example (the default sweep takes a few minutes on 2 CPU cores):
@@ -25,11 +25,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ENV_DEFAULTS = {"CartPole-v1": dict(network="mlp"), "Breakout-MinAtar": dict(network="mlp")}
 
 
-def measure(env: str, num_envs: int, seeds: int, num_steps: int, updates: int, repeats: int, network: str) -> dict:
+def measure(env: str, num_envs: int, seeds: int, num_steps: int, updates: int, repeats: int, network: str,
+            min_steps: int = 0) -> dict:
     import jax
 
     from purejaxppo import PPOConfig, make_ppo
 
+    # enough updates that a point moves >= min_steps env steps: tiny points are otherwise
+    # all dispatch overhead, and their steps/s says nothing about training
+    updates = max(updates, -(-min_steps // (num_envs * num_steps * seeds)))
     cfg = PPOConfig(env_name=env, num_envs=num_envs, num_steps=num_steps, network=network,
                     total_timesteps=num_envs * num_steps * updates, num_minibatches=4, update_epochs=4)
     ppo = make_ppo(cfg)
@@ -38,6 +42,7 @@ def measure(env: str, num_envs: int, seeds: int, num_steps: int, updates: int, r
     t = time.perf_counter()
     compiled = fn.lower(keys).compile()
     compile_s = time.perf_counter() - t
+    jax.block_until_ready(compiled(keys))  # warm-up: the first call also starts the CPU thread pool
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -84,7 +89,8 @@ def main(argv=None):
     p.add_argument("--tasks", default="CartPole-v1,Breakout-MinAtar")
     p.add_argument("--network", default=None, help="override the network for every task (mlp/cnn)")
     p.add_argument("--num-steps", type=int, default=32)
-    p.add_argument("--updates", type=int, default=2)
+    p.add_argument("--updates", type=int, default=2, help="at least this many updates per point")
+    p.add_argument("--min-steps", type=int, default=200_000, help="at least this many env steps per timed run")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", default="benchmarks/results/scaling")
     args = p.parse_args(argv)
@@ -102,7 +108,7 @@ def main(argv=None):
         for axis, values in (("envs", args.envs), ("seeds", args.seeds)):
             for v in map(int, values.split(",")):
                 e, s = (v, 1) if axis == "envs" else (args.seed_envs, v)
-                r = measure(task, e, s, args.num_steps, args.updates, args.repeats, net)
+                r = measure(task, e, s, args.num_steps, args.updates, args.repeats, net, args.min_steps)
                 r["axis"] = axis
                 results.append(r)
                 print(json.dumps(r), flush=True)
