@@ -22,7 +22,7 @@ def hardware() -> dict:
 
     info = {"cpu": model, "cpu_count": os.cpu_count(), "machine": platform.machine(),
             "python": sys.version.split()[0], "jax": jax.__version__, "backend": jax.default_backend(),
-            "jax_devices": len(jax.devices())}
+            "jax_devices": len(jax.devices()), "device_kind": jax.devices()[0].device_kind}
     try:
         info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
     except OSError:

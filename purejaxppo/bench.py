@@ -130,7 +130,8 @@ def main(argv=None):
         "ratio_train_to_env_only": round(train_sps / limits["env_only"], 3),
         "ratio_train_to_env_actor": round(train_sps / limits["env_actor"], 3),
         "final_return_mean": float(np.mean(final)), "final_return_min": float(np.min(final)),
-        "jax": jax.__version__, "backend": jax.default_backend(), "cpu_count": os.cpu_count(),
+        "jax": jax.__version__, "backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
+        "cpu_count": os.cpu_count(),
         "machine": platform.machine(), "python": sys.version.split()[0],
     }
     w = max(len(k) for k in res)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# GPU figures for the README, in one prepared run (about 5 minutes on a recent NVIDIA GPU).
+# Usage, on a machine with an NVIDIA GPU:  pip install -e ".[cuda,plot]" && bash benchmarks/gpu_figures.sh
+# Writes benchmarks/results/gpu/*.json (+ scaling PNG); each JSON names the device (device_kind).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=benchmarks/results/gpu
+mkdir -p "$out"
+python -c "import jax; d = jax.devices()[0]; assert d.platform == 'gpu', f'no GPU visible to JAX: {d}'; print(d.device_kind)"
+# 1 seed, then 1024 CartPole seeds x 5e5 steps vmapped on the one GPU
+python benchmarks/throughput.py --env CartPole-v1 --json "$out/throughput_cartpole_1seed.json"
+python benchmarks/throughput.py --env CartPole-v1 --seeds 1024 --json "$out/throughput_cartpole_1024seeds.json"
+# scaling curves (envs 4..4096, seeds 1..1024), CartPole and Breakout-MinAtar
+python benchmarks/scaling.py --envs 4,64,1024,4096,16384 --seeds 1,16,256,1024 --repeats 2 --out "$out/scaling"
