@@ -297,7 +297,7 @@ def cmd_sweep(args, base, seeds: int, devices: int = 1) -> int:
     import jax
     import numpy as np
 
-    from .driver import MetricsWriter, final_returns, versions
+    from .driver import final_returns, versions
     from .population import (flatten_runs, make_population, parse_sweep, population_keys, results_table,
                              vmap_population)
     from .train import make_ppo

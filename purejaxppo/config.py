@@ -214,3 +214,15 @@ def validate(cfg: PPOConfig) -> PPOConfig:
     if cfg.target_kl is not None:
         _check_num(cfg, "target_kl", lo=0, lo_open=True, hint="; or None to disable early stopping")
     return cfg
+
+
+def check_population_gammas(base: PPOConfig, gammas) -> None:
+    """Reward scaling (``normalize_reward``) divides by the std of a discounted return whose
+    discount is fixed when the env is built (the base config's ``gamma``), so members with
+    other gammas would be scaled with the wrong one: refuse that instead of a silent error."""
+    values = {float(g) for g in gammas}
+    if base.normalize_reward and len(values) > 1:
+        raise ConfigError(
+            f"gamma varies across the population ({sorted(values)}) but normalize_reward=True scales rewards "
+            "with ONE discount fixed at env construction; sweep gamma with normalize_reward=False, or train each "
+            "gamma in its own run")

@@ -85,7 +85,8 @@ class RewardScaleState(NamedTuple):
 def scale_reward(venv: VecEnv, gamma: float, frozen: bool = False, clip: float = 10.0, eps: float = 1e-8) -> VecEnv:
     """Divide rewards by the running std of the discounted return (no mean shift), as
     used for MuJoCo-style tasks. The return is reset per env where an episode ended.
-    ``gamma`` is a Python float fixed at construction (the base config's discount)."""
+    ``gamma`` is a Python float fixed at construction (the base config's discount); populations
+    that vary gamma are refused when reward scaling is on (``config.check_population_gammas``)."""
 
     def reset(key):
         obs, state = venv.reset(key)

@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from . import envs as envs_lib
 from . import losses
-from .config import ConfigError, PPOConfig, validate
+from .config import ConfigError, PPOConfig, check_population_gammas, validate
 from .gae import gae
 from .networks import make_network
 from .rollout import collect, critic_values
@@ -112,6 +112,7 @@ def stack_configs(configs: Sequence[PPOConfig]) -> PPOConfig:
         kinds = {getattr(c, f) is None for c in configs}
         if len(kinds) > 1:
             raise ConfigError(f"{f} is None in some configs and a number in others; set it in all or none")
+    check_population_gammas(configs[0], [c.gamma for c in configs])
     return jax.tree.map(lambda *xs: jnp.asarray(np.asarray(xs, np.float32)), *configs)
 
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config import ConfigError, PPOConfig, validate
+from .config import ConfigError, PPOConfig, check_population_gammas, validate
 
 
 class Population(NamedTuple):
@@ -65,6 +65,7 @@ def make_population(
         members = [{**c, **s} for c in combos for s in samples]
     for m in members:
         validate(base.replace(**m))
+    check_population_gammas(base, [base.replace(**m).gamma for m in members])
     leaves = {name: jnp.asarray([float(base.replace(**m).__getattribute__(name)) for m in members], jnp.float32)
               for name in PPOConfig.numeric_fields() if getattr(base, name) is not None}
     return Population(base, base.replace(**leaves), members, num_seeds)

@@ -84,3 +84,19 @@ def test_cli_preset_applies_per_env_defaults(monkeypatch):
     assert cfg.gamma == 0.9 and cfg.update_epochs == 10 and cfg.lr == 5e-4  # preset + override
     plain = cli.config_from_args(cli.build_parser().parse_args(["train", "--env", "Pendulum-v1"]))
     assert plain.gamma == 0.99
+
+
+def test_gamma_sweep_with_reward_scaling_is_refused():
+    """Reward scaling fixes ONE discount at env construction: a population varying gamma
+    with it on would silently scale with the wrong gamma, so both entry points refuse it."""
+    from purejaxppo.parallel import stack_configs
+
+    scaled = SMALL.replace(normalize_reward=True)
+    with pytest.raises(ConfigError, match="normalize_reward"):
+        make_population(scaled, {"gamma": [0.9, 0.99]})
+    with pytest.raises(ConfigError, match="normalize_reward"):
+        stack_configs([scaled, scaled.replace(gamma=0.9)])
+    # allowed: one gamma with scaling, or varying gamma without it
+    assert make_population(scaled, {"lr": [1e-3, 3e-4]}).configs.gamma.shape == (2,)
+    assert make_population(SMALL, {"gamma": [0.9, 0.99]}).configs.gamma.shape == (2,)
+    assert stack_configs([scaled, scaled.replace(lr=1e-4)]).gamma.shape == (2,)
