@@ -408,11 +408,13 @@ def cmd_eval(args) -> int:
     import numpy as np
 
     from .driver import load_run
-    from .evaluate import evaluate_runner, find_obs_stats, save_gif, summarize
+    from .evaluate import evaluate_runner, find_obs_stats, gif_renderer, save_gif, summarize
 
     if args.episodes < 1:
         raise UserError(f"--episodes={args.episodes} must be >= 1")
     config, info, runner, ppo = load_run(args.run_dir, args.checkpoint)
+    if args.gif:
+        gif_renderer(config)  # an env we cannot draw fails now, not after the evaluation
     key = jax.random.PRNGKey(args.seed)
     ret, length = evaluate_runner(config, ppo.network, runner, key, args.episodes, not args.stochastic)
     s = summarize(ret)

@@ -185,9 +185,9 @@ def episode_states(config: PPOConfig, network, params, key: jax.Array, obs_stats
     return env, env_params, seq, np.cumsum(np.asarray(rewards)[:n]).tolist()
 
 
-def save_gif(path: str, config: PPOConfig, network, params, key: jax.Array, obs_stats=None,
-             deterministic: bool = True) -> int:
-    """Render one episode to ``path`` with gymnax's visualizer; returns the number of frames."""
+def gif_renderer(config: PPOConfig):
+    """gymnax's ``Visualizer`` class if ``config.env_name`` can be rendered here, else a
+    ConfigError naming what is missing (checked before any evaluation work is done)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -208,6 +208,13 @@ def save_gif(path: str, config: PPOConfig, network, params, key: jax.Array, obs_
         except ImportError:
             raise ConfigError(f"--gif for {config.env_name} needs pygame: pip install 'purejaxppo[render]' "
                               "(or pygame), or drop --gif") from None
+    return Visualizer
+
+
+def save_gif(path: str, config: PPOConfig, network, params, key: jax.Array, obs_stats=None,
+             deterministic: bool = True) -> int:
+    """Render one episode to ``path`` with gymnax's visualizer; returns the number of frames."""
+    Visualizer = gif_renderer(config)
     env, env_params, seq, cum = episode_states(config, network, params, key, obs_stats, deterministic)
     Visualizer(env, env_params, seq, cum).animate(path)
     return len(seq)

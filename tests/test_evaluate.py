@@ -103,7 +103,7 @@ def test_gru_evaluator_equals_a_step_by_step_loop(env_name, deterministic, limit
     assert not np.allclose(ret, forgetful, rtol=1e-5)
 
 
-def test_cli_eval_of_a_gru_run(tmp_path, capsys):
+def test_cli_eval_of_a_gru_run(tmp_path, capsys, monkeypatch):
     from purejaxppo.cli import main
 
     run = str(tmp_path / "gru")
@@ -116,6 +116,16 @@ def test_cli_eval_of_a_gru_run(tmp_path, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["episodes"] == 6 and s["update"] == 2
     assert all(np.isfinite([s["mean"], s["std"], s["min"], s["max"], s["mean_length"], *s["per_seed_mean"]]))
+    # MemoryChain cannot be drawn by gymnax: --gif fails at once, before any evaluation work
+    import purejaxppo.evaluate as evaluate
+
+    def no_eval(*a, **k):
+        raise AssertionError("evaluation ran before the --gif check")
+
+    monkeypatch.setattr(evaluate, "evaluate_runner", no_eval)
+    assert main(["eval", run, "--gif", str(tmp_path / "x.gif")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot render MemoryChain-bsuite" in err and "Traceback" not in err, err
 
 
 def test_find_obs_stats_and_summary():
