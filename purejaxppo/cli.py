@@ -298,8 +298,7 @@ def cmd_sweep(args, base, seeds: int, devices: int = 1) -> int:
     import numpy as np
 
     from .driver import final_returns, versions
-    from .population import (flatten_runs, make_population, parse_sweep, population_keys, results_table,
-                             vmap_population)
+    from .population import make_population, parse_sweep, population_keys, results_table, vmap_population
     from .train import make_ppo
 
     if args.resume or args.stop_after:
@@ -315,16 +314,17 @@ def cmd_sweep(args, base, seeds: int, devices: int = 1) -> int:
         print(f"purejaxppo: sweep over {n} members x {seeds} seed(s) of {base.env_name} "
               f"({base.num_updates} updates each) in one compile on {devices} device(s)...", flush=True)
     ppo = make_ppo(base)
-    keys = population_keys(jax.random.PRNGKey(args.seed or 0), pop)
     if devices == 1:
+        keys = population_keys(jax.random.PRNGKey(args.seed or 0), pop)
         fn, inputs = jax.jit(vmap_population(ppo.train)), (keys, pop.configs)
     else:
-        # the n*seeds runs flattened to one axis and split over the devices (independent
-        # runs, no communication: the same numbers as one device); reshaped back below
-        from .parallel import population_parallel_train
+        # the n*seeds runs flattened to one axis (the same seed keys per member) and split
+        # over the devices: independent runs, the same numbers as one device; reshaped below
+        from .parallel import population_keys_configs, population_parallel_train
 
         fn = population_parallel_train(ppo.train, devices)
-        inputs = fn.place(*flatten_runs(keys, pop.configs))
+        runs = population_keys_configs([base.replace(**m) for m in pop.members], seeds, args.seed or 0)
+        inputs = fn.place(*runs)
     t0 = time.perf_counter()
     compiled = fn.lower(*inputs).compile()
     compile_s = time.perf_counter() - t0

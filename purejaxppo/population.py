@@ -83,15 +83,6 @@ def vmap_population(train: Callable) -> Callable:
     return jax.vmap(per_member)
 
 
-def flatten_runs(keys: jax.Array, configs: PPOConfig) -> tuple[jax.Array, PPOConfig]:
-    """``keys [M, S]``, ``configs [M]`` -> ``(keys [M*S], configs [M*S])``: run ``m*S + s`` is
-    member ``m`` with seed ``s`` (the layout of ``parallel.population_keys_configs``), for
-    ``parallel.population_parallel_train``. Reshape its outputs back with ``[M, S] + shape[1:]``."""
-    m, s = keys.shape[:2]
-    flat_keys = keys.reshape((m * s,) + keys.shape[2:])
-    return flat_keys, jax.tree.map(lambda x: jnp.repeat(x, s, axis=0), configs)
-
-
 def member(population: Population, index: int, runner_state=None) -> tuple[PPOConfig, Any]:
     """Member ``index``: its plain config and (if given) its ``[S, ...]`` runner state."""
     cfg = population.base.replace(**population.members[index])
