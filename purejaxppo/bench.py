@@ -43,7 +43,7 @@ def main(argv=None):
     import numpy as np
 
     from purejaxppo import PPOConfig, make_ppo
-    from purejaxppo.parallel import seed_parallel_train
+    from purejaxppo.parallel import shard_runs
     from purejaxppo.train import rollout_key
 
     cfg = PPOConfig(env_name=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
@@ -53,7 +53,8 @@ def main(argv=None):
 
     keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
     if args.devices > 1:
-        train = seed_parallel_train(ppo.train, num_devices=args.devices)
+        train = shard_runs(ppo.train, num_devices=args.devices)
+        keys = train.place(keys)[0]  # the compiled program takes inputs laid out over the devices
     elif args.seeds > 1:
         train = jax.jit(jax.vmap(ppo.train))
     else:
@@ -77,7 +78,7 @@ def main(argv=None):
     final = np.array([np.nanmean(r[-max(1, r.shape[0] // 20):]) for r in ret])
 
     # --- limits: same number of env steps, same batch -------------------------------
-    venv, net = ppo.venv, ppo.network
+    venv, agent = ppo.venv, ppo.agent
     params = ppo.init(jax.random.PRNGKey(0)).train.params
     n_iter = cfg.num_updates * cfg.num_steps
 
@@ -89,9 +90,9 @@ def main(argv=None):
         return a, 0.0
 
     def actor_action(key, obs):
-        d = net.actor(params, obs)
-        a = net.dist.sample(key, d)
-        return a, net.dist.log_prob(d, a)  # used in the output so it is not optimised away
+        _, d, _ = agent.act(params, agent.initial_carry(cfg.num_envs), obs, jnp.zeros((cfg.num_envs,), bool))
+        a = agent.dist.sample(key, d)
+        return a, agent.dist.log_prob(d, a)  # used in the output so it is not optimised away
 
     def stepping(act):
         """A scan of ``n_iter`` env steps with actions from ``act(key, obs) -> (action, extra)``."""

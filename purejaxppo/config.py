@@ -216,13 +216,17 @@ def validate(cfg: PPOConfig) -> PPOConfig:
     return cfg
 
 
-def check_population_gammas(base: PPOConfig, gammas) -> None:
-    """Reward scaling (``normalize_reward``) divides by the std of a discounted return whose
-    discount is fixed when the env is built (the base config's ``gamma``), so members with
-    other gammas would be scaled with the wrong one: refuse that instead of a silent error."""
-    values = {float(g) for g in gammas}
-    if base.normalize_reward and len(values) > 1:
-        raise ConfigError(
-            f"gamma varies across the population ({sorted(values)}) but normalize_reward=True scales rewards "
-            "with ONE discount fixed at env construction; sweep gamma with normalize_reward=False, or train each "
-            "gamma in its own run")
+def check_structure(built: PPOConfig, passed: PPOConfig) -> None:
+    """Refuse a config whose structural fields differ from the ones a step was built with.
+
+    Structural fields fix shapes and code paths when the step is BUILT; only numeric
+    fields are read from the config passed at call time. A differing structural field
+    would otherwise be ignored without a word."""
+    if not isinstance(passed, PPOConfig):
+        raise ConfigError(f"expected a PPOConfig, got {type(passed).__name__}")
+    diff = [f for f in PPOConfig.static_fields() if getattr(built, f) != getattr(passed, f)]
+    if diff:
+        shown = ", ".join(f"{f} (built {getattr(built, f)!r}, passed {getattr(passed, f)!r})" for f in diff)
+        raise ConfigError(f"the config passed differs from the one this PPO was built with in structural field(s) "
+                          f"{shown}; structural fields fix shapes and code when the step is built: build a new one "
+                          "with make_ppo(config) for that config, and pass only numeric changes (lr, gamma, ...)")

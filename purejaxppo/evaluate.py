@@ -57,23 +57,20 @@ def _obs_transform(config: PPOConfig, obs_stats):
     return lambda obs: apply_stats(obs_stats, obs)
 
 
-def policy_step(config: PPOConfig, network) -> tuple[Callable, Callable]:
-    """``(init_memory(n), act(params, memory, obs [n, ...], reset [n]) -> (dist_params, memory))``.
+def policy_step(agent) -> tuple[Callable, Callable]:
+    """``(init_memory(n), act(params, memory, obs [n, ...], reset [n]) -> (dist_params, memory))``
+    for an :class:`~purejaxppo.agent.Agent`: its carry (``()`` for feed-forward agents, the
+    GRU state for recurrent ones), reset where the previous step ended that copy's episode
+    (``True`` before the first step), exactly as in training."""
 
-    What the policy remembers between steps: nothing (``()``) for feed-forward networks;
-    for ``network="gru"`` the GRU carry ``[n, G]``, zeroed where ``reset`` (the previous
-    step ended that copy's episode; ``True`` before the first step) by the network's own
-    ``step``, exactly as in training (recurrent.collect)."""
-    if config.network == "gru":
-        def act(params, carry, obs, reset):
-            carry, dist_params, _ = network.step(params, carry, obs, reset)
-            return dist_params, carry
+    def act(params, memory, obs, reset):
+        memory, dist_params, _ = agent.act(params, memory, obs, reset)
+        return dist_params, memory
 
-        return network.initial_carry, act
-    return (lambda n: ()), (lambda params, memory, obs, reset: (network.actor(params, obs), memory))
+    return agent.initial_carry, act
 
 
-def make_evaluator(config: PPOConfig, network, num_episodes: int, deterministic: bool = True,
+def make_evaluator(config: PPOConfig, agent, num_episodes: int, deterministic: bool = True,
                    max_steps: Optional[int] = None) -> Callable:
     """Jitted ``evaluate(key, params [S, ...], obs_stats [S, ...] | None) -> (returns [S, N], lengths [S, N])``.
 
@@ -84,7 +81,7 @@ def make_evaluator(config: PPOConfig, network, num_episodes: int, deterministic:
         raise ConfigError(f"--episodes={num_episodes} must be >= 1")
     venv = _eval_env(config, num_episodes)
     horizon = int(max_steps or venv.spec.max_episode_steps)
-    init_memory, act = policy_step(config, network)
+    init_memory, act = policy_step(agent)
 
     def one_seed(key, params, obs_stats):
         k_reset, k_run = jax.random.split(key)
@@ -95,7 +92,7 @@ def make_evaluator(config: PPOConfig, network, num_episodes: int, deterministic:
             state, obs, memory, reset, finished, ret, length = carry
             k_act, k_env = jax.random.split(k)
             dist_params, memory = act(params, memory, prep(obs), reset)
-            action = network.dist.mode(dist_params) if deterministic else network.dist.sample(k_act, dist_params)
+            action = agent.dist.mode(dist_params) if deterministic else agent.dist.sample(k_act, dist_params)
             obs, state, _, _, _, info = venv.step(k_env, state, action)
             new = jnp.logical_and(info["episode_done"], jnp.logical_not(finished))
             ret = jnp.where(new, info["episode_return"], ret)
@@ -116,10 +113,10 @@ def make_evaluator(config: PPOConfig, network, num_episodes: int, deterministic:
     return evaluate
 
 
-def evaluate_runner(config: PPOConfig, network, runner_state, key: jax.Array, num_episodes: int = 100,
+def evaluate_runner(config: PPOConfig, agent, runner_state, key: jax.Array, num_episodes: int = 100,
                     deterministic: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Evaluate every seed of a driver runner state (leading seed axis): ``(returns, lengths)`` ``[S, N]``."""
-    evaluate = make_evaluator(config, network, num_episodes, deterministic)
+    evaluate = make_evaluator(config, agent, num_episodes, deterministic)
     stats = find_obs_stats(runner_state.env_state) if config.normalize_obs else None
     ret, length = evaluate(key, runner_state.train.params, stats)
     return np.asarray(ret), np.asarray(length)
@@ -137,7 +134,7 @@ def summarize(returns: np.ndarray) -> dict:
             "min": float(flat.min()), "max": float(flat.max()), "per_seed_mean": per_seed}
 
 
-def episode_states(config: PPOConfig, network, params, key: jax.Array, obs_stats=None,
+def episode_states(config: PPOConfig, agent, params, key: jax.Array, obs_stats=None,
                    deterministic: bool = True):
     """One episode in a single raw gymnax env: ``(env, env_params, [states], [cumulative rewards])``
     for gymnax's visualizer. ``params`` (and ``obs_stats``) are one seed's (no seed axis)."""
@@ -154,7 +151,7 @@ def episode_states(config: PPOConfig, network, params, key: jax.Array, obs_stats
         return prep_norm(obs)
 
     scalar_box = not spec.discrete and len(env.action_space(env_params).shape) == 0
-    init_memory, act = policy_step(config, network)
+    init_memory, act = policy_step(agent)
 
     @jax.jit
     def rollout(key):
@@ -165,7 +162,7 @@ def episode_states(config: PPOConfig, network, params, key: jax.Array, obs_stats
             state, obs, memory, reset, done_before = carry
             k_act, k_env = jax.random.split(k)
             dist_params, memory = act(params, memory, prep(obs), reset[None])
-            action = network.dist.mode(dist_params) if deterministic else network.dist.sample(k_act, dist_params)
+            action = agent.dist.mode(dist_params) if deterministic else agent.dist.sample(k_act, dist_params)
             action = action[0]
             if not spec.discrete:
                 action = jnp.clip(action, spec.action_low, spec.action_high)
@@ -211,10 +208,10 @@ def gif_renderer(config: PPOConfig):
     return Visualizer
 
 
-def save_gif(path: str, config: PPOConfig, network, params, key: jax.Array, obs_stats=None,
+def save_gif(path: str, config: PPOConfig, agent, params, key: jax.Array, obs_stats=None,
              deterministic: bool = True) -> int:
     """Render one episode to ``path`` with gymnax's visualizer; returns the number of frames."""
     Visualizer = gif_renderer(config)
-    env, env_params, seq, cum = episode_states(config, network, params, key, obs_stats, deterministic)
+    env, env_params, seq, cum = episode_states(config, agent, params, key, obs_stats, deterministic)
     Visualizer(env, env_params, seq, cum).animate(path)
     return len(seq)

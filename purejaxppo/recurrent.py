@@ -1,8 +1,9 @@
-"""Recurrent PPO: a GRU actor-critic whose hidden state is carried through the rollout.
+"""The recurrent agent: a GRU actor-critic whose hidden state is the agent's carry.
 
-Reached through ``make_ppo(PPOConfig(network="gru", ...))``, or directly with
-:func:`make_recurrent_ppo`; it returns the same :class:`~purejaxppo.train.PPO` tuple
-(``init``, ``step``, ``run``, ``train``) and the same metrics as feed-forward PPO.
+Reached through ``make_ppo(PPOConfig(network="gru", ...))``: :func:`gru_agent` returns an
+:class:`~purejaxppo.agent.Agent`, and the one training step (:mod:`purejaxppo.train`)
+runs it like any other agent. This module holds only what is recurrent: the network,
+the carry and its reset rule, the next-state values, and the sequence minibatches.
 
 Reset semantics (``done = terminated | truncated``)
 --------------------------------------------------
@@ -11,13 +12,13 @@ Reset semantics (``done = terminated | truncated``)
   ``True`` at the very start). The network applies the reset itself
   (``step(params, carry, obs, reset)`` zeroes ``carry`` where ``reset``) so the rollout and
   the training pass share one code path.
-* The rollout stores, per env, the INITIAL carry (before the rollout's first reset) and
-  the reset flags ``[H, E]``. The training pass re-runs each env's whole sequence from its
+* The step keeps, per env, the INITIAL carry (before the rollout's first reset) and
+  the rollout stores the reset flags ``[H, E]``. The training pass re-runs each env's whole sequence from its
   stored initial carry with the same resets, so at the first epoch it reproduces the
   behaviour log-probs and values exactly (ratio 1).
 * Minibatches split across environments (whole ``H``-step sequences), never across
-  time: the data given to :func:`~purejaxppo.update.update_epochs` is env-major
-  ``[E, H, ...]``.
+  time: the agent's ``units`` lay the batch out env-major ``[E, H, ...]`` with
+  ``Batch.context = SequenceContext(initial carry [E, G], reset [E, H])``.
 
 Values of the true next state (truncation bootstrapping)
 --------------------------------------------------------
@@ -34,20 +35,16 @@ pass over the ``[H, E]`` stored ``carry_out`` and final observations.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from . import losses
-from .config import ConfigError, PPOConfig, validate
+from .agent import Agent
 from .distributions import CATEGORICAL, GAUSSIAN, Distribution
-from .gae import gae
 from .networks import ACTIVATION_FNS, MLPTorso, orthogonal
-from .rollout import Transition
-from .train import PPO, episode_metrics, learning_rate, learning_rates, make_env, rollout_key
-from .update import TrainState, make_optimizer, update_epochs
+from .rollout import Batch, Transition
 
 
 # --- network ------------------------------------------------------------------------------
@@ -134,160 +131,53 @@ def make_recurrent_network(spec, gru_size: int = 128, hidden_sizes: Sequence[int
                             int(gru_size))
 
 
-# --- runner state, rollout, batch -------------------------------------------------------------
-class RecurrentRunnerState(NamedTuple):
-    train: TrainState  # params, optimizer state
-    env_state: Any  # [E] env states (incl. wrapper statistics)
-    obs: jax.Array  # [E, *obs_shape] current observations
-    rng: jax.Array
-    update: jax.Array  # int32 number of updates done
-    carry: jax.Array  # [E, G] GRU carry after the last step taken (before its reset)
-    done: jax.Array  # [E] bool: the last step ended an episode -> reset before acting on ``obs``
+# --- the agent --------------------------------------------------------------------------------
+class SequenceContext(NamedTuple):
+    """What replaying a minibatch of env sequences needs besides the observations."""
+
+    init_carry: jax.Array  # [N, G] carry before the rollout's first step (reset[:, 0] applies to it)
+    reset: jax.Array  # [N, H] bool
 
 
-class RecurrentTransition(NamedTuple):
-    """A rollout ``[H, E]``: the env transition plus what the GRU needs."""
-
-    transition: Transition  # obs, action, log_prob, reward, terminated, truncated, next_obs, info
-    reset: jax.Array  # [H, E] bool: carry zeroed before acting at t (= done_{t-1})
-    value: jax.Array  # [H, E] V(s_t) computed while acting
-    carry_out: jax.Array  # [H, E, G] carry after processing step t (before any reset)
-
-
-class RecurrentBatch(NamedTuple):
-    """Training data, ENV-major: leading axis = env sequences ``[E, ...]`` (``[E, H, ...]``)."""
-
-    init_carry: jax.Array  # [E, G] carry before the rollout's first step (reset[:, 0] applies to it)
-    obs: jax.Array  # [E, H, *obs_shape]
-    reset: jax.Array  # [E, H]
-    action: jax.Array
-    log_prob: jax.Array  # old log-prob (fixed)
-    value: jax.Array  # old value (fixed)
-    advantage: jax.Array
-    ret: jax.Array
-
-
-def collect(key, network: RecurrentNetwork, params, env_step: Callable, env_state, obs, carry, done,
-            num_steps: int, unroll: int = 1):
-    """Step ``E`` envs ``num_steps`` times with the GRU policy (one ``lax.scan``).
-
-    ``carry [E, G]`` / ``done [E]`` are the runner's (carry after the last step, and whether
-    that step ended an episode). Returns ``((env_state, obs, carry, done), RecurrentTransition [H, E])``.
-    """
-
-    def one_step(c, step_key):
-        env_state, obs, carry, done = c
-        k_act, k_env = jax.random.split(step_key)
-        carry, dist_params, value = network.step(params, carry, obs, done)
-        action = network.dist.sample(k_act, dist_params)
-        log_prob = network.dist.log_prob(dist_params, action)
-        next_obs, env_state, reward, term, trunc, info = env_step(k_env, env_state, action)
-        final_obs = info.pop("final_observation")
-        tr = Transition(obs, action, log_prob, reward, term, trunc, final_obs, info)
-        new_done = jnp.logical_or(term, trunc)
-        return (env_state, next_obs, carry, new_done), RecurrentTransition(tr, done, value, carry)
-
-    return jax.lax.scan(one_step, (env_state, obs, carry, done), jax.random.split(key, num_steps), unroll=unroll)
-
-
-def next_values(network: RecurrentNetwork, params, traj: RecurrentTransition) -> jax.Array:
+def next_values(network: RecurrentNetwork, params, traj: Transition) -> jax.Array:
     """``V(s'_t)`` ``[H, E]``: one GRU step from ``carry_out_t`` (no reset) on the true next state."""
-    h, e = traj.value.shape
+    _, carry_out = traj.record
+    h, e = traj.reward.shape
     flat = lambda x: x.reshape((h * e,) + x.shape[2:])
-    _, _, v = network.step(params, flat(traj.carry_out), flat(traj.transition.next_obs), jnp.zeros((h * e,), bool))
+    _, _, v = network.step(params, flat(carry_out), flat(traj.next_obs), jnp.zeros((h * e,), bool))
     return v.reshape(h, e)
 
 
-def make_batch(network: RecurrentNetwork, params, traj: RecurrentTransition, init_carry, cfg: PPOConfig,
-               adv_norm: str = "minibatch"):
-    """GAE targets and the env-major :class:`RecurrentBatch`; also returns the ``[H, E]`` returns."""
-    tr = traj.transition
-    adv, ret = gae(tr.reward, traj.value, next_values(network, params, traj), tr.terminated, tr.truncated,
-                   cfg.gamma, cfg.gae_lambda)
-    if adv_norm == "batch":
-        adv = losses.normalize(adv)
-    env_major = lambda x: jnp.swapaxes(x, 0, 1)
-    batch = RecurrentBatch(init_carry, *jax.tree.map(env_major, (tr.obs, traj.reset, tr.action, tr.log_prob,
-                                                                traj.value, adv, ret)))
-    return batch, ret
-
-
-def sequence_outputs(network: RecurrentNetwork, params, mb: RecurrentBatch):
-    """Re-run a minibatch of whole sequences: ``(log_prob, entropy, value)``, each ``[B, H]``."""
+def sequence_outputs(network: RecurrentNetwork, params, mb: Batch):
+    """Replay a minibatch of whole sequences ``[B, H]``: ``(dist_params, values)``, each ``[B, H, ...]``."""
     time_major = lambda x: jnp.swapaxes(x, 0, 1)
-    _, dist_params, values = network.apply(params, mb.init_carry, time_major(mb.obs), time_major(mb.reset))
-    logp = network.dist.log_prob(dist_params, time_major(mb.action))
-    entropy = network.dist.entropy(dist_params)
-    return time_major(logp), time_major(entropy), time_major(values)
+    _, dist_params, values = network.apply(params, mb.context.init_carry, time_major(mb.obs),
+                                           time_major(mb.context.reset))
+    return jax.tree.map(time_major, dist_params), time_major(values)
 
 
-def recurrent_loss_fn(network: RecurrentNetwork, params, mb: RecurrentBatch, config: PPOConfig):
-    """The PPO loss (``losses.ppo_loss``) on a minibatch of env sequences ``[B, H]``."""
-    logp, entropy, values = sequence_outputs(network, params, mb)
-    adv = losses.normalize(mb.advantage) if config.adv_norm == "minibatch" else mb.advantage
-    return losses.ppo_loss(
-        logp, entropy, values, mb.log_prob, mb.value, adv, mb.ret,
-        clip_eps=config.clip_eps, vf_coef=config.vf_coef, ent_coef=config.ent_coef,
-        vf_clip_eps=config.vf_clip_eps if config.clip_value else None,
-    )
+def recurrent_agent(network: RecurrentNetwork) -> Agent:
+    """A :class:`RecurrentNetwork` as an :class:`~purejaxppo.agent.Agent`.
+
+    ``act`` runs one GRU step (reset applied first) and records ``(V(s_t), carry_out_t)``;
+    ``values`` reads ``V(s_t)`` from that record and computes ``V(s'_t)`` with
+    :func:`next_values`; ``units`` makes env-major sequences; ``evaluate`` replays them."""
+
+    def act(params, carry, obs, reset):
+        carry, dist_params, value = network.step(params, carry, obs, reset)
+        return carry, dist_params, (value, carry)
+
+    def values(params, traj: Transition):
+        return traj.record[0], next_values(network, params, traj)
+
+    def units(batch: Batch, carry0, reset) -> Batch:
+        env_major = lambda x: jnp.swapaxes(x, 0, 1)
+        return jax.tree.map(env_major, batch)._replace(context=SequenceContext(carry0, env_major(reset)))
+
+    return Agent(network.init, network.initial_carry, act, values, units,
+                 lambda params, mb: sequence_outputs(network, params, mb), network.dist)
 
 
-# --- PPO ------------------------------------------------------------------------------------
-def make_recurrent_ppo(config: PPOConfig, venv=None, network: Optional[RecurrentNetwork] = None,
-                       loss_fn=recurrent_loss_fn) -> PPO:
-    """Recurrent PPO for ``config`` (``network="gru"``); same :class:`~purejaxppo.train.PPO`
-    interface as :func:`~purejaxppo.train.make_ppo`. ``loss_fn(network, params, mb, cfg)``
-    receives a :class:`RecurrentBatch` minibatch ``[E/M, H, ...]``."""
-    validate(config)
-    if config.num_envs % config.num_minibatches:
-        raise ConfigError(f"num_minibatches={config.num_minibatches} must divide num_envs={config.num_envs} "
-                          "for the recurrent network; choose a divisor of num_envs")
-    venv = venv if venv is not None else make_env(config)
-    if network is None:
-        network = make_recurrent_network(venv.spec, config.gru_size, config.hidden_sizes, config.activation)
-    static = config  # structural fields from here; numbers from the traced cfg
-    E = venv.num_envs
-
-    def optimizer_for(cfg, lr=0.0):
-        return make_optimizer(cfg.max_grad_norm, cfg.adam_eps, lr)
-
-    def init(rng: jax.Array, cfg: PPOConfig = config) -> RecurrentRunnerState:
-        rng, k_net, k_env = jax.random.split(rng, 3)
-        params = network.init(k_net)
-        obs, env_state = venv.reset(k_env)
-        return RecurrentRunnerState(TrainState(params, optimizer_for(cfg).init(params)), env_state, obs, rng,
-                                    jnp.asarray(0, jnp.int32), network.initial_carry(E), jnp.ones((E,), bool))
-
-    def step(runner: RecurrentRunnerState, cfg: PPOConfig = config):
-        rng, k_roll, k_upd = jax.random.split(runner.rng, 3)
-        k_roll = rollout_key(k_roll, static.rollout_rng)
-        params = runner.train.params
-        (env_state, obs, carry, done), traj = collect(k_roll, network, params, venv.step, runner.env_state,
-                                                      runner.obs, runner.carry, runner.done, static.num_steps,
-                                                      static.rollout_unroll)
-        batch, ret = make_batch(network, params, traj, runner.carry, cfg, static.adv_norm)
-        lr = learning_rates(cfg, params, runner.update)
-        train_state, metrics = update_epochs(
-            k_upd, runner.train, batch,
-            loss_fn=lambda p, mb: loss_fn(network, p, mb, cfg),
-            optimizer=optimizer_for(cfg, lr),
-            num_epochs=static.update_epochs, num_minibatches=static.num_minibatches,
-            target_kl=cfg.target_kl,
-        )
-        metrics.update(episode_metrics(traj.transition.info))
-        metrics["explained_variance"] = losses.explained_variance(traj.value, ret)
-        metrics["lr"] = learning_rate(cfg, runner.update)
-        if cfg.critic_lr is not None:
-            metrics["critic_lr"] = metrics["lr"] * (cfg.critic_lr / cfg.lr)
-        metrics["env_steps"] = (runner.update + 1) * static.batch_size
-        return RecurrentRunnerState(train_state, env_state, obs, rng, runner.update + 1, carry, done), metrics
-
-    def run(runner, cfg: PPOConfig = config, num_updates: Optional[int] = None):
-        """``num_updates`` (static) steps as one ``lax.scan``; metrics are ``[num_updates]``."""
-        n = static.num_updates if num_updates is None else num_updates
-        return jax.lax.scan(lambda r, _: step(r, cfg), runner, None, length=n)
-
-    def train(rng: jax.Array, cfg: PPOConfig = config):
-        return run(init(rng, cfg), cfg)
-
-    return PPO(config, venv, network, init, step, run, train)
+def gru_agent(spec, gru_size: int = 128, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh") -> Agent:
+    """The GRU agent for an :class:`~purejaxppo.envs.EnvSpec` (``PPOConfig(network="gru")``)."""
+    return recurrent_agent(make_recurrent_network(spec, gru_size, hidden_sizes, activation))

@@ -1,14 +1,22 @@
-"""PPO composed: ``make_ppo(config)`` -> pure ``init``, ``step`` and ``train``.
+"""PPO composed ONCE: ``make_ppo(config)`` -> pure ``init``, ``step``, ``run`` and ``train``.
 
 One training iteration (the compiled step, ``runner_state -> (runner_state, metrics)``):
 
-1. rollout: the actor alone steps ``E`` envs for ``H`` steps (``lax.scan``);
-2. targets: one batched critic pass over all observations and true next states, GAE;
-3. update: K epochs x M shuffled minibatches of the PPO loss, Adam + global-norm clip.
+1. rollout: the agent acts in ``E`` envs for ``H`` steps, carrying its memory
+   (``lax.scan``; :func:`~purejaxppo.rollout.collect`);
+2. targets: rewards scaled (optional), the agent's values of every state and true next
+   state, GAE;
+3. update: K epochs x M shuffled minibatches of the loss, Adam + global-norm clip.
 
-``train(rng, config)`` is ``init`` followed by a ``lax.scan`` of ``step`` over all
-updates. ``config`` is an argument (not a closure) so its numeric fields are traced:
-``jax.vmap(train)(keys, configs)`` trains a population in one compile.
+The step is generic over the :class:`~purejaxppo.agent.Agent` (feed-forward, GRU, ...)
+and over devices: with ``axis_name`` it is the per-device program of data-parallel PPO
+(``parallel.split_envs``): each device steps its slice of the envs, the batch is
+gathered so every device holds the global one, advantages are normalised over the
+global minibatch, gradients averaged (``pmean``) and running statistics merged.
+
+Config: structural fields are bound when the step is built; ``cfg`` (an argument, not a
+closure) supplies the numeric ones, traced, so ``jax.vmap(train)(keys, configs)`` trains
+a population in one compile. A ``cfg`` whose structural fields differ is refused.
 """
 
 from __future__ import annotations
@@ -20,22 +28,13 @@ import jax.numpy as jnp
 
 from . import envs as envs_lib
 from . import losses, normalize
-from .config import ConfigError, PPOConfig, validate
+from .agent import Agent, feed_forward
+from .config import ConfigError, PPOConfig, check_structure, validate
 from .gae import gae
 from .networks import Network, make_network
-from .rollout import Transition, collect, critic_values
+from .recurrent import gru_agent
+from .rollout import Batch, collect
 from .update import TrainState, make_optimizer, update_epochs
-
-
-class Batch(NamedTuple):
-    """Training data for one update, leading axis = units (``[N, ...]`` once flattened)."""
-
-    obs: jax.Array
-    action: jax.Array
-    log_prob: jax.Array  # old log-prob (fixed)
-    value: jax.Array  # old value (fixed; used by value clipping)
-    advantage: jax.Array
-    ret: jax.Array  # return target A + V_old
 
 
 class RunnerState(NamedTuple):
@@ -44,29 +43,34 @@ class RunnerState(NamedTuple):
     obs: jax.Array  # [E, *obs_shape] current observations
     rng: jax.Array
     update: jax.Array  # int32 number of updates done
+    carry: Any = ()  # [E, ...] agent memory after the last step (before any reset); () if none
+    done: Any = None  # [E] bool: the last step ended an episode -> reset before acting on ``obs``
+    reward_scale: Any = ()  # normalize.RewardScaleState with normalize_reward, else ()
 
 
 class PPO(NamedTuple):
     config: PPOConfig
     venv: envs_lib.VecEnv
-    network: Network
-    init: Callable[[jax.Array, PPOConfig], RunnerState]
-    step: Callable[[RunnerState, PPOConfig], tuple[RunnerState, dict]]
+    agent: Agent
+    init: Callable[..., RunnerState]
+    step: Callable[..., tuple[RunnerState, dict]]
     run: Callable[..., tuple[RunnerState, dict]]
     train: Callable[..., tuple[RunnerState, dict]]
 
 
-LossFn = Callable[[Network, Any, Batch, PPOConfig], tuple[jax.Array, dict]]
+LossFn = Callable[[Agent, Any, Batch, PPOConfig], tuple[jax.Array, dict]]
 
 
-def ppo_loss_fn(network: Network, params, mb: Batch, config: PPOConfig) -> tuple[jax.Array, dict]:
-    """Default minibatch loss: clipped actor + (clipped) critic - entropy bonus."""
-    dist_params, values = network.apply(params, mb.obs)
-    logp = network.dist.log_prob(dist_params, mb.action)
-    entropy = network.dist.entropy(dist_params)
-    adv = losses.normalize(mb.advantage) if config.adv_norm == "minibatch" else mb.advantage
+def ppo_loss_fn(agent: Agent, params, mb: Batch, config: PPOConfig) -> tuple[jax.Array, dict]:
+    """Default minibatch loss: clipped actor + (clipped) critic - entropy bonus.
+
+    ``mb`` is in the agent's unit layout; its advantages are already normalised as
+    ``config.adv_norm`` asks (the step does it, over the global minibatch)."""
+    dist_params, values = agent.evaluate(params, mb)
+    logp = agent.dist.log_prob(dist_params, mb.action)
+    entropy = agent.dist.entropy(dist_params)
     return losses.ppo_loss(
-        logp, entropy, values, mb.log_prob, mb.value, adv, mb.ret,
+        logp, entropy, values, mb.log_prob, mb.value, mb.advantage, mb.ret,
         clip_eps=config.clip_eps, vf_coef=config.vf_coef, ent_coef=config.ent_coef,
         vf_clip_eps=config.vf_clip_eps if config.clip_value else None,
     )
@@ -102,101 +106,53 @@ def rollout_key(key: jax.Array, impl: str) -> jax.Array:
     return jax.random.key(jax.random.bits(key, (), jnp.uint32), impl=impl)
 
 
-def make_env(config: PPOConfig) -> envs_lib.VecEnv:
-    """The config's environment, vectorised, with its wrappers (innermost first)."""
-    venv = envs_lib.make_vec_env(config.env_name, config.num_envs, config.max_episode_steps)
+def per_env_impl(key: jax.Array) -> jax.Array:
+    """``key`` as a threefry key (its first two words when it is another impl).
+
+    Env noise is drawn per env from per-env keys inside ``vmap``. Under ``vmap``,
+    ``unsafe_rbg``/``rbg`` draw a whole batch from the batch's FIRST key, so each env's
+    noise would depend on how the envs are batched (split over devices or not); threefry
+    keys are per-key exact, so a data-parallel rollout equals the single-device one."""
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and "threefry" not in str(jax.random.key_impl(key)):
+        return jax.random.wrap_key_data(jax.random.key_data(key)[..., :2], impl="threefry2x32")
+    return key
+
+
+def make_env(config: PPOConfig, axis_name: Optional[str] = None, num_devices: int = 1) -> envs_lib.VecEnv:
+    """The config's environment, vectorised, with its wrappers (innermost first).
+
+    With ``axis_name`` (inside ``shard_map`` over ``num_devices``), this device's
+    ``E/D`` envs: the per-env keys of a reset/step are the global split's slice
+    ``[d*E/D, (d+1)*E/D)``, so sharded rollouts equal the single-device one."""
+    e_glob, e_loc = config.num_envs, config.num_envs // num_devices
+
+    def env_keys(key):
+        keys = jax.random.split(per_env_impl(key), e_glob)
+        if axis_name is None:
+            return keys
+        return jax.lax.dynamic_slice_in_dim(keys, jax.lax.axis_index(axis_name) * e_loc, e_loc)
+
+    venv = envs_lib.make_vec_env(config.env_name, e_loc, config.max_episode_steps, env_keys=env_keys)
     if config.obs_keep is not None:
         venv = envs_lib.keep_observation(venv, config.obs_keep)
-    venv = envs_lib.episode_statistics(venv)  # inside the scalers: it records raw returns
-    if config.normalize_reward:
-        venv = normalize.scale_reward(venv, float(config.gamma))
+    venv = envs_lib.episode_statistics(venv)  # inside the normaliser: it records raw returns
     if config.normalize_obs:
-        venv = normalize.normalize_observation(venv, frozen=config.freeze_obs_norm)
+        venv = normalize.normalize_observation(venv, frozen=config.freeze_obs_norm, axis_name=axis_name)
     return venv
 
 
-def make_ppo(
-    config: PPOConfig,
-    venv: Optional[envs_lib.VecEnv] = None,
-    network: Optional[Network] = None,
-    loss_fn: LossFn = ppo_loss_fn,
-) -> PPO:
-    """Build PPO for ``config``; ``venv``, ``network`` and ``loss_fn`` can be swapped."""
-    validate(config)
+def make_agent(config: PPOConfig, spec: envs_lib.EnvSpec, network: Optional[Network] = None) -> Agent:
+    """The agent ``config.network`` names (``network=`` swaps in a feed-forward one)."""
+    if network is not None:
+        return feed_forward(network)
     if config.network == "gru":
-        from .recurrent import make_recurrent_ppo
-
-        if loss_fn is not ppo_loss_fn:
-            return make_recurrent_ppo(config, venv=venv, network=network, loss_fn=loss_fn)
-        return make_recurrent_ppo(config, venv=venv, network=network)
-    venv = venv if venv is not None else make_env(config)
-    if network is None:
-        if config.network == "cnn" and len(venv.spec.obs_shape) != 3:
-            raise ConfigError(
-                f"network='cnn' needs image observations [H, W, C]; {config.env_name} has shape "
-                f"{venv.spec.obs_shape}; use network='mlp'"
-            )
-        network = make_network(venv.spec, config.hidden_sizes, config.activation,
-                               torso="cnn" if config.network == "cnn" else "mlp",
-                               shared_torso=config.shared_torso)
-    static = config  # structural fields are read from here; numbers from the traced cfg
-
-    def optimizer_for(cfg, lr=0.0):  # the rate is stateless: init does not need it
-        return make_optimizer(cfg.max_grad_norm, cfg.adam_eps, lr)
-
-    def init(rng: jax.Array, cfg: PPOConfig = config) -> RunnerState:
-        rng, k_net, k_env = jax.random.split(rng, 3)
-        params = network.init(k_net)
-        opt_state = optimizer_for(cfg).init(params)
-        obs, env_state = venv.reset(k_env)
-        return RunnerState(TrainState(params, opt_state), env_state, obs, rng, jnp.asarray(0, jnp.int32))
-
-    def step(runner: RunnerState, cfg: PPOConfig = config) -> tuple[RunnerState, dict]:
-        rng, k_roll, k_upd = jax.random.split(runner.rng, 3)
-        k_roll = rollout_key(k_roll, static.rollout_rng)
-        params = runner.train.params
-
-        def policy(key, obs):
-            dist_params = network.actor(params, obs)
-            action = network.dist.sample(key, dist_params)
-            return action, network.dist.log_prob(dist_params, action)
-
-        (env_state, obs), traj = collect(k_roll, policy, venv.step, runner.env_state, runner.obs,
-                                         static.num_steps, static.rollout_unroll)
-        values, next_values = critic_values(lambda o: network.critic(params, o), traj)
-        adv, ret = gae(traj.reward, values, next_values, traj.terminated, traj.truncated,
-                       cfg.gamma, cfg.gae_lambda)
-        if static.adv_norm == "batch":
-            adv = losses.normalize(adv)
-        lr = learning_rates(cfg, params, runner.update)
-        flat = lambda x: x.reshape((-1,) + x.shape[2:])
-        batch = jax.tree.map(flat, Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret))
-
-        train_state, metrics = update_epochs(
-            k_upd, runner.train, batch,
-            loss_fn=lambda p, mb: loss_fn(network, p, mb, cfg),
-            optimizer=optimizer_for(cfg, lr),
-            num_epochs=static.update_epochs, num_minibatches=static.num_minibatches,
-            target_kl=cfg.target_kl,
-        )
-        metrics.update(episode_metrics(traj.info))
-        metrics["explained_variance"] = losses.explained_variance(values, ret)
-        metrics["lr"] = learning_rate(cfg, runner.update)
-        if cfg.critic_lr is not None:
-            metrics["critic_lr"] = learning_rate(cfg, runner.update) * (cfg.critic_lr / cfg.lr)
-        metrics["env_steps"] = (runner.update + 1) * static.batch_size
-        return RunnerState(train_state, env_state, obs, rng, runner.update + 1), metrics
-
-    def run(runner: RunnerState, cfg: PPOConfig = config, num_updates: Optional[int] = None):
-        """``num_updates`` (static) steps as one ``lax.scan``; metrics are ``[num_updates]``."""
-        n = static.num_updates if num_updates is None else num_updates
-        return jax.lax.scan(lambda r, _: step(r, cfg), runner, None, length=n)
-
-    def train(rng: jax.Array, cfg: PPOConfig = config):
-        """Whole training from ``rng``: ``(final RunnerState, metrics {name: [num_updates]})``."""
-        return run(init(rng, cfg), cfg)
-
-    return PPO(config, venv, network, init, step, run, train)
+        return gru_agent(spec, config.gru_size, config.hidden_sizes, config.activation)
+    if config.network == "cnn" and len(spec.obs_shape) != 3:
+        raise ConfigError(f"network='cnn' needs image observations [H, W, C]; {config.env_name} has shape "
+                          f"{spec.obs_shape}; use network='mlp'")
+    return feed_forward(make_network(spec, config.hidden_sizes, config.activation,
+                                     torso="cnn" if config.network == "cnn" else "mlp",
+                                     shared_torso=config.shared_torso))
 
 
 def episode_metrics(info: dict) -> dict:
@@ -210,6 +166,124 @@ def episode_metrics(info: dict) -> dict:
         "episode_length": nan_if_none(jnp.sum(info["episode_length"]) / safe),
         "episodes": count,
     }
+
+
+def make_ppo(
+    config: PPOConfig,
+    venv: Optional[envs_lib.VecEnv] = None,
+    network: Optional[Network] = None,
+    loss_fn: LossFn = ppo_loss_fn,
+    *,
+    agent: Optional[Agent] = None,
+    axis_name: Optional[str] = None,
+    num_devices: int = 1,
+) -> PPO:
+    """Build PPO for ``config``; ``venv``, ``network`` / ``agent`` and ``loss_fn`` can be swapped.
+
+    ``loss_fn(agent, params, mb, cfg) -> (loss, metrics)`` is a mean over the minibatch
+    ``mb`` (:class:`~purejaxppo.rollout.Batch` in the agent's unit layout). ``axis_name``
+    and ``num_devices`` build the per-device program of data-parallel PPO; use
+    :func:`purejaxppo.parallel.split_envs`, which wraps it in ``shard_map``."""
+    validate(config)
+    static = config  # structural fields are read from here; numbers from the traced cfg
+    venv = venv if venv is not None else make_env(config, axis_name, num_devices)
+    agent = agent if agent is not None else make_agent(config, venv.spec, network)
+    e_loc, e_glob = venv.num_envs, static.num_envs
+
+    def optimizer_for(cfg, lr=0.0):  # the rate is stateless: init does not need it
+        return make_optimizer(cfg.max_grad_norm, cfg.adam_eps, lr)
+
+    def device_offset():
+        return jax.lax.axis_index(axis_name) * e_loc
+
+    def sample(key, dist_params):
+        if axis_name is None:
+            return agent.dist.sample(key, dist_params)
+        # Sample over the GLOBAL batch with the shared key and keep our rows: rows are
+        # independent, so they are the ones one device would draw for these envs.
+        pad = lambda x: jax.lax.dynamic_update_slice_in_dim(jnp.zeros((e_glob,) + x.shape[1:], x.dtype), x,
+                                                            device_offset(), 0)
+        action = agent.dist.sample(key, jax.tree.map(pad, dist_params))
+        return jax.lax.dynamic_slice_in_dim(action, device_offset(), e_loc, 0)
+
+    def gather(tree, axis):  # every device gets the global arrays, in single-device env order
+        if axis_name is None:
+            return tree
+        return jax.tree.map(lambda x: jax.lax.all_gather(x, axis_name, axis=axis, tiled=True), tree)
+
+    def my_share(mb):  # this device's equal share of a (global) minibatch
+        if axis_name is None:
+            return mb
+        share = jax.tree.leaves(mb)[0].shape[0] // num_devices
+        start = jax.lax.axis_index(axis_name) * share
+        return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, share, 0), mb)
+
+    def init(rng: jax.Array, cfg: PPOConfig = config) -> RunnerState:
+        check_structure(static, cfg)
+        rng, k_net, k_env = jax.random.split(rng, 3)
+        params = agent.init(k_net)
+        obs, env_state = venv.reset(k_env)
+        scale = normalize.init_reward_scale(e_loc) if static.normalize_reward else ()
+        return RunnerState(TrainState(params, optimizer_for(cfg).init(params)), env_state, obs, rng,
+                           jnp.asarray(0, jnp.int32), agent.initial_carry(e_loc), jnp.ones((e_loc,), bool), scale)
+
+    def step(runner: RunnerState, cfg: PPOConfig = config) -> tuple[RunnerState, dict]:
+        check_structure(static, cfg)
+        rng, k_roll, k_upd = jax.random.split(runner.rng, 3)
+        params = runner.train.params
+
+        def policy(key, carry, obs, reset):
+            carry, dist_params, record = agent.act(params, carry, obs, reset)
+            action = sample(key, dist_params)
+            return carry, action, agent.dist.log_prob(dist_params, action), record
+
+        # 1. rollout
+        (env_state, obs, carry, done), traj = collect(
+            rollout_key(k_roll, static.rollout_rng), policy, venv.step, runner.env_state, runner.obs,
+            static.num_steps, runner.carry, runner.done, static.rollout_unroll)
+        # 2. targets
+        reward, reward_scale = traj.reward, runner.reward_scale
+        if static.normalize_reward:
+            reward_scale, reward = normalize.scale_rewards(
+                reward_scale, reward, jnp.logical_or(traj.terminated, traj.truncated), cfg.gamma,
+                axis_name=axis_name)
+        values, next_values = agent.values(params, traj)
+        adv, ret = gae(reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+        batch, resets, info = gather((Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret), traj.reset,
+                                      traj.info), axis=1)
+        if static.adv_norm == "batch":
+            batch = batch._replace(advantage=losses.normalize(batch.advantage))
+
+        # 3. update
+        def minibatch_loss(p, mb):
+            if static.adv_norm == "minibatch":  # over the whole (global) minibatch
+                mb = mb._replace(advantage=losses.normalize(mb.advantage))
+            return loss_fn(agent, p, my_share(mb), cfg)
+
+        train_state, metrics = update_epochs(
+            k_upd, runner.train, agent.units(batch, gather(runner.carry, axis=0), resets),
+            loss_fn=minibatch_loss, optimizer=optimizer_for(cfg, learning_rates(cfg, params, runner.update)),
+            num_epochs=static.update_epochs, num_minibatches=static.num_minibatches,
+            target_kl=cfg.target_kl, axis_name=axis_name,
+        )
+        metrics.update(episode_metrics(info))
+        metrics["explained_variance"] = losses.explained_variance(batch.value, batch.ret)
+        metrics["lr"] = learning_rate(cfg, runner.update)
+        if cfg.critic_lr is not None:
+            metrics["critic_lr"] = metrics["lr"] * (cfg.critic_lr / cfg.lr)
+        metrics["env_steps"] = (runner.update + 1) * static.batch_size
+        return RunnerState(train_state, env_state, obs, rng, runner.update + 1, carry, done, reward_scale), metrics
+
+    def run(runner: RunnerState, cfg: PPOConfig = config, num_updates: Optional[int] = None):
+        """``num_updates`` (static; default all) steps as one ``lax.scan``; metrics are ``[num_updates]``."""
+        n = static.num_updates if num_updates is None else num_updates
+        return jax.lax.scan(lambda r, _: step(r, cfg), runner, None, length=n)
+
+    def train(rng: jax.Array, cfg: PPOConfig = config):
+        """Whole training from ``rng``: ``(final RunnerState, metrics {name: [num_updates]})``."""
+        return run(init(rng, cfg), cfg)
+
+    return PPO(config, venv, agent, init, step, run, train)
 
 
 def make_train(config: PPOConfig, **kwargs) -> Callable[..., tuple[RunnerState, dict]]:

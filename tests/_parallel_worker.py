@@ -2,30 +2,36 @@
 
 ``XLA_FLAGS`` must be set before JAX initialises, so the main pytest process cannot
 get several CPU devices; this script is launched with the flag and prints ONE JSON line
-of measured differences, which the test asserts on.
+of measured differences, which the test asserts on. The references are single-device
+programs (``jax.jit(jax.vmap(train))``, ``jax.jit(make_ppo(cfg).train)``, the CLI with
+``--devices 1``), never the code under test.
 
 Usage: XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/_parallel_worker.py CHECK
-with CHECK in {population, data_parallel, errors, sweep_cli}.
+with CHECK in {runs, split_envs, errors, cli}.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
+import tempfile
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.parallel import (make_data_parallel_ppo, population_keys_configs, population_parallel_train,
-                                 seed_parallel_train)
+from purejaxppo.parallel import shard_runs, split_envs, stack_configs
 
 
 def max_rel_diff(a, b) -> float:
     """Largest |a-b| / (1 + |b|) over all leaves (NaNs must coincide)."""
     worst = 0.0
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    if len(la) != len(lb):
+        return float("inf")
+    for x, y in zip(la, lb):
         x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
         if x.shape != y.shape:
             return float("inf")
@@ -36,63 +42,73 @@ def max_rel_diff(a, b) -> float:
     return worst
 
 
-SMALL = dict(env_name="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=4, update_epochs=2)
+SMALL = dict(env_name="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,
+             total_timesteps=8 * 16 * 3)
+# every option the data-parallel step must honour (issue 10): each changes the numbers
+OPTIONS = {"default": {}, "critic_lr": dict(critic_lr=1e-2), "unsafe_rbg": dict(rollout_rng="unsafe_rbg"),
+           "normalize_obs": dict(normalize_obs=True), "normalize_reward": dict(normalize_reward=True),
+           "target_kl": dict(target_kl=1e-5, lr=3e-3), "adv_norm_batch": dict(adv_norm="batch"),
+           "gru": dict(network="gru", gru_size=16, hidden_sizes=(16,)),
+           "gru_pendulum_norm": dict(network="gru", gru_size=16, hidden_sizes=(16,), env_name="Pendulum-v1",
+                                     normalize_obs=True, normalize_reward=True)}
 
 
-def check_population():
-    base = PPOConfig(total_timesteps=8 * 16 * 3, **SMALL)
+def check_runs():
+    base = PPOConfig(**SMALL)
     members = [base.replace(lr=lr, clip_eps=c) for lr, c in ((1e-3, 0.2), (3e-4, 0.1))]
-    keys, configs = population_keys_configs(members, num_seeds=4, seed=1)  # 8 runs
+    configs = stack_configs([m for m in members for _ in range(4)])  # 8 runs: member-major
+    keys = jax.random.split(jax.random.PRNGKey(1), 8)
     train = make_ppo(base).train
     ref = jax.jit(jax.vmap(train))(keys, configs)
-    # 2 devices: on this 2-core CI host shard_map(vmap(train)) over 4 forced host devices
-    # hangs in XLA:CPU (seen with the original seed_parallel_train too); 2 is enough to
-    # show that sharding does not change the numbers
-    pop = population_parallel_train(train, 2)(keys, configs)
-    seeds = seed_parallel_train(train, 2)(keys, configs)
-    out_devices = len(jax.tree.leaves(pop)[0].sharding.device_set)
-    # sensitivity: two members with different lr really differ (the comparison can fail)
-    members_differ = max_rel_diff(ref[0].train.params, jax.tree.map(lambda x: x[::-1], ref[0].train.params))
-    return {"pop_vs_ref": max_rel_diff(pop, ref), "shardmap_vs_ref": max_rel_diff(seeds, ref),
-            "out_devices": out_devices, "members_differ": members_differ,
+    # 2 devices: on a 2-core host shard_map over 4 forced devices has hung in XLA:CPU
+    got = shard_runs(train, 2)(keys, configs)
+    return {"runs_vs_ref": max_rel_diff(got, ref), "out_devices": len(jax.tree.leaves(got)[0].sharding.device_set),
+            "members_differ": max_rel_diff(ref[0].train.params, jax.tree.map(lambda x: x[::-1], ref[0].train.params)),
             "finite": bool(np.all(np.isfinite(np.asarray(ref[1]["actor_loss"]))))}
 
 
-def check_data_parallel():
+def check_split_envs():
     out = {}
     key = jax.random.PRNGKey(3)
-    for adv_norm, devices in (("minibatch", (2, 4)), ("batch", (2,))):
-        cfg = PPOConfig(total_timesteps=8 * 16 * 3, adv_norm=adv_norm, **SMALL)
+    for name, kw in OPTIONS.items():
+        cfg = PPOConfig(**{**SMALL, **kw})
         ref = jax.jit(make_ppo(cfg).train)(key)
-        for d in devices:
-            dp_train = jax.jit(make_data_parallel_ppo(cfg, d).train)
-            got = dp_train(key)
-            out[f"{adv_norm}_d{d}_params"] = max_rel_diff(got[0].train.params, ref[0].train.params)
-            out[f"{adv_norm}_d{d}_metrics"] = max_rel_diff(got[1], ref[1])
-            out[f"{adv_norm}_d{d}_obs"] = max_rel_diff(got[0].obs, ref[0].obs)
-        if adv_norm == "minibatch":
-            # sensitivity: a different key gives different params (so the equality can fail)
-            other = dp_train(jax.random.PRNGKey(4))
-            out["other_key_params"] = max_rel_diff(other[0].train.params, ref[0].train.params)
-            # init then run in chunks (the driver's way) equals train
-            dp = make_data_parallel_ppo(cfg, 2)
-            runner = jax.jit(dp.init)(key)
-            chunk = jax.jit(lambda r: dp.run(r, cfg, 1))
-            for _ in range(3):
-                runner, _ = chunk(runner)
-            out["chunked_params"] = max_rel_diff(runner.train.params, ref[0].train.params)
-            out["env_state_sharded_over"] = len(jax.tree.leaves(runner.env_state)[0].sharding.device_set)
+        got = jax.jit(split_envs(cfg, 2).train)(key)
+        out[f"{name}_metrics"] = max_rel_diff(got[1], ref[1])
+        out[f"{name}_params"] = max_rel_diff(got[0].train.params, ref[0].train.params)
+        out[f"{name}_obs"] = max_rel_diff(got[0].obs, ref[0].obs)
+        if name == "target_kl":
+            out["target_kl_min_taken"] = float(np.min(ref[1]["minibatches_taken"]))
+    cfg = PPOConfig(**SMALL)
+    ref = jax.jit(make_ppo(cfg).train)(key)
+    dp = split_envs(cfg, 2)
+    # sensitivity: a different key changes the result (so the equalities can fail)
+    out["other_key_params"] = max_rel_diff(jax.jit(dp.train)(jax.random.PRNGKey(4))[0].train.params,
+                                           ref[0].train.params)
+    # init, then run in chunks (the driver's way), equals train; the env state stays sharded
+    runner = jax.jit(dp.init)(key)
+    chunk = jax.jit(lambda r: dp.run(r, cfg, 1))
+    for _ in range(3):
+        runner, _ = chunk(runner)
+    out["chunked_params"] = max_rel_diff(runner.train.params, ref[0].train.params)
+    out["env_state_sharded_over"] = len(jax.tree.leaves(runner.env_state)[0].sharding.device_set)
+    # seeds vmapped on top of the env split equal separate single-device runs
+    keys = jax.random.split(jax.random.PRNGKey(5), 2)
+    seeds_ref = jax.jit(jax.vmap(make_ppo(cfg).train))(keys)
+    out["vmapped_seeds_params"] = max_rel_diff(jax.jit(jax.vmap(dp.train))(keys)[0].train.params,
+                                               seeds_ref[0].train.params)
     return out
 
 
 def check_errors():
     msgs = {}
-    cfg = PPOConfig(total_timesteps=8 * 16 * 3, **SMALL)
+    cfg = PPOConfig(**SMALL)
     for name, fn in {
-        "uneven_envs": lambda: make_data_parallel_ppo(cfg.replace(num_envs=6), 4),
-        "too_many_devices": lambda: make_data_parallel_ppo(cfg, 8),
-        "uneven_runs": lambda: population_parallel_train(make_ppo(cfg).train, 4)(
-            *population_keys_configs([cfg], num_seeds=3)),
+        "uneven_envs": lambda: split_envs(cfg.replace(num_envs=6, num_minibatches=1), 4),
+        "uneven_minibatch": lambda: split_envs(cfg.replace(network="gru", num_minibatches=8), 2),
+        "too_many_devices": lambda: split_envs(cfg, 8),
+        "uneven_runs": lambda: shard_runs(make_ppo(cfg).train, 4)(
+            jax.random.split(jax.random.PRNGKey(0), 3), stack_configs([cfg] * 3)),
     }.items():
         try:
             fn()
@@ -102,49 +118,51 @@ def check_errors():
     return msgs
 
 
-def check_sweep_cli():
-    """``train --sweep`` through the CLI on 2 devices vs 1 device: metrics.csv and results.md."""
-    import contextlib
-    import io
-    import tempfile
-
-    import purejaxppo.parallel as parallel
+def _cli_metrics(argv):
+    """Run the CLI; return (exit code, output, metrics.csv as a float array, header)."""
     from purejaxppo.cli import main
 
-    used = []
-    original = parallel.population_parallel_train
-
-    def recording(train, num_devices=None, **kw):
-        used.append(num_devices)
-        return original(train, num_devices, **kw)
-
-    parallel.population_parallel_train = recording  # cmd_sweep imports it from the module at call time
-    tiny = ["train", "--env", "CartPole-v1", "--sweep", "lr=1e-3,3e-3", "--seeds", "2", "--num-envs", "4",
-            "--num-steps", "16", "--total-timesteps", str(4 * 16 * 3), "--update-epochs", "2",
-            "--num-minibatches", "2"]
-    out, files = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        for d in ("1", "2"):
-            run = f"{tmp}/d{d}"
-            with contextlib.redirect_stdout(io.StringIO()) as log:
-                out[f"rc_d{d}"] = main(tiny + ["--devices", d, "--run-dir", run])
-            out[f"log_d{d}"] = log.getvalue()
-            files[d] = {name: open(f"{run}/{name}").read() for name in ("metrics.csv", "results.md")}
-    parse = lambda text: np.array([[float(x) for x in line.split(",")] for line in text.splitlines()[1:]])
-    one, two = parse(files["1"]["metrics.csv"]), parse(files["2"]["metrics.csv"])
-    header = files["1"]["metrics.csv"].splitlines()[0]
-    loss = header.split(",").index("actor_loss")
-    out.update(parallel_calls=used, same_header=header == files["2"]["metrics.csv"].splitlines()[0],
-               rows=int(one.shape[0]), metrics_diff=max_rel_diff(two, one),
-               same_table=files["1"]["results.md"] == files["2"]["results.md"],
-               # sensitivity: the two members (different lr) really train differently
-               members_differ=max_rel_diff(one[one[:, 0] == 1, loss], one[one[:, 0] == 0, loss]))
+        with contextlib.redirect_stdout(io.StringIO()) as log, contextlib.redirect_stderr(io.StringIO()) as err:
+            rc = main(argv + ["--run-dir", f"{tmp}/run", "--quiet"])
+        try:
+            text = open(f"{tmp}/run/metrics.csv").read()
+        except OSError:
+            return rc, log.getvalue() + err.getvalue(), None, None
+    rows = np.array([[float(x) for x in line.split(",")] for line in text.splitlines()[1:]])
+    return rc, log.getvalue() + err.getvalue(), rows, text.splitlines()[0]
+
+
+def check_cli():
+    """``train --devices 2 --split envs`` (and a 2-device sweep) equal ``--devices 1`` in metrics.csv."""
+    tiny = ["train", "--env", "CartPole-v1", "--num-envs", "8", "--num-steps", "16", "--total-timesteps",
+            str(8 * 16 * 3), "--update-epochs", "2", "--num-minibatches", "2"]
+    variants = {"default": [], "critic_lr": ["--critic-lr", "1e-2"], "unsafe_rbg": ["--rollout-rng", "unsafe_rbg"],
+                "normalize_obs": ["--normalize-obs", "true"], "gru": ["--network", "gru", "--gru-size", "16"]}
+    out = {}
+    for name, extra in variants.items():
+        rc1, log1, one, h1 = _cli_metrics(tiny + extra + ["--devices", "1"])
+        rc2, log2, two, h2 = _cli_metrics(tiny + extra + ["--devices", "2", "--split", "envs"])
+        out[f"{name}_rc"] = [rc1, rc2]
+        out[f"{name}_diff"] = max_rel_diff(two, one) if one is not None and two is not None else None
+        if rc1 or rc2:
+            out[f"{name}_log"] = (log1 + log2)[-2000:]
+    _, _, base, _ = _cli_metrics(tiny + ["--devices", "1"])
+    _, _, other, _ = _cli_metrics(tiny + ["--critic-lr", "1e-2", "--devices", "1"])
+    out["critic_lr_changes_metrics"] = max_rel_diff(other, base)  # sensitivity
+    sweep = tiny + ["--sweep", "lr=1e-3,3e-3", "--seeds", "2"]
+    rc1, log1, one, h1 = _cli_metrics(sweep + ["--devices", "1"])
+    rc2, log2, two, h2 = _cli_metrics(sweep + ["--devices", "2"])
+    out.update(sweep_rc=[rc1, rc2], sweep_same_header=h1 == h2,
+               sweep_rows=None if one is None else int(one.shape[0]),
+               sweep_diff=max_rel_diff(two, one) if one is not None and two is not None else None)
+    if rc1 or rc2:
+        out["sweep_log"] = (log1 + log2)[-2000:]
     return out
 
 
 if __name__ == "__main__":
     check = sys.argv[1]
     assert len(jax.devices()) >= 4, f"expected 4 forced host devices, got {jax.devices()}"
-    result = {"population": check_population, "data_parallel": check_data_parallel, "errors": check_errors,
-              "sweep_cli": check_sweep_cli}[check]()
+    result = {"runs": check_runs, "split_envs": check_split_envs, "errors": check_errors, "cli": check_cli}[check]()
     print("RESULT " + json.dumps(result))

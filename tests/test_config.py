@@ -81,3 +81,17 @@ def test_every_config_flag_parses_to_a_valid_typed_value():
     assert cfg.obs_keep == (0, 2) and cfg.critic_lr == 1e-3 and cfg.target_kl == 0.02
     assert cfg.max_episode_steps == 200 and cfg.hidden_sizes == (32, 32) and cfg.normalize_obs is True
     assert cfg.rollout_rng == "unsafe_rbg" and cfg.gru_size == 16 and cfg.clip_value is False and cfg.gamma == 0.98
+
+
+def test_check_structure_names_the_structural_field():
+    from purejaxppo.config import check_structure
+
+    built = PPOConfig(num_envs=8)
+    check_structure(built, built.replace(lr=1e-3, gamma=0.9, target_kl=0.01))  # numeric fields may differ
+    with pytest.raises(ConfigError, match="num_envs") as e:
+        check_structure(built, built.replace(num_envs=4, lr=1e-3))
+    assert "num_envs (built 8, passed 4)" in str(e.value) and "lr (built" not in str(e.value)
+    with pytest.raises(ConfigError, match="network.*gru_size|gru_size.*network"):
+        check_structure(built, built.replace(network="gru", gru_size=16))
+    with pytest.raises(ConfigError, match="PPOConfig"):
+        check_structure(built, {"num_envs": 8})

@@ -11,22 +11,24 @@ import pytest
 from purejaxppo import PPOConfig
 from purejaxppo.distributions import CATEGORICAL
 from purejaxppo.evaluate import episode_states, find_obs_stats, make_evaluator, save_gif, summarize
+from purejaxppo.agent import feed_forward
 from purejaxppo.networks import Network
 
 
 def _constant_policy(logits):
-    """A network whose actor ignores the observation and returns fixed logits."""
+    """An agent whose actor ignores the observation and returns fixed logits."""
     logits = jnp.asarray(logits, jnp.float32)
     actor = lambda params, obs: jnp.broadcast_to(logits + 0 * params["b"], obs.shape[:-1] + logits.shape)
     critic = lambda params, obs: jnp.zeros(obs.shape[:-1])
-    return Network(lambda k: {"b": jnp.zeros(())}, actor, critic, lambda p, o: (actor(p, o), critic(p, o)), CATEGORICAL)
+    return feed_forward(Network(lambda k: {"b": jnp.zeros(())}, actor, critic,
+                                lambda p, o: (actor(p, o), critic(p, o)), CATEGORICAL))
 
 
 def test_mountain_car_returns_are_minus_the_time_limit():
     # -1 per step and always pushing right cannot reach the goal in 50 steps: return is exactly -50
     cfg = PPOConfig(env_name="MountainCar-v0", max_episode_steps=50)
-    net = _constant_policy([-5.0, -5.0, 5.0])
-    ret, length = make_evaluator(cfg, net, num_episodes=7)(jax.random.PRNGKey(0), {"b": jnp.zeros((2,))})
+    agent = _constant_policy([-5.0, -5.0, 5.0])
+    ret, length = make_evaluator(cfg, agent, num_episodes=7)(jax.random.PRNGKey(0), {"b": jnp.zeros((2,))})
     np.testing.assert_array_equal(ret, -50.0)
     np.testing.assert_array_equal(length, 50)
     assert ret.shape == (2, 7)
@@ -45,11 +47,14 @@ def test_mode_policy_is_deterministic_and_sampling_is_not():
     assert np.mean(sto) > np.mean(det_flat) + 5  # a random policy balances longer (~22 steps)
 
 
-def _gru_network(cfg):
+def _gru(cfg):
+    """``(agent, network)``: the agent training builds for ``cfg``, and its GRU network built
+    on its own for the reference loop (same module, so the same params fit both)."""
     from purejaxppo.recurrent import make_recurrent_network
-    from purejaxppo.train import make_env
+    from purejaxppo.train import make_agent, make_env
 
-    return make_recurrent_network(make_env(cfg).spec, cfg.gru_size, cfg.hidden_sizes, cfg.activation)
+    spec = make_env(cfg).spec
+    return make_agent(cfg, spec), make_recurrent_network(spec, cfg.gru_size, cfg.hidden_sizes, cfg.activation)
 
 
 def _gru_loop(cfg, net, params, key, num_episodes, deterministic, memory=True):
@@ -90,10 +95,10 @@ def _gru_loop(cfg, net, params, key, num_episodes, deterministic, memory=True):
 def test_gru_evaluator_equals_a_step_by_step_loop(env_name, deterministic, limit):
     # short time limits; CartPole copies also terminate early, at different steps
     cfg = PPOConfig(env_name=env_name, network="gru", gru_size=8, hidden_sizes=(16,), max_episode_steps=limit)
-    net = _gru_network(cfg)
-    params = jax.vmap(net.init)(jax.random.split(jax.random.PRNGKey(0), 2))
+    agent, net = _gru(cfg)
+    params = jax.vmap(agent.init)(jax.random.split(jax.random.PRNGKey(0), 2))
     key = jax.random.PRNGKey(5)
-    ret, length = make_evaluator(cfg, net, 6, deterministic)(key, params)
+    ret, length = make_evaluator(cfg, agent, 6, deterministic)(key, params)
     want_ret, want_len = _gru_loop(cfg, net, params, key, 6, deterministic)
     assert ret.shape == (2, 6) and np.all(np.isfinite(want_ret))
     np.testing.assert_allclose(ret, want_ret, rtol=1e-5)
@@ -141,20 +146,20 @@ def test_find_obs_stats_and_summary():
 
 def test_gif_has_one_frame_per_step(tmp_path):
     cfg = PPOConfig(env_name="CartPole-v1")
-    net = _constant_policy([3.0, -3.0])
+    agent = _constant_policy([3.0, -3.0])
     key = jax.random.PRNGKey(0)
-    _, _, seq, cum = episode_states(cfg, net, {"b": jnp.zeros(())}, key)
+    _, _, seq, cum = episode_states(cfg, agent, {"b": jnp.zeros(())}, key)
     assert len(seq) == len(cum) and cum == list(range(1, len(seq) + 1))  # CartPole: +1 per step
     out = str(tmp_path / "ep.gif")
-    assert save_gif(out, cfg, net, {"b": jnp.zeros(())}, key) == len(seq)
+    assert save_gif(out, cfg, agent, {"b": jnp.zeros(())}, key) == len(seq)
     with open(out, "rb") as f:
         assert f.read(4) == b"GIF8"
 
 
 def test_gru_episode_states_play_one_episode():
     cfg = PPOConfig(env_name="CartPole-v1", network="gru", gru_size=8, hidden_sizes=(16,))
-    net = _gru_network(cfg)
-    _, _, seq, cum = episode_states(cfg, net, net.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1))
+    agent, _ = _gru(cfg)
+    _, _, seq, cum = episode_states(cfg, agent, agent.init(jax.random.PRNGKey(0)), jax.random.PRNGKey(1))
     assert 1 <= len(seq) == len(cum) and cum == list(range(1, len(seq) + 1))
 
 

@@ -7,8 +7,9 @@ import pytest
 
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.envs import episode_statistics, make_vec_env
-from purejaxppo.normalize import apply_stats, init_stats, normalize_observation, scale_reward, update_stats
-from purejaxppo.rollout import collect
+from purejaxppo.normalize import (apply_stats, init_reward_scale, init_stats, normalize_observation, scale_rewards,
+                                  update_stats)
+from purejaxppo.rollout import collect, stateless
 
 
 @pytest.mark.parametrize("sizes", [[1] * 50, [3, 1, 7, 2, 64, 5], [1000]])
@@ -61,20 +62,83 @@ def test_frozen_statistics_do_not_move():
     np.testing.assert_array_equal(st2.obs_stats.mean, 0.0)
 
 
-def test_reward_scale_uses_std_of_discounted_return_reset_at_episode_end():
-    gamma = 0.9
-    venv = episode_statistics(make_vec_env("CartPole-v1", 3, max_episode_steps=7))
-    scaled = scale_reward(venv, gamma)
-    key = jax.random.PRNGKey(0)
-    _, st = scaled.reset(key)
-    ret, history = np.zeros(3), []
-    for i in range(20):
-        _, st, r, term, trunc, _ = scaled.step(jax.random.PRNGKey(i), st, jnp.array([0, 1, 0]))
-        ret = ret * gamma + 1.0  # CartPole pays 1 per step
+def _numpy_reward_scale(reward, done, gamma, clip=10.0, ret=None, history=None):
+    """Reference: discounted return per env, reset at episode end; rewards divided by the std
+    of ALL returns seen so far (stream over steps and envs); clipped."""
+    ret = np.zeros(reward.shape[1]) if ret is None else ret
+    history = [] if history is None else history
+    out = []
+    for r, d in zip(reward.astype(np.float64), done):
+        ret = ret * gamma + r
         history.append(ret.copy())
         std = np.concatenate(history).std()
-        np.testing.assert_allclose(r, np.clip(1.0 / np.sqrt(std ** 2 + 1e-8), -10, 10), rtol=1e-4)
-        ret = np.where(np.asarray(term | trunc), 0.0, ret)
+        out.append(np.clip(r / np.sqrt(std ** 2 + 1e-8), -clip, clip))
+        ret = np.where(d, 0.0, ret)
+    return np.stack(out), ret, history
+
+
+def _rewards_and_dones(h=20, e=3, seed=0):
+    rng = np.random.default_rng(seed)
+    reward = (rng.normal(1.0, 2.0, (h, e)) * np.array([1.0, 5.0, 0.2])).astype(np.float32)
+    done = rng.random((h, e)) < 0.2
+    assert done.any() and not done.all(axis=0).any()
+    return reward, done
+
+
+def test_reward_scale_uses_std_of_discounted_return_reset_at_episode_end():
+    reward, done = _rewards_and_dones()
+    gammas = np.array([0.9, 0.5], np.float32)
+    # the discount is traced: one vmapped call scales each member with its own gamma
+    scale = jax.jit(jax.vmap(lambda g: scale_rewards(init_reward_scale(3), jnp.asarray(reward), jnp.asarray(done), g)))
+    states, scaled = scale(jnp.asarray(gammas))
+    for i, g in enumerate(gammas):
+        want, ret, history = _numpy_reward_scale(reward, done, float(g))
+        np.testing.assert_allclose(scaled[i], want, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(states.discounted_return[i], ret, rtol=1e-5, atol=1e-6)
+        assert float(states.return_stats.count[i]) == reward.size
+        np.testing.assert_allclose(states.return_stats.var[i], np.concatenate(history).var(), rtol=1e-4)
+    assert not np.allclose(scaled[0], scaled[1])  # gamma matters
+    # without resetting the return at episode ends the numbers differ (the test has teeth)
+    no_reset, _, _ = _numpy_reward_scale(reward, np.zeros_like(done), 0.9)
+    assert not np.allclose(scaled[0], no_reset, rtol=1e-3)
+
+
+def test_reward_scale_state_carries_over_rollouts_clip_and_frozen():
+    reward, done = _rewards_and_dones(h=24)
+    gamma = 0.95
+    # two rollouts of 12 steps, the state carried over, equal one of 24 (and the reference)
+    s, a = scale_rewards(init_reward_scale(3), jnp.asarray(reward[:12]), jnp.asarray(done[:12]), gamma, clip=1.5)
+    s, b = scale_rewards(s, jnp.asarray(reward[12:]), jnp.asarray(done[12:]), gamma, clip=1.5)
+    want, ret, _ = _numpy_reward_scale(reward, done, gamma, clip=1.5)
+    np.testing.assert_allclose(np.concatenate([a, b]), want, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(s.discounted_return, ret, rtol=1e-5, atol=1e-6)
+    assert np.any(np.abs(want) == 1.5)  # the clip was exercised
+    # frozen: the statistics stay; rewards are divided by their fixed std
+    f, c = scale_rewards(s, jnp.asarray(reward[:5]), jnp.asarray(done[:5]), gamma, frozen=True)
+    assert float(f.return_stats.count) == float(s.return_stats.count)
+    np.testing.assert_allclose(c, np.clip(reward[:5] / np.sqrt(float(s.return_stats.var) + 1e-8), -10, 10),
+                               rtol=1e-5)
+
+
+def test_update_stats_with_axis_name_merges_the_global_batch():
+    rng = np.random.default_rng(1)
+    prior = rng.normal(-1.0, 3.0, (5, 3)).astype(np.float32)
+    batch = (rng.normal(2.0, 1.0, (8, 3)) * np.array([1.0, 4.0, 0.5])).astype(np.float32)
+    batch[4:] += 3.0  # the two shares have different moments: a per-share merge would be wrong
+    stats = update_stats(init_stats((3,)), jnp.asarray(prior))
+    shares = jnp.asarray(batch.reshape(2, 4, 3))
+    merged = jax.vmap(lambda b: update_stats(stats, b, axis_name="d"), axis_name="d")(shares)
+    whole = update_stats(stats, jnp.asarray(batch))
+    stream = np.concatenate([prior, batch]).astype(np.float64)
+    for field in ("count", "mean", "var"):
+        got = np.asarray(getattr(merged, field))
+        np.testing.assert_allclose(got[0], got[1])  # identical on every member of the axis
+        np.testing.assert_allclose(got[0], getattr(whole, field), rtol=1e-5, atol=1e-6, err_msg=field)
+    assert float(merged.count[0]) == len(stream)
+    np.testing.assert_allclose(merged.mean[0], stream.mean(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(merged.var[0], stream.var(0), rtol=1e-4)
+    local = update_stats(stats, shares[0])  # what merging only this share would give
+    assert not np.allclose(local.mean, merged.mean[0], atol=1e-2)
 
 
 @pytest.mark.parametrize("kw", [dict(normalize_obs=True), dict(normalize_obs=True, normalize_reward=True)])
@@ -94,6 +158,6 @@ def test_acted_on_observation_is_the_stored_one():
     obs, st = venv.reset(jax.random.PRNGKey(0))
     # a policy whose "log-prob" is a fingerprint of the observation it was given
     policy = lambda k, o: (jnp.zeros(o.shape[:1], jnp.int32), jnp.sum(o * jnp.array([1.0, 3.0, 5.0, 7.0]), -1))
-    _, tr = collect(jax.random.PRNGKey(1), policy, venv.step, st, obs, 50)
+    _, tr = collect(jax.random.PRNGKey(1), stateless(policy), venv.step, st, obs, 50)
     np.testing.assert_allclose(tr.log_prob, np.sum(np.asarray(tr.obs) * [1, 3, 5, 7], -1), rtol=1e-6, atol=1e-6)
     assert np.abs(np.asarray(tr.obs)).max() <= 10.0 and np.std(np.asarray(tr.obs)) > 0.3  # normalised scale

@@ -30,23 +30,24 @@ def run_worker(check: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def test_population_sharded_equals_unsharded():
-    r = run_worker("population")
+def test_runs_sharded_over_devices_equal_one_device():
+    r = run_worker("runs")
     assert r["finite"]
     assert r["out_devices"] == 2, "outputs should stay sharded over the devices"
     # same per-run programs on each device: equal to float tolerance (vmap batch size differs)
-    assert r["pop_vs_ref"] < 1e-5, r
-    assert r["shardmap_vs_ref"] < 1e-5, r
+    assert r["runs_vs_ref"] < 1e-5, r
     assert r["members_differ"] > 1e-3, "members with different lr should differ (else the test proves nothing)"
 
 
-def test_data_parallel_equals_single_device():
-    r = run_worker("data_parallel")
-    for k, v in r.items():
-        if k.endswith(("_params", "_metrics")) and k != "other_key_params":
-            assert v < 1e-5, (k, r)
-        if k.endswith("_obs"):
-            assert v == 0.0, (k, r)  # the env rollout is exactly the single-device one
+def test_split_envs_equals_one_device_with_every_option():
+    r = run_worker("split_envs")
+    for name in ("default", "critic_lr", "unsafe_rbg", "normalize_obs", "normalize_reward", "target_kl",
+                 "adv_norm_batch", "gru", "gru_pendulum_norm"):
+        assert r[f"{name}_metrics"] < 1e-4, (name, r)
+        assert r[f"{name}_params"] < 1e-5, (name, r)
+        assert r[f"{name}_obs"] < 1e-5, (name, r)  # the env rollout is the single-device one
+    assert r["target_kl_min_taken"] < 4, "target KL must stop some update early (else it is not exercised)"
+    assert r["chunked_params"] < 1e-5 and r["vmapped_seeds_params"] < 1e-5, r
     assert r["env_state_sharded_over"] == 2
     assert r["other_key_params"] > 1e-3, "a different key must change the result (sensitivity)"
 
@@ -54,19 +55,20 @@ def test_data_parallel_equals_single_device():
 def test_clear_errors():
     r = run_worker("errors")
     assert "num_envs=6 cannot be split over 4 devices" in r["uneven_envs"]
+    assert "cannot be split over 2 devices" in r["uneven_minibatch"] and "env sequences" in r["uneven_minibatch"]
     assert "xla_force_host_platform_device_count=8" in r["too_many_devices"]
     assert "3 runs cannot be split evenly over 4 devices" in r["uneven_runs"]
 
 
-def test_cli_sweep_on_two_devices_equals_one_device():
-    r = run_worker("sweep_cli")
-    assert r["rc_d1"] == 0 and r["rc_d2"] == 0, r
-    assert r["parallel_calls"] == [2], "only the --devices 2 sweep should shard (population_parallel_train)"
-    assert "on 2 device(s)" in r["log_d2"] and "on 1 device(s)" in r["log_d1"]
-    assert r["same_header"] and r["rows"] == 2 * 2 * 3  # members x seeds x updates
-    assert r["metrics_diff"] < 1e-5, r
-    assert r["same_table"], r
-    assert r["members_differ"] > 1e-3, "members with different lr should differ (else the test proves nothing)"
+def test_cli_split_envs_and_sweep_on_two_devices_equal_one_device():
+    r = run_worker("cli")
+    for name in ("default", "critic_lr", "unsafe_rbg", "normalize_obs", "gru"):
+        assert r[f"{name}_rc"] == [0, 0], (name, r.get(f"{name}_log"))
+        assert r[f"{name}_diff"] < 1e-3, (name, r)
+    assert r["critic_lr_changes_metrics"] > 1e-3, "the option must change the numbers (sensitivity)"
+    assert r["sweep_rc"] == [0, 0], r.get("sweep_log")
+    assert r["sweep_same_header"] and r["sweep_rows"] == 2 * 2 * 3  # members x seeds x updates
+    assert r["sweep_diff"] < 1e-5, r
 
 
 def test_stack_configs_rejects_structural_differences():

@@ -22,7 +22,7 @@ FIELDS = {
     "hidden_sizes": st.one_of(st.lists(st.integers(-1, 8), max_size=3).map(tuple), st.sampled_from([[8], (8.0,), None])),
     "activation": st.sampled_from(["tanh", "relu", "gelu", "elu", "swish", "sigmoid", "", None]),
     "adv_norm": st.sampled_from(["minibatch", "batch", "none", "global", None]),
-    "network": st.sampled_from(["mlp", "cnn", "resnet"]),
+    "network": st.sampled_from(["mlp", "cnn", "gru", "resnet"]),
     "anneal_lr": st.sampled_from([True, False, "yes", 1]),
     "clip_value": st.sampled_from([True, False, 0]),
     "max_episode_steps": st.one_of(st.none(), st.integers(-2, 50)),
@@ -52,6 +52,7 @@ def oracle_is_valid(c: PPOConfig) -> bool:
         c.activation in ("tanh", "relu", "gelu", "elu", "swish"),
         c.adv_norm in ("minibatch", "batch", "none"),
         c.network in ("mlp", "cnn", "gru"),
+        c.network != "gru" or c.num_envs % c.num_minibatches == 0,  # minibatches are whole env sequences
         all(isinstance(getattr(c, f), bool) for f in ("anneal_lr", "clip_value")),
         num(c.lr, 0, None, True), num(c.clip_eps, 0, None, True), num(c.vf_clip_eps, 0, None, True),
         num(c.vf_coef, 0, None, False), num(c.ent_coef, 0, None, False), num(c.gamma, 0, 1, True),
@@ -103,9 +104,12 @@ def test_numeric_strings_are_rejected(field):
 @st.composite
 def valid_configs(draw):
     e, h = draw(st.integers(1, 4)), draw(st.integers(1, 6))
-    m = draw(st.sampled_from([d for d in range(1, e * h + 1) if (e * h) % d == 0]))
+    network = draw(st.sampled_from(["mlp", "gru"]))
+    units = e if network == "gru" else e * h  # the GRU splits whole env sequences
+    m = draw(st.sampled_from([d for d in range(1, units + 1) if units % d == 0]))
     return BASE.replace(
-        num_envs=e, num_steps=h, num_minibatches=m, total_timesteps=e * h * draw(st.integers(1, 3)),
+        network=network, gru_size=draw(st.integers(1, 8)), num_envs=e, num_steps=h, num_minibatches=m,
+        total_timesteps=e * h * draw(st.integers(1, 3)),
         update_epochs=draw(st.integers(1, 2)), hidden_sizes=tuple(draw(st.lists(st.integers(1, 8), min_size=1, max_size=2))),
         activation=draw(st.sampled_from(["tanh", "relu", "gelu", "elu", "swish"])),
         adv_norm=draw(st.sampled_from(["minibatch", "batch", "none"])), anneal_lr=draw(st.booleans()),

@@ -6,9 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo import ConfigError, PPOConfig, make_ppo
+from purejaxppo import ConfigError, PPOConfig, make_ppo, ppo_loss_fn
 from purejaxppo import recurrent as rec
-from purejaxppo.train import make_env
+from purejaxppo.gae import gae
+from purejaxppo.rollout import Batch, collect
+from purejaxppo.train import rollout_key
 from purejaxppo.update import shuffle_split
 
 SMALL = PPOConfig(network="gru", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, update_epochs=2,
@@ -20,14 +22,43 @@ def _np(tree):
     return jax.tree.map(np.asarray, jax.device_get(tree))
 
 
+def _network(ppo):
+    """The agent's GRU network, built on its own (same module, so the same params fit)."""
+    cfg = ppo.config
+    return rec.make_recurrent_network(ppo.venv.spec, cfg.gru_size, cfg.hidden_sizes, cfg.activation)
+
+
+def _policy(agent, params):
+    """The step's policy: act, sample, log-prob (as in ``train.make_ppo``)."""
+
+    def policy(key, carry, obs, reset):
+        carry, dist_params, record = agent.act(params, carry, obs, reset)
+        action = agent.dist.sample(key, dist_params)
+        return carry, action, agent.dist.log_prob(dist_params, action), record
+
+    return policy
+
+
+def _collect(ppo, key, runner):
+    params = runner.train.params
+    return collect(key, _policy(ppo.agent, params), ppo.venv.step, runner.env_state, runner.obs,
+                   ppo.config.num_steps, runner.carry, runner.done)
+
+
+def _units(ppo, params, traj, carry0):
+    """The step's batch (no advantage normalisation) laid out as the agent's units."""
+    cfg = ppo.config
+    values, next_values = ppo.agent.values(params, traj)
+    adv, ret = gae(traj.reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+    return ppo.agent.units(Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret), carry0, traj.reset)
+
+
 def _rollout(cfg, seed=0):
     """Fresh runner -> one rollout with its initial params: ``(ppo, params, runner, traj, (carry, done))``."""
     ppo = make_ppo(cfg)
     runner = jax.jit(ppo.init)(jax.random.PRNGKey(seed))
     params = runner.train.params
-    (_, _, carry, done), traj = jax.jit(lambda r: rec.collect(
-        jax.random.PRNGKey(seed + 1), ppo.network, params, ppo.venv.step, r.env_state, r.obs, r.carry, r.done,
-        cfg.num_steps))(runner)
+    (_, _, carry, done), traj = jax.jit(lambda r: _collect(ppo, jax.random.PRNGKey(seed + 1), r))(runner)
     return ppo, params, runner, traj, (carry, done)
 
 
@@ -35,7 +66,8 @@ def test_hidden_state_is_reset_exactly_at_episode_boundaries():
     # CartPole with a 12-step time limit: episodes end by termination AND truncation inside the rollout
     cfg = ROLL
     ppo, params, runner, traj, (last_carry, last_done) = _rollout(cfg)
-    tr = _np(traj.transition)
+    net = _network(ppo)
+    tr = _np(traj)
     done = tr.terminated | tr.truncated
     assert tr.truncated.any() and tr.terminated.any() and not done.all()
     # the reset flag is the PREVIOUS step's done (True at the very start)
@@ -43,7 +75,7 @@ def test_hidden_state_is_reset_exactly_at_episode_boundaries():
     np.testing.assert_array_equal(np.asarray(traj.reset), expected_reset)
     np.testing.assert_array_equal(np.asarray(last_done), done[-1])
     # independent reference: a Python loop that zeroes the carry itself (never asks the network to)
-    step = jax.jit(lambda c, o: ppo.network.step(params, c, o, jnp.zeros(o.shape[:1], bool)))
+    step = jax.jit(lambda c, o: net.step(params, c, o, jnp.zeros(o.shape[:1], bool)))
     h = np.zeros((cfg.num_envs, cfg.gru_size), np.float32)
     prev_done = np.ones(cfg.num_envs, bool)
     carries, values, carries_no_reset = [], [], []
@@ -54,14 +86,15 @@ def test_hidden_state_is_reset_exactly_at_episode_boundaries():
         carries.append(h), values.append(v)
         prev_done = done[t]
     carries, carries_no_reset = np.stack(carries), np.stack(carries_no_reset)
-    np.testing.assert_allclose(np.asarray(traj.carry_out), carries, atol=1e-5)
-    np.testing.assert_allclose(np.asarray(traj.value), np.stack(values), atol=1e-5)
+    value, carry_out = tr.record
+    np.testing.assert_allclose(carry_out, carries, atol=1e-5)
+    np.testing.assert_allclose(value, np.stack(values), atol=1e-5)
     np.testing.assert_allclose(np.asarray(last_carry), carries[-1], atol=1e-5)
     # the test has teeth: where a reset happened (t > 0), skipping it changes the carry noticeably
     gap = np.abs(carries - carries_no_reset).max(-1)
     assert np.all(gap[1:][expected_reset[1:]] > 1e-3) and np.all(gap[~expected_reset] == 0)
     # the training pass (network.apply from the stored initial carry, same resets) reproduces them
-    final, _, v = ppo.network.apply(params, runner.carry, traj.transition.obs, traj.reset)
+    final, _, v = net.apply(params, runner.carry, traj.obs, traj.reset)
     np.testing.assert_allclose(np.asarray(final), carries[-1], atol=1e-5)
     np.testing.assert_allclose(np.asarray(v), np.stack(values), atol=1e-5)
 
@@ -69,16 +102,20 @@ def test_hidden_state_is_reset_exactly_at_episode_boundaries():
 def test_next_state_values_use_the_pre_reset_carry():
     cfg = ROLL
     ppo, params, _, traj, _ = _rollout(cfg)
-    tr = _np(traj.transition)
+    net = _network(ppo)
+    tr = _np(traj)
     done = tr.terminated | tr.truncated
-    nv = np.asarray(rec.next_values(ppo.network, params, traj))
-    value = np.asarray(traj.value)
+    nv = np.asarray(rec.next_values(net, params, traj))
+    value, carry_out = tr.record
+    # the agent's values are the recorded V(s_t) and these V(s'_t)
+    v_agent, nv_agent = ppo.agent.values(params, traj)
+    np.testing.assert_array_equal(np.asarray(v_agent), value)
+    np.testing.assert_allclose(np.asarray(nv_agent), nv, atol=1e-6)
     # ordinary steps: V(s'_t) is exactly V_{t+1} (same carry, same observation, no reset)
     np.testing.assert_allclose(nv[:-1][~done[:-1]], value[1:][~done[:-1]], atol=1e-5)
     # episode ends: one GRU step from the carry after step t (NOT a zero carry) on the final observation
     t, e = np.nonzero(done)
-    carry_out = np.asarray(traj.carry_out)
-    ref = lambda c: np.asarray(ppo.network.step(params, jnp.asarray(c), jnp.asarray(tr.next_obs[t, e]),
+    ref = lambda c: np.asarray(net.step(params, jnp.asarray(c), jnp.asarray(tr.next_obs[t, e]),
                                                 jnp.zeros(len(t), bool))[2])
     np.testing.assert_allclose(nv[t, e], ref(carry_out[t, e]), atol=1e-5)
     assert np.abs(nv[t, e] - ref(np.zeros_like(carry_out[t, e]))).max() > 1e-4
@@ -89,15 +126,18 @@ def test_first_minibatch_ratio_is_one(env, kw):
     cfg = SMALL.replace(env_name=env, num_steps=32, total_timesteps=4 * 32, **kw)
     ppo, params, runner, traj, _ = _rollout(cfg, seed=3)
     assert np.asarray(traj.reset)[1:].any()  # episodes end inside the rollout
-    batch, _ = rec.make_batch(ppo.network, params, traj, runner.carry, cfg)
+    batch = _units(ppo, params, traj, runner.carry)
     mb = jax.tree.map(lambda x: x[0], shuffle_split(jax.random.PRNGKey(0), batch, cfg.num_minibatches))
-    logp, _, values = rec.sequence_outputs(ppo.network, params, mb)
+    assert mb.obs.shape[:2] == (cfg.num_envs // cfg.num_minibatches, cfg.num_steps)
+    dist_params, values = ppo.agent.evaluate(params, mb)
+    logp = ppo.agent.dist.log_prob(dist_params, mb.action)
     np.testing.assert_allclose(np.asarray(logp), np.asarray(mb.log_prob), atol=2e-5)
     np.testing.assert_allclose(np.asarray(values), np.asarray(mb.value), atol=2e-5)
-    _, metrics = rec.recurrent_loss_fn(ppo.network, params, mb, cfg)
+    _, metrics = ppo_loss_fn(ppo.agent, params, mb, cfg)
     assert float(metrics["approx_kl"]) < 1e-8 and float(metrics["clip_frac"]) == 0.0
     # ... and it would not be 1 if the training pass ignored the stored resets
-    logp_bad, _, _ = rec.sequence_outputs(ppo.network, params, mb._replace(reset=jnp.zeros_like(mb.reset)))
+    no_resets = mb._replace(context=mb.context._replace(reset=jnp.zeros_like(mb.context.reset)))
+    logp_bad = ppo.agent.dist.log_prob(ppo.agent.evaluate(params, no_resets)[0], mb.action)
     assert np.abs(np.asarray(logp_bad) - np.asarray(mb.log_prob)).max() > 1e-4
 
 
@@ -105,22 +145,21 @@ def test_minibatches_are_whole_env_sequences():
     cfg = SMALL.replace(num_envs=6, num_minibatches=3)
     seen = []
 
-    def spy_loss(network, params, mb, c):
+    def spy_loss(agent, params, mb, c):
         jax.debug.callback(lambda *xs: seen.append(tuple(np.asarray(x) for x in xs)),
-                           mb.init_carry, mb.obs, mb.action, mb.reset)
-        return rec.recurrent_loss_fn(network, params, mb, c)
+                           mb.context.init_carry, mb.obs, mb.action, mb.context.reset)
+        return ppo_loss_fn(agent, params, mb, c)
 
-    ppo = rec.make_recurrent_ppo(cfg, loss_fn=spy_loss)
+    ppo = make_ppo(cfg, loss_fn=spy_loss)
     runner = jax.jit(ppo.step)(ppo.init(jax.random.PRNGKey(0)))[0]  # nonzero carries from here on
     seen.clear()
     jax.block_until_ready(jax.jit(ppo.step)(runner))
     # the same rollout, reproduced outside the step (same key derivation)
     _, k_roll, _ = jax.random.split(runner.rng, 3)
     params = runner.train.params
-    _, traj = rec.collect(k_roll, ppo.network, params, ppo.venv.step, runner.env_state, runner.obs,
-                          runner.carry, runner.done, cfg.num_steps)
-    batch = _np(rec.make_batch(ppo.network, params, traj, runner.carry, cfg)[0])
-    assert np.abs(batch.init_carry).min(-1).max() > 0  # carries are not all zero
+    _, traj = _collect(ppo, rollout_key(k_roll, cfg.rollout_rng), runner)
+    batch = _np(_units(ppo, params, traj, runner.carry))
+    assert np.abs(batch.context.init_carry).min(-1).max() > 0  # carries are not all zero
     # grad evaluation may call the callback more than once per minibatch; dedupe identical records
     unique = {tuple(a.tobytes() for a in r): r for r in seen}.values()
     assert len(unique) >= cfg.update_epochs  # at least one distinct split per epoch
@@ -132,9 +171,9 @@ def test_minibatches_are_whole_env_sequences():
             match = [e for e in range(cfg.num_envs) if np.array_equal(obs[i], batch.obs[e])]
             assert len(match) == 1, "each minibatch row is exactly one env's whole sequence"
             e = match[0]
-            np.testing.assert_array_equal(init_carry[i], batch.init_carry[e])
+            np.testing.assert_array_equal(init_carry[i], batch.context.init_carry[e])
             np.testing.assert_array_equal(action[i], batch.action[e])
-            np.testing.assert_array_equal(reset[i], batch.reset[e])
+            np.testing.assert_array_equal(reset[i], batch.context.reset[e])
             counts[e] += 1
     assert len(unique) == cfg.update_epochs * cfg.num_minibatches
     np.testing.assert_array_equal(counts, cfg.update_epochs)  # every env once per epoch

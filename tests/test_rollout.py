@@ -6,7 +6,7 @@ import numpy as np
 
 from purejaxppo.envs import episode_statistics, make_vec_env
 from purejaxppo.gae import gae
-from purejaxppo.rollout import collect, critic_values
+from purejaxppo.rollout import collect, critic_values, stateless
 
 LIMIT = 12
 
@@ -18,12 +18,14 @@ def _random_policy(key, obs):
 def _rollout(num_steps=200, num_envs=8):
     venv = episode_statistics(make_vec_env("CartPole-v1", num_envs, max_episode_steps=LIMIT))
     obs, state = venv.reset(jax.random.PRNGKey(0))
-    (_, last_obs), tr = collect(jax.random.PRNGKey(1), _random_policy, venv.step, state, obs, num_steps)
-    return jax.device_get(tr), np.asarray(last_obs)
+    (_, last_obs, carry, last_done), tr = collect(jax.random.PRNGKey(1), stateless(_random_policy), venv.step,
+                                                  state, obs, num_steps)
+    assert carry == () and tr.record == ()  # a stateless policy carries and records nothing
+    return jax.device_get(tr), np.asarray(last_obs), np.asarray(last_done)
 
 
 def test_flags_and_final_observation():
-    tr, last_obs = _rollout()
+    tr, last_obs, last_done = _rollout()
     term, trunc = tr.terminated, tr.truncated
     assert trunc.any() and term.any(), "the short time limit must produce both kinds of ends"
     # a truncated step is exactly one that ended at the time limit
@@ -42,8 +44,43 @@ def test_flags_and_final_observation():
     assert np.all(outside[term]) and not np.any(outside[trunc & ~term])
 
 
+def test_reset_flag_is_the_previous_steps_done():
+    tr, _, last_done = _rollout(num_steps=60)
+    done = tr.terminated | tr.truncated
+    assert done[:-1].any() and not done.all()
+    # reset_t = done_{t-1}, True at a fresh start; the returned done is the last step's
+    np.testing.assert_array_equal(tr.reset[0], True)
+    np.testing.assert_array_equal(tr.reset[1:], done[:-1])
+    np.testing.assert_array_equal(last_done, done[-1])
+
+
+def test_carry_and_done_are_threaded_through_the_policy():
+    venv = make_vec_env("CartPole-v1", 3, max_episode_steps=5)
+    obs, state = venv.reset(jax.random.PRNGKey(0))
+
+    def counting(key, carry, obs, reset):  # carry counts steps since the last reset
+        carry = jnp.where(reset, 0, carry) + 1
+        return carry, jnp.zeros(obs.shape[:1], jnp.int32), jnp.zeros(obs.shape[:1]), carry
+
+    start_done = jnp.array([False, True, False])
+    (_, _, carry, done), tr = collect(jax.random.PRNGKey(1), counting, venv.step, state, obs, 12,
+                                      carry=jnp.array([10, 10, 3]), done=start_done)
+    tr = jax.device_get(tr)
+    # Python reference: the count restarts after every episode end (and where done was passed in)
+    ref, count, prev = [], np.array([10, 10, 3]), np.asarray(start_done)
+    for t in range(12):
+        count = np.where(prev, 0, count) + 1
+        ref.append(count)
+        prev = tr.terminated[t] | tr.truncated[t]
+    np.testing.assert_array_equal(tr.record, np.stack(ref))
+    np.testing.assert_array_equal(carry, ref[-1])
+    np.testing.assert_array_equal(done, prev)
+    np.testing.assert_array_equal(tr.reset[0], start_done)
+    assert tr.truncated.any()
+
+
 def test_truncated_bootstraps_from_final_observation_terminated_from_zero():
-    tr, _ = _rollout()
+    tr, _, _ = _rollout()
     w = np.array([0.3, -1.2, 2.0, 0.7], np.float32)
     critic = lambda o: jnp.tanh(o @ w) + 2.0  # any nonzero function of the observation
     values, next_values = critic_values(critic, tr)

@@ -76,15 +76,28 @@ def test_episode_return_is_over_completed_episodes_only():
 def test_swap_loss_function(ppo):
     calls = []
 
-    def no_entropy_loss(network, params, mb, cfg):
+    def no_entropy_loss(agent, params, mb, cfg):
         calls.append(1)
-        return ppo_loss_fn(network, params, mb, cfg.replace(ent_coef=0.0))
+        assert mb.obs.shape == (SMALL.minibatch_size, 4)  # feed-forward units: single transitions
+        return ppo_loss_fn(agent, params, mb, cfg.replace(ent_coef=0.0))
 
     custom = make_ppo(SMALL, loss_fn=no_entropy_loss)
     a = _metrics(jax.jit(custom.train)(jax.random.PRNGKey(0)))
     b = _metrics(jax.jit(make_train(SMALL.replace(ent_coef=0.0)))(jax.random.PRNGKey(0)))
     assert calls
     np.testing.assert_allclose(a["actor_loss"], b["actor_loss"], rtol=1e-5, atol=1e-7)
+
+
+def test_structural_config_mismatch_is_refused(ppo):
+    from purejaxppo import ConfigError
+
+    state = ppo.init(jax.random.PRNGKey(0))
+    for bad in (SMALL.replace(num_steps=16), SMALL.replace(normalize_reward=True)):
+        for call in (lambda: ppo.init(jax.random.PRNGKey(0), bad), lambda: ppo.step(state, bad),
+                     lambda: ppo.train(jax.random.PRNGKey(0), bad)):
+            with pytest.raises(ConfigError, match="structural"):
+                call()
+    jax.eval_shape(ppo.step, state, SMALL.replace(lr=1e-3, gamma=0.9))  # numeric changes are fine
 
 
 def test_target_kl_stops_after_one_minibatch_step():
@@ -112,3 +125,28 @@ def test_unsafe_rbg_rollout_is_deterministic_and_differs_from_threefry():
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     c = _metrics(jax.jit(make_ppo(SMALL).train)(jax.random.PRNGKey(3)))
     assert not np.array_equal(a["actor_loss"], c["actor_loss"])
+
+
+def test_gamma_sweep_with_reward_scaling_equals_separate_runs():
+    # the reward scaler uses the TRACED gamma: a population that sweeps gamma scales each
+    # member with its own discount, exactly as a separate run of that member does
+    base = SMALL.replace(env_name="Pendulum-v1", normalize_reward=True, total_timesteps=4 * 32 * 3)
+    gammas = (0.8, 0.99)
+    train = jax.jit(make_ppo(base).train)
+    as_arrays = lambda c: jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), c)
+    key = jax.random.PRNGKey(7)
+    separate = [train(key, as_arrays(base.replace(gamma=g)))[1] for g in gammas]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *[as_arrays(base.replace(gamma=g)) for g in gammas])
+    _, together = jax.jit(jax.vmap(make_ppo(base).train))(jnp.stack([key, key]), stacked)
+    for i in range(2):
+        for k, v in separate[i].items():
+            np.testing.assert_allclose(np.asarray(together[k][i]), np.asarray(v), rtol=2e-5, atol=1e-6, err_msg=k)
+    # sensitivity: the two discounts really give different critic losses (scaled returns differ)
+    assert np.abs(np.asarray(separate[0]["critic_loss"]) - np.asarray(separate[1]["critic_loss"])).max() > 1e-3
+    # ... and a scaler fixed at ONE discount (the old behaviour) would not reproduce member 1:
+    from purejaxppo.normalize import init_reward_scale, scale_rewards
+    r = jnp.ones((20, 2))
+    d = jnp.zeros((20, 2), bool)
+    s_lo = scale_rewards(init_reward_scale(2), r, d, 0.8)[1]
+    s_hi = scale_rewards(init_reward_scale(2), r, d, 0.99)[1]
+    assert np.abs(np.asarray(s_lo) - np.asarray(s_hi)).max() > 1e-2
