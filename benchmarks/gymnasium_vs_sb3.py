@@ -27,7 +27,7 @@ def run_pjp(task: str, total: int, native: bool) -> dict:
     import numpy as np
 
     from purejaxppo import PPOConfig, envs, make_ppo
-    from purejaxppo.driver import final_returns
+    from purejaxppo.run_folder import final_returns
     from purejaxppo.gymnasium_bridge import gymnasium_vec_env
 
     cfg = PPOConfig(env_name=task, total_timesteps=total)

@@ -13,8 +13,8 @@ import jax
 import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.driver import final_returns
-from purejaxppo.population import make_population, member, population_keys, results_table, vmap_population
+from purejaxppo.population import make_population, member, results_table, runs
+from purejaxppo.run_folder import final_returns
 
 
 def main():
@@ -25,26 +25,27 @@ def main():
     base = PPOConfig(total_timesteps=a.total_timesteps)
     pop = make_population(base, {"lr": [1e-4, 2.5e-4, 5e-4, 1e-3], "clip_eps": [0.1, 0.2]}, num_seeds=4)
     ppo = make_ppo(base)
-    keys = population_keys(jax.random.PRNGKey(0), pop)
+    keys, configs = runs(base, pop.members, pop.num_seeds, seed=0)  # R = members x seeds, run m*S + s
+    S = pop.num_seeds
 
     t = time.perf_counter()
-    f = jax.jit(vmap_population(ppo.train)).lower(keys, pop.configs).compile()
+    f = jax.jit(jax.vmap(ppo.train)).lower(keys, configs).compile()
     pop_compile = time.perf_counter() - t
     t = time.perf_counter()
-    _, m = f(keys, pop.configs)
+    _, m = f(keys, configs)
     jax.block_until_ready(m)
     pop_run = time.perf_counter() - t
-    fr = np.stack([final_returns(m["episode_return"][i]) for i in range(len(pop.members))])
+    fr = final_returns(np.asarray(m["episode_return"])).reshape(len(pop.members), S)
 
     # 32 sequential runs: the same train function, jitted once (numeric config as an argument)
     t = time.perf_counter()
-    single = jax.jit(ppo.train).lower(keys[0, 0], member(pop, 0)[0]).compile()
+    single = jax.jit(ppo.train).lower(keys[0], member(pop, 0)[0]).compile()
     seq_compile = time.perf_counter() - t
     t = time.perf_counter()
     for i in range(len(pop.members)):
         cfg = member(pop, i)[0]
         for s in range(pop.num_seeds):
-            jax.block_until_ready(single(keys[i, s], cfg)[1])
+            jax.block_until_ready(single(keys[i * S + s], cfg)[1])
     seq_run = time.perf_counter() - t
     res = {"members": len(pop.members), "seeds": pop.num_seeds, "total_timesteps": a.total_timesteps,
            "population_compile_s": round(pop_compile, 2), "population_run_s": round(pop_run, 2),

@@ -1,6 +1,6 @@
 """Learning curves from run folders: mean and spread over seeds vs env steps.
 
-Each run's ``metrics.csv`` (one row per update per seed, see :mod:`purejaxppo.driver`)
+Each run's ``metrics.csv`` (one row per update per run, see :mod:`purejaxppo.run_folder`)
 gives one line: the mean over seeds of ``metric`` (default ``episode_return``) at each
 update, with a band from the min to the max over seeds. A ``member`` column (population
 runs) splits a run into one line per member. Updates in which no episode finished are

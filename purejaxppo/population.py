@@ -1,8 +1,10 @@
 """Hyperparameter populations trained in ONE compile.
 
-Numeric config fields are pytree leaves, so a config whose leaves are stacked
-``[M]`` arrays describes ``M`` members; ``jax.vmap`` over (configs, keys) trains them all
-with one compiled program. Seeds are a second vmap axis: metrics come back ``[M, S, U]``.
+Numeric config fields are pytree leaves, so a config whose leaves are stacked arrays
+describes many members; ``jax.vmap`` over (keys, configs) trains them all with one compiled
+program. Members and seeds share ONE "runs" axis: ``R = M * S`` runs, run ``m*S + s`` is
+member ``m`` with seed key ``s`` (:func:`runs`), so metrics come back ``[R, U]``
+(``reshape(M, S, U)`` for a member-by-seed view). A single-config run is ``M = 1``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config import ConfigError, PPOConfig, check_population_gammas, validate
+from .config import ConfigError, PPOConfig, validate
 
 
 class Population(NamedTuple):
@@ -65,34 +67,41 @@ def make_population(
         members = [{**c, **s} for c in combos for s in samples]
     for m in members:
         validate(base.replace(**m))
-    check_population_gammas(base, [base.replace(**m).gamma for m in members])
     leaves = {name: jnp.asarray([float(base.replace(**m).__getattribute__(name)) for m in members], jnp.float32)
               for name in PPOConfig.numeric_fields() if getattr(base, name) is not None}
     return Population(base, base.replace(**leaves), members, num_seeds)
 
 
-def population_keys(key: jax.Array, population: Population) -> jax.Array:
-    """``[M, S]`` keys; member m seed s uses the same key as seed s of a ``--seeds S`` run."""
-    seeds = jax.random.split(key, population.num_seeds)
-    return jnp.broadcast_to(seeds, (len(population.members),) + seeds.shape)
+def seed_keys(seed: int, num_seeds: int) -> jax.Array:
+    """``[S]`` keys: seed ``s`` of a ``--seeds S --seed seed`` run."""
+    return jax.random.split(jax.random.PRNGKey(seed), num_seeds)
 
 
-def vmap_population(train: Callable) -> Callable:
-    """``train(key, cfg)`` -> ``f(keys [M, S], configs [M])`` with outputs ``[M, S, ...]``."""
-    per_member = lambda keys, cfg: jax.vmap(lambda k: train(k, cfg))(keys)
-    return jax.vmap(per_member)
+def runs(base: PPOConfig, members: Sequence[dict], num_seeds: int = 1, seed: int = 0):
+    """The ``M x S`` runs of a population as ``(keys [R], configs [R])``, ``R = M * S``.
+
+    ``members`` are ``{field: value}`` overrides of ``base`` (e.g. ``Population.members``).
+    Run ``m*S + s`` is member ``m`` with seed key ``s``; every member sees the SAME ``S``
+    seed keys (:func:`seed_keys`: common random numbers make members comparable, and
+    member ``m`` seed ``s`` equals seed ``s`` of a plain ``--seeds S`` run of its config).
+    ``configs`` has numeric leaves stacked to ``[R]`` (:func:`~purejaxppo.parallel.stack_configs`)."""
+    from .parallel import stack_configs
+
+    members = list(members)
+    if not members:
+        raise ConfigError("a population needs at least one member")
+    keys = jnp.tile(seed_keys(seed, num_seeds), (len(members), 1))
+    configs = stack_configs([base.replace(**m) for m in members for _ in range(num_seeds)])
+    return keys, configs
 
 
 def member(population: Population, index: int, runner_state=None) -> tuple[PPOConfig, Any]:
-    """Member ``index``: its plain config and (if given) its ``[S, ...]`` runner state."""
+    """Member ``index``: its plain config and (if given) its ``[S, ...]`` slice of a runner
+    state ``[R, ...]`` laid out by :func:`runs`."""
     cfg = population.base.replace(**population.members[index])
-    state = None if runner_state is None else jax.tree.map(lambda x: x[index], runner_state)
+    s = population.num_seeds
+    state = None if runner_state is None else jax.tree.map(lambda x: x[index * s:(index + 1) * s], runner_state)
     return cfg, state
-
-
-def make_act(network) -> Callable:
-    """A jitted deterministic policy ``act(params, obs) -> action`` (mode of the distribution)."""
-    return jax.jit(lambda params, obs: network.dist.mode(network.actor(params, obs)))
 
 
 def parse_sweep(specs: Sequence[str]) -> dict:
@@ -113,13 +122,16 @@ def parse_sweep(specs: Sequence[str]) -> dict:
     return grid
 
 
-def results_table(population: Population, final_returns: np.ndarray) -> str:
+def results_table(population, final_returns: np.ndarray) -> str:
     """Markdown table, best member first: member, swept values, mean/min/max final return.
 
-    ``final_returns`` is ``[M, S]``."""
-    names = list(population.members[0]) if population.members else []
+    ``population``: a :class:`Population` or its list of members; ``final_returns`` is
+    ``[M, S]`` (or ``[R]``, reshaped)."""
+    members = list(getattr(population, "members", population))
+    final_returns = np.asarray(final_returns).reshape(len(members), -1)
+    names = list(members[0]) if members else []
     rows = []
-    for i, m in enumerate(population.members):
+    for i, m in enumerate(members):
         r = np.asarray(final_returns[i], np.float64)
         rows.append((np.nanmean(r), i, m, np.nanmin(r), np.nanmax(r)))
     rows.sort(key=lambda t: -np.inf if np.isnan(t[0]) else -t[0])

@@ -1,5 +1,6 @@
-"""Chunked driver: exact resume after Ctrl-C / SIGTERM / a lost checkpoint, non-finite
-detection, metrics files, loggers. References are single ``train`` calls (no driver)."""
+"""The chunk loop: exact resume after Ctrl-C / SIGTERM / a lost checkpoint, non-finite
+detection, metrics files, sinks, sweeps on the same runs axis. References are single
+``jax.jit(jax.vmap(train))`` calls (no loop)."""
 
 import csv
 import json
@@ -15,22 +16,32 @@ import pytest
 
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.checkpoint import list_checkpoints, restore_checkpoint
-from purejaxppo.driver import (NonFiniteError, TrainingInterrupted, WandbLogger, read_metrics, resume_run,
-                               seed_keys, train_chunked)
+from purejaxppo.guards import NonFiniteError, TrainingInterrupted
+from purejaxppo.loop import resume_run, train_chunked
+from purejaxppo.population import seed_keys
+from purejaxppo.program import Program
+from purejaxppo.run_folder import read_metrics
+from purejaxppo.sinks import WandbLogger
 
 CFG = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 8, update_epochs=2, num_minibatches=2)
 SEED, SEEDS = 3, 2
 
 
 @pytest.fixture(scope="module")
-def ppo():
-    return make_ppo(CFG)
+def program():
+    """Shared compiled functions: each chunk length compiles once for the whole module."""
+    return Program(CFG)
+
+
+@pytest.fixture(scope="module")
+def ppo(program):
+    return program.ppo
 
 
 @pytest.fixture(scope="module")
 def reference(ppo):
     """Uninterrupted reference: one jitted, vmapped ``train`` call (all 8 updates)."""
-    state, metrics = jax.jit(jax.vmap(ppo.train))(seed_keys(SEED, SEEDS))
+    state, metrics = jax.jit(jax.vmap(ppo.train))(jax.random.split(jax.random.PRNGKey(SEED), SEEDS))
     return jax.device_get(state), {k: np.asarray(v) for k, v in metrics.items()}
 
 
@@ -58,15 +69,16 @@ def _stop_at(update, exc=KeyboardInterrupt):
     return on_chunk
 
 
-def test_interrupt_then_resume_equals_uninterrupted(ppo, reference, tmp_path):
+def test_interrupt_then_resume_equals_uninterrupted(program, reference, tmp_path):
     ref_state, ref_metrics = reference
     run = str(tmp_path / "run")
-    with pytest.raises(KeyboardInterrupt) as e:
+    with pytest.raises(TrainingInterrupted) as e:  # a KeyboardInterrupt carrying the checkpoint
         train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, checkpoint_every=100,
-                      on_chunk=_stop_at(4), ppo=ppo)
+                      on_chunk=_stop_at(4), program=program)
+    assert isinstance(e.value, KeyboardInterrupt)
     assert e.value.updates_done == 4 and e.value.checkpoint.endswith("update_00000004")
     assert [u for u, _ in list_checkpoints(os.path.join(run, "checkpoints"))] == [4]
-    res = resume_run(run, ppo=ppo)
+    res = resume_run(run, program=program)
     assert res.finished and res.updates_done == 8
     _assert_same_state(ref_state, res.runner_state)  # params, opt state, env states, rng, counter
     for k, v in ref_metrics.items():
@@ -76,7 +88,7 @@ def test_interrupt_then_resume_equals_uninterrupted(ppo, reference, tmp_path):
     assert info["config"]["num_envs"] == 4 and "jax" in info["versions"] and info["resumes"][0]["from_update"] == 4
 
 
-def test_sigterm_saves_and_lost_checkpoint_rows_are_rewritten(ppo, reference, tmp_path):
+def test_sigterm_saves_and_lost_checkpoint_rows_are_rewritten(program, reference, tmp_path):
     """SIGTERM at update 6 saves a checkpoint; we then delete it, as if the process had been
     killed before saving: resuming from update 4 must drop the CSV rows of updates 4-5."""
     ref_state, ref_metrics = reference
@@ -86,25 +98,27 @@ def test_sigterm_saves_and_lost_checkpoint_rows_are_rewritten(ppo, reference, tm
         if info["updates"] == 6:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    with pytest.raises(TrainingInterrupted):
+    with pytest.raises(TrainingInterrupted) as e:
         train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, checkpoint_every=2,
-                      on_chunk=on_chunk, ppo=ppo)
+                      on_chunk=on_chunk, program=program)
+    assert e.value.reason == "SIGTERM" and e.value.updates_done == 6
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
     ckpts = list_checkpoints(os.path.join(run, "checkpoints"))
     assert [u for u, _ in ckpts] == [4, 6]  # keep=2
     shutil.rmtree(ckpts[-1][1])
     assert read_metrics(run, SEEDS)["actor_loss"].shape == (SEEDS, 6)  # rows beyond the checkpoint exist
-    res = resume_run(run, ppo=ppo)
+    res = resume_run(run, program=program)
     _assert_same_state(ref_state, res.runner_state)
     _assert_csv_matches(run, ref_metrics)
 
 
-def test_stop_after_then_resume_and_finished_run_summary(ppo, reference, tmp_path):
+def test_stop_after_then_resume_and_finished_run_summary(program, reference, tmp_path):
     ref_state, ref_metrics = reference
     run = str(tmp_path / "run")
-    part = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=4, stop_after=4, ppo=ppo)
+    part = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, stop_after=4,
+                         program=program)
     assert not part.finished and not os.path.exists(os.path.join(run, "summary.json"))
-    res = resume_run(run, ppo=ppo)
+    res = resume_run(run, program=program)
     _assert_same_state(ref_state.train.params, res.runner_state.train.params)
     summary = json.load(open(os.path.join(run, "summary.json")))
     assert summary["checkpoint"].endswith("update_00000008") and len(summary["final_return_per_seed"]) == SEEDS
@@ -134,6 +148,7 @@ def test_non_finite_stops_with_update_and_metric_and_keeps_finite_checkpoint(tmp
         train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, checkpoint_every=100, ppo=ppo)
     msg = str(e.value)
     assert "non-finite" in msg and "at update 4" in msg and "update_00000002" in msg, msg
+    assert e.value.updates_done == 2 and e.value.checkpoint.endswith("update_00000002")
     assert any(m in msg for m in ("actor_loss", "critic_loss", "approx_kl", "grad_norm", "entropy")), msg
     ckpts = list_checkpoints(os.path.join(run, "checkpoints"))
     assert [u for u, _ in ckpts] == [2]
@@ -144,7 +159,7 @@ def test_non_finite_stops_with_update_and_metric_and_keeps_finite_checkpoint(tmp
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(restored.train))
 
 
-def test_loggers_receive_every_update(ppo, reference, tmp_path):
+def test_loggers_receive_every_update(program, reference, tmp_path):
     ref_metrics = reference[1]
     seen = []
 
@@ -157,8 +172,8 @@ def test_loggers_receive_every_update(ppo, reference, tmp_path):
         def close(self):
             Logger.closed = True
 
-    train_chunked(CFG, seed=SEED, num_seeds=SEEDS, chunk_updates=4, ppo=ppo, loggers=[Logger()])
-    assert [f for f, _ in seen] == [0, 4] and Logger.closed
+    train_chunked(CFG, seed=SEED, num_seeds=SEEDS, chunk_updates=2, program=program, loggers=[Logger()])
+    assert [f for f, _ in seen] == [0, 2, 4, 6] and Logger.closed
     got = np.concatenate([m["critic_loss"] for _, m in seen], axis=1)
     np.testing.assert_array_equal(got, ref_metrics["critic_loss"])
 
@@ -179,3 +194,86 @@ def test_wandb_logger_logs_seed_means_at_env_steps(monkeypatch, tmp_path):
     w.write({"x": np.array([[1.0, 2.0], [3.0, np.nan]])}, first_update=5)
     w.close()
     assert logged == [(6 * 128, {"x": 2.0}), (7 * 128, {"x": 2.0}), "finished"]
+    logged.clear()  # a sweep: one curve per member (runs m*S + s), means over its seeds
+    w = WandbLogger(str(tmp_path), batch_size=128, config={}, num_members=2)
+    w.write({"x": np.array([[1.0], [3.0], [10.0], [np.nan]])}, first_update=0)
+    assert logged == [(128, {"member0/x": 2.0, "member1/x": 10.0})]
+
+
+MEMBERS = [{"lr": 1e-3, "clip_eps": 0.2}, {"lr": 3e-3, "clip_eps": 0.1}]
+
+
+def test_sweep_stopped_and_resumed_equals_one_call(program, tmp_path):
+    """A sweep is R = M*S runs on the same loop: run m*S + s = member m, seed key s. Stopped
+    at update 4 and resumed, it equals ONE jitted vmapped train call over those runs."""
+    keys = jnp.tile(jax.random.split(jax.random.PRNGKey(SEED), SEEDS), (len(MEMBERS), 1))
+    cfgs = [CFG.replace(**m) for m in MEMBERS for _ in range(SEEDS)]
+    stacked = jax.tree.map(lambda *xs: jnp.asarray(xs, jnp.float32), *cfgs)
+    ref_state, ref_metrics = jax.device_get(jax.jit(jax.vmap(program.ppo.train))(keys, stacked))
+    run = str(tmp_path / "sweep")
+    part = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, members=MEMBERS, run_dir=run, chunk_updates=2,
+                         stop_after=4, program=program)
+    assert not part.finished and part.metrics["actor_loss"].shape == (4, 4)
+    res = resume_run(run, program=program)
+    assert res.finished and res.members == MEMBERS
+    _assert_same_state(ref_state, res.runner_state)
+    back = read_metrics(run)
+    for k, v in ref_metrics.items():
+        np.testing.assert_array_equal(res.metrics[k], v, err_msg=k)
+        np.testing.assert_array_equal(back[k].astype(v.dtype), v, err_msg=k)
+    with open(os.path.join(run, "metrics.csv")) as f:
+        rows = list(csv.reader(f))
+    assert rows[0][:3] == ["member", "seed", "update"] and len(rows) == 1 + 4 * CFG.num_updates
+    assert len({tuple(r[:3]) for r in rows[1:]}) == 4 * CFG.num_updates  # no duplicated rows after the resume
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert np.asarray(summary["final_return_per_member"]).shape == (2, SEEDS)
+    # sensitivity: the members really differ
+    assert not np.allclose(ref_metrics["actor_loss"][0], ref_metrics["actor_loss"][2])
+
+
+def test_sweep_non_finite_member_stops_the_sweep_naming_it(program, tmp_path):
+    run = str(tmp_path / "sweep")
+    members = [{"lr": 2.5e-4, "clip_eps": 0.2}, {"lr": 1e30, "clip_eps": 0.2}]  # member 1 diverges at once
+    with pytest.raises(NonFiniteError) as e:
+        train_chunked(CFG, seed=SEED, num_seeds=SEEDS, members=members, run_dir=run, chunk_updates=2,
+                      program=program)
+    msg = str(e.value)
+    assert "member 1 (lr=1e+30, clip_eps=0.2), seed 0" in msg and "at update 1" in msg, msg
+    assert e.value.updates_done == 0 and e.value.checkpoint.endswith("update_00000000")
+    back = read_metrics(run)  # the chunk's rows are written; member 0 is fine
+    assert np.isfinite(back["actor_loss"][:SEEDS]).all() and not np.isfinite(back["critic_loss"][SEEDS:]).all()
+
+
+def test_program_split_envs_builds_one_env_split_agent_and_refuses_unknown_split(monkeypatch):
+    import purejaxppo.parallel as parallel
+    from purejaxppo.config import ConfigError
+
+    built = []
+    monkeypatch.setattr(parallel, "split_envs", lambda config, n, **kw: built.append(n) or make_ppo(config))
+    prog = Program(CFG, num_devices=2, split="envs")  # builds functions only: nothing compiles yet
+    assert built == [2] and prog.shard == 1 and prog.num_devices == 2  # runs vmapped on top, not sharded
+    assert Program(CFG, num_devices=2).shard == 2 and built == [2]
+    with pytest.raises(ConfigError, match="split"):
+        Program(CFG, split="members")
+    with pytest.raises(ConfigError, match="another config"):
+        train_chunked(CFG.replace(lr=1e-3), program=prog)
+
+
+def test_read_and_truncate_metrics_of_a_sweep_csv(tmp_path):
+    """A sweep's metrics.csv (member, seed, update, ...) reads back as runs m*S + s; a resume's
+    truncation keeps the rows before the checkpoint in both layouts."""
+    from purejaxppo.run_folder import truncate_metrics
+
+    path = tmp_path / "metrics.csv"
+    rows = [f"{m},{s},{u},{100 * m + 10 * s + u}" for m in range(2) for s in range(3) for u in range(4)]
+    path.write_text("\n".join(["member,seed,update,x"] + rows) + "\n")
+    x = read_metrics(str(path))["x"]
+    assert x.shape == (6, 4) and x[4, 2] == 112 and x[2, 3] == 23  # run 4 = member 1 seed 1; run 2 = member 0 seed 2
+    truncate_metrics(str(path), 2)
+    lines = path.read_text().splitlines()
+    assert lines[0] == "member,seed,update,x" and len(lines) == 1 + 6 * 2
+    np.testing.assert_array_equal(read_metrics(str(path))["x"], x[:, :2])
+    single = tmp_path / "single.csv"
+    single.write_text("seed,update,x\n0,0,1\n1,0,2\n0,1,3\n1,1,4\n")
+    truncate_metrics(str(single), 1)
+    np.testing.assert_array_equal(read_metrics(str(single))["x"], [[1.0], [2.0]])

@@ -25,7 +25,8 @@ def test_minatar_cnn_network_shapes():
     ppo = make_ppo(cfg)
     s = ppo.init(jax.random.PRNGKey(0), cfg)
     obs = jnp.zeros((7,) + ppo.venv.spec.obs_shape)
-    logits, value = ppo.network.apply(s.train.params, obs)
+    from purejaxppo.rollout import Batch
+    logits, value = ppo.agent.evaluate(s.train.params, Batch(obs, None, None, None, None, None))
     assert logits.shape == (7, ppo.venv.spec.num_actions) and value.shape == (7,)
     # the whole step traces (compiling it is slow on CPU: MinAtar's env; the learning run is in experiments/)
     _, m = jax.eval_shape(ppo.step, s, cfg)

@@ -5,34 +5,40 @@ import numpy as np
 import pytest
 
 from purejaxppo import ConfigError, PPOConfig, make_ppo
-from purejaxppo.population import make_population, member, parse_sweep, population_keys, results_table, vmap_population
+from purejaxppo.population import make_population, member, parse_sweep, results_table, runs
 
 SMALL = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 4, update_epochs=2, num_minibatches=2)
 
 
 def test_member_equals_separate_run_and_one_compile():
-    pop = make_population(SMALL, {"lr": [1e-4, 1e-3], "clip_eps": [0.1, 0.3], "gamma": [0.9]}, num_seeds=2)
-    assert len(pop.members) == 4
-    ppo = make_ppo(SMALL)
+    """Including a gamma sweep with reward scaling: the scaler uses each member's (traced) gamma."""
+    base = SMALL.replace(normalize_reward=True)
+    pop = make_population(base, {"lr": [1e-4, 1e-3], "clip_eps": [0.1, 0.3], "gamma": [0.9, 0.99]}, num_seeds=2)
+    assert len(pop.members) == 8
+    ppo = make_ppo(base)
     traces = []
 
     def counted_train(key, cfg):
         traces.append(1)  # runs once per trace, not per call
         return ppo.train(key, cfg)
 
-    train_pop = jax.jit(vmap_population(counted_train))
-    keys = population_keys(jax.random.PRNGKey(0), pop)
-    state, metrics = train_pop(keys, pop.configs)
+    train_pop = jax.jit(jax.vmap(counted_train))
+    keys, configs = runs(base, pop.members, num_seeds=2, seed=0)  # R = 8 members x 2 seeds
+    assert keys.shape[0] == 16 and configs.lr.shape == (16,)
+    state, metrics = train_pop(keys, configs)
     assert len(traces) == 1 and train_pop._cache_size() == 1
-    assert metrics["actor_loss"].shape == (4, 2, SMALL.num_updates)
-    for i in (0, 3):
+    assert metrics["actor_loss"].shape == (16, SMALL.num_updates)
+    seed_key = jax.random.split(jax.random.PRNGKey(0), 2)[1]  # seed 1 of a plain --seeds 2 run
+    for i in (0, 7):  # (lr 1e-4, clip 0.1, gamma 0.9) and (1e-3, 0.3, 0.99)
         cfg, st = member(pop, i, state)
-        # a separate run with the member's plain (Python float) config
-        single = jax.jit(make_ppo(cfg).train)(keys[i, 1], cfg)[1]
+        for x, y in zip(jax.tree.leaves(st.train.params), jax.tree.leaves(state.train.params)):
+            np.testing.assert_array_equal(x, y[2 * i:2 * i + 2])  # member i = runs 2i, 2i+1
+        # a separate run with the member's plain (Python float) config; run i*S + 1
+        single = jax.jit(make_ppo(cfg).train)(seed_key, cfg)[1]
         for k in ("actor_loss", "critic_loss", "approx_kl", "episode_return", "lr"):
-            np.testing.assert_allclose(metrics[k][i, 1], single[k], rtol=1e-4, atol=1e-6, err_msg=k)
+            np.testing.assert_allclose(metrics[k][2 * i + 1], single[k], rtol=1e-4, atol=1e-6, err_msg=k)
     # members differ
-    assert not np.allclose(metrics["actor_loss"][0], metrics["actor_loss"][3])
+    assert not np.allclose(metrics["actor_loss"][1], metrics["actor_loss"][15])
 
 
 def test_random_search_and_validation():
@@ -84,19 +90,3 @@ def test_cli_preset_applies_per_env_defaults(monkeypatch):
     assert cfg.gamma == 0.9 and cfg.update_epochs == 10 and cfg.lr == 5e-4  # preset + override
     plain = cli.config_from_args(cli.build_parser().parse_args(["train", "--env", "Pendulum-v1"]))
     assert plain.gamma == 0.99
-
-
-def test_gamma_sweep_with_reward_scaling_is_refused():
-    """Reward scaling fixes ONE discount at env construction: a population varying gamma
-    with it on would silently scale with the wrong gamma, so both entry points refuse it."""
-    from purejaxppo.parallel import stack_configs
-
-    scaled = SMALL.replace(normalize_reward=True)
-    with pytest.raises(ConfigError, match="normalize_reward"):
-        make_population(scaled, {"gamma": [0.9, 0.99]})
-    with pytest.raises(ConfigError, match="normalize_reward"):
-        stack_configs([scaled, scaled.replace(gamma=0.9)])
-    # allowed: one gamma with scaling, or varying gamma without it
-    assert make_population(scaled, {"lr": [1e-3, 3e-4]}).configs.gamma.shape == (2,)
-    assert make_population(SMALL, {"gamma": [0.9, 0.99]}).configs.gamma.shape == (2,)
-    assert stack_configs([scaled, scaled.replace(lr=1e-4)]).gamma.shape == (2,)

@@ -1,0 +1,205 @@
+"""The chunk loop: the compiled training step run in chunks of updates, on R runs at once.
+
+``R = M * S`` runs (members x seeds; one config is ``M = 1``) share one leading axis: the
+per-run ``init`` and ``run`` are vmapped over it and it is sharded over devices
+(``parallel.shard_runs``), or each run's envs are split over devices (``split="envs"``,
+``parallel.split_envs``). Each chunk (``lax.scan`` of ``step`` over ``chunk`` updates) is
+compiled once; between chunks the host shows progress, hands the metrics to the sinks,
+stops on non-finite numbers and saves checkpoints. The numbers equal one ``train`` call:
+the same step, applied the same number of times to the same state -- and a resumed run
+continues with exactly the state (arrays, PRNG keys, update counter) it stopped with.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import jax
+import numpy as np
+
+from . import run_folder as rf
+from .checkpoint import latest_checkpoint, save_checkpoint
+from .config import ConfigError, PPOConfig
+from .guards import NonFiniteError, TrainingInterrupted, first_non_finite, sigterm_as_interrupt
+from .program import Program
+from .sinks import CSVLogger
+from .train import PPO
+
+
+@dataclass
+class RunResult:
+    config: PPOConfig
+    run_dir: Optional[str]
+    runner_state: object  # [R, ...]
+    metrics: dict  # name -> [R, U] over the whole run (earlier sessions re-read from metrics.csv)
+    compile_s: float
+    run_s: float
+    env_steps: int  # total over runs, this session
+    final_return: np.ndarray  # [R]
+    extra: dict = field(default_factory=dict)
+    updates_done: int = 0
+    finished: bool = True  # False when stopped early by ``stop_after``
+    members: Optional[list] = None  # a sweep's members ({field: value} each); None for one config
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.env_steps / max(self.run_s, 1e-9)
+
+
+def chunk_size(num_updates: int, target: int) -> int:
+    """The largest divisor of ``num_updates`` not above ``target`` when that is at least
+    ``target/2`` (one compile), else ``target`` (the remainder then compiles once more)."""
+    target = max(1, min(target, num_updates))
+    best = max(d for d in range(1, target + 1) if num_updates % d == 0)
+    return best if best * 2 >= target else target
+
+
+def train_chunked(
+    config: PPOConfig,
+    *,
+    seed: int = 0,
+    num_seeds: int = 1,
+    members: Optional[Sequence[dict]] = None,
+    run_dir: Optional[str] = None,
+    chunk_updates: int = 25,
+    num_devices: int = 1,
+    split: str = "seeds",
+    on_chunk: Optional[Callable[[dict], None]] = None,
+    ppo: Optional[PPO] = None,
+    program: Optional[Program] = None,
+    checkpoint_every: int = 10,
+    keep_checkpoints: int = 2,
+    resume: bool = False,
+    stop_after: Optional[int] = None,
+    loggers: Sequence = (),
+) -> RunResult:
+    """Train ``R`` runs in chunks of ``chunk_updates`` updates; returns a :class:`RunResult`.
+
+    Runs: ``num_seeds`` seeds of ``config``, or of each of ``members`` (``{field: value}``
+    overrides of numeric fields, a sweep: ``R = M*S``, see ``population.runs``). ``program``
+    (a :class:`Program` of this config) reuses its compiled functions; else one is built from
+    ``ppo``/``num_devices``/``split``. After every chunk: ``on_chunk(info)``; the metrics
+    ``{name: [R, n]}`` go to ``run_dir/metrics.csv`` and each of ``loggers`` (sinks); a
+    finiteness check; every ``checkpoint_every`` chunks a checkpoint of the whole runner state.
+    A checkpoint is also saved at the end, at ``stop_after`` updates (then ``finished=False``),
+    on Ctrl-C/SIGTERM (raised as :class:`TrainingInterrupted`) and on any error (which then
+    propagates). Non-finite numbers raise :class:`NonFiniteError` after saving the last finite
+    state. ``resume=True`` continues ``run_dir`` from its latest checkpoint (same config, seeds
+    and members: :func:`resume_run`); the result equals an uninterrupted run.
+    """
+    prog = program if program is not None else Program(config, ppo=ppo, num_devices=num_devices, split=split)
+    if prog.config != config:
+        raise ConfigError("program= was built for another config; build Program(config) for this one")
+    members = None if members is None else [dict(m) for m in members]
+    n_total, chunk = config.num_updates, chunk_size(config.num_updates, chunk_updates)
+    info = {"config": config.to_dict(), "seed": seed, "num_seeds": num_seeds, "members": members,
+            "chunk_updates": chunk, "num_devices": prog.num_devices, "split": prog.split,
+            "checkpoint_every": checkpoint_every}
+    if resume and not run_dir:
+        raise ConfigError("resume=True needs the run_dir of the run to continue")
+    t0 = time.perf_counter()
+    inputs = prog.place(*(x for x in rf.run_inputs(config, seed, num_seeds, members) if x is not None))
+    configs = inputs[1] if members is not None else None
+    runner, done, prev = prog.init(*inputs), 0, None
+    if resume:
+        runner, done, prev = rf.restore_latest(run_dir, runner, info)
+    if run_dir:
+        rf.write_info(run_dir, info, resumed_from=done if resume else None)
+    prog.compile(min(chunk, max(n_total - done, 1)), runner, configs)
+    compile_s = time.perf_counter() - t0  # init (+ restore) and the first chunk's compile
+    ckpt_root = os.path.join(run_dir, rf.CHECKPOINTS) if run_dir else None
+    sinks = ([CSVLogger(os.path.join(run_dir, rf.METRICS), num_seeds, members is not None, resume)]
+             if run_dir else []) + list(loggers)
+    runs, start, run_s, saved, chunks, since = len(jax.tree.leaves(runner)[0]), done, 0.0, [done if resume else -1], [], 0
+    good = (runner, done)  # the last state whose metrics are written and which is finite
+    stop_at = n_total if stop_after is None else min(n_total, max(stop_after, done))
+
+    def checkpoint(state, update):
+        if ckpt_root and update != saved[0]:
+            save_checkpoint(ckpt_root, update, state, dict(info, versions=rf.versions(), metrics_rows_per_seed=update),
+                            keep=keep_checkpoints)
+            saved[0] = update
+        return latest_checkpoint(ckpt_root) if ckpt_root else None
+
+    def describe(r):
+        if members is None:
+            return f"seed {r}"
+        return f"member {r // num_seeds} ({', '.join(f'{k}={v:g}' for k, v in members[r // num_seeds].items())}), seed {r % num_seeds}"
+
+    try:
+        with sigterm_as_interrupt():
+            while done < stop_at:
+                n = min(chunk, stop_at - done)
+                compile_s += prog.compile(n, runner, configs)  # a remainder chunk: outside the timed run
+                t = time.perf_counter()
+                (new_runner, metrics), finite = prog.chunk(n, runner, configs)
+                metrics, finite = jax.device_get((metrics, finite))
+                run_s += time.perf_counter() - t
+                metrics = {k: np.asarray(v) for k, v in metrics.items()}
+                for sink in sinks:
+                    sink.write(metrics, done)
+                problem = first_non_finite(metrics, np.asarray(finite), done, describe)
+                if problem is not None:
+                    path = checkpoint(*good)
+                    where = f"; the last finite checkpoint is {path} (update {good[1]})" if path else ""
+                    hint = " (or drop that member from the sweep)" if members is not None else ""
+                    raise NonFiniteError(f"{problem}; training stopped{where}. Lower the learning rate (--lr) or "
+                                         f"--max-grad-norm, or enable --normalize-obs / --normalize-reward{hint}",
+                                         path, good[1])
+                chunks.append(metrics)
+                runner, done, since = new_runner, done + n, since + 1
+                good = (runner, done)
+                if since >= checkpoint_every and done < stop_at:
+                    checkpoint(runner, done)
+                    since = 0
+                if on_chunk is not None:
+                    on_chunk({"updates": done, "num_updates": n_total, "env_steps": done * config.batch_size,
+                              "run_s": run_s, "compile_s": compile_s, "start_update": start,
+                              "steps_per_s": (done - start) * config.batch_size * runs / max(run_s, 1e-9),
+                              "episode_return": metrics["episode_return"]})
+            checkpoint(runner, done)
+    except NonFiniteError:
+        raise
+    except KeyboardInterrupt as e:
+        raise TrainingInterrupted(_save_quietly(checkpoint, good, ckpt_root), good[1], str(e) or "interrupted") from None
+    except BaseException:
+        _save_quietly(checkpoint, good, ckpt_root)
+        raise
+    finally:
+        for sink in sinks:
+            try:
+                sink.close()
+            except Exception:
+                pass
+
+    metrics = {k: np.concatenate([c[k] for c in chunks], axis=1) for k in (chunks[0] if chunks else {})}
+    if prev:
+        metrics = {k: np.concatenate([prev[k].astype(v.dtype), v], axis=1) for k, v in metrics.items()} or prev
+    ret = metrics.get("episode_return", np.full((runs, 1), np.nan))
+    result = RunResult(config, run_dir, runner, metrics, compile_s, run_s, (done - start) * config.batch_size * runs,
+                       rf.final_returns(ret), updates_done=done, finished=done >= n_total, members=members)
+    if run_dir and result.finished:
+        rf.write_summary(run_dir, rf.summary(result, n_total * config.batch_size * runs, latest_checkpoint(ckpt_root)))
+    return result
+
+
+def _save_quietly(checkpoint, good, ckpt_root) -> Optional[str]:
+    try:
+        return checkpoint(*good)
+    except BaseException:  # a failing save must not hide the original error
+        return latest_checkpoint(ckpt_root) if ckpt_root else None
+
+
+def resume_run(run_dir: str, **kwargs) -> RunResult:
+    """Continue the run (or sweep) in ``run_dir`` from its latest checkpoint with its saved
+    config, seed, seeds, members, chunk size, devices and split (keyword args override the
+    others, e.g. ``on_chunk``, ``stop_after``, ``loggers``, ``program``)."""
+    info = rf.load_run_info(run_dir)
+    opts = dict(seed=info["seed"], num_seeds=info["num_seeds"], members=info.get("members"),
+                chunk_updates=info.get("chunk_updates", 25), num_devices=info.get("num_devices", 1),
+                split=info.get("split", "seeds"), checkpoint_every=info.get("checkpoint_every", 10))
+    opts.update(kwargs)
+    return train_chunked(info["config"], run_dir=run_dir, resume=True, **opts)
