@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seeds (default): shard the runs (members x seeds) over the devices; "
                         "envs: split every run's envs over them (data parallel)")
     t.add_argument("--quiet", action="store_true", help="no progress bar; only the summary")
+    t.add_argument("--no-compile-cache", action="store_true",
+                   help="do not use JAX's persistent compilation cache (default: on, in ~/.cache/purejaxppo/xla)")
     t.add_argument("--preset", action="store_true",
                    help="start from the shipped per-env config (purejaxppo/presets.py); flags still override")
     t.add_argument("--sweep", action="append", default=None, metavar="NAME=V1,V2,...",
@@ -105,6 +107,7 @@ def cmd_train(args) -> int:
                 else f"--seeds={seeds}")
         devices = choose_devices(args.devices, n_members * seeds, runs)
     set_devices(devices)
+    _compile_cache(args)
     from .loop import train_chunked
     from .population import make_population
     from .program import Program
@@ -133,6 +136,17 @@ def cmd_train(args) -> int:
     return _report(res, run_dir, seeds)
 
 
+def _compile_cache(args) -> None:
+    if getattr(args, "no_compile_cache", False) or os.environ.get("PUREJAXPPO_NO_COMPILE_CACHE"):
+        return
+    from .compile_cache import announce_once, enable
+
+    path = enable()
+    notice = announce_once(path) if path else None
+    if notice and not args.quiet:
+        print(notice, flush=True)
+
+
 def cmd_resume(args) -> int:
     from .devices import choose_devices, set_devices
     from .loop import resume_run
@@ -151,6 +165,7 @@ def cmd_resume(args) -> int:
     devices = info.get("num_devices", 1)
     choose_devices(str(devices), devices, "")  # still available?
     set_devices(devices)
+    _compile_cache(args)
     if not args.quiet:
         what = f"{len(members)} members x {seeds} seed(s)" if members else f"{seeds} seed(s)"
         print(f"purejaxppo: resuming {run_dir} ({config.env_name}, {what}, {config.num_updates} updates) "

@@ -44,11 +44,12 @@ def max_rel_diff(a, b) -> float:
 
 SMALL = dict(env_name="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,
              total_timesteps=8 * 16 * 3)
-# every option the data-parallel step must honour (issue 10): each changes the numbers
-OPTIONS = {"default": {}, "critic_lr": dict(critic_lr=1e-2), "unsafe_rbg": dict(rollout_rng="unsafe_rbg"),
-           "normalize_obs": dict(normalize_obs=True), "normalize_reward": dict(normalize_reward=True),
-           "target_kl": dict(target_kl=1e-5, lr=3e-3), "adv_norm_batch": dict(adv_norm="batch"),
-           "gru": dict(network="gru", gru_size=16, hidden_sizes=(16,)),
+# every option the data-parallel step must honour (issue 10), grouped to share compiles: each
+# option changes the numbers, so one that the split path ignored would show as a difference
+OPTIONS = {"default": {},
+           "critic_lr_target_kl_batch_adv": dict(critic_lr=1e-2, target_kl=1e-5, lr=3e-3, adv_norm="batch"),
+           "unsafe_rbg_normalize_obs_reward": dict(rollout_rng="unsafe_rbg", normalize_obs=True,
+                                                   normalize_reward=True),
            "gru_pendulum_norm": dict(network="gru", gru_size=16, hidden_sizes=(16,), env_name="Pendulum-v1",
                                      normalize_obs=True, normalize_reward=True)}
 
@@ -77,7 +78,7 @@ def check_split_envs():
         out[f"{name}_metrics"] = max_rel_diff(got[1], ref[1])
         out[f"{name}_params"] = max_rel_diff(got[0].train.params, ref[0].train.params)
         out[f"{name}_obs"] = max_rel_diff(got[0].obs, ref[0].obs)
-        if name == "target_kl":
+        if "target_kl" in name:
             out["target_kl_min_taken"] = float(np.min(ref[1]["minibatches_taken"]))
     cfg = PPOConfig(**SMALL)
     ref = jax.jit(make_ppo(cfg).train)(key)
@@ -137,19 +138,22 @@ def check_cli():
     """``train --devices 2 --split envs`` (and a 2-device sweep) equal ``--devices 1`` in metrics.csv."""
     tiny = ["train", "--env", "CartPole-v1", "--num-envs", "8", "--num-steps", "16", "--total-timesteps",
             str(8 * 16 * 3), "--update-epochs", "2", "--num-minibatches", "2"]
-    variants = {"default": [], "critic_lr": ["--critic-lr", "1e-2"], "unsafe_rbg": ["--rollout-rng", "unsafe_rbg"],
-                "normalize_obs": ["--normalize-obs", "true"], "gru": ["--network", "gru", "--gru-size", "16"]}
+    variants = {"default": [],
+                "critic_lr_unsafe_rbg_normalize_obs": ["--critic-lr", "1e-2", "--rollout-rng", "unsafe_rbg",
+                                                       "--normalize-obs", "true"],
+                "gru": ["--network", "gru", "--gru-size", "16"]}
     out = {}
     for name, extra in variants.items():
         rc1, log1, one, h1 = _cli_metrics(tiny + extra + ["--devices", "1"])
         rc2, log2, two, h2 = _cli_metrics(tiny + extra + ["--devices", "2", "--split", "envs"])
         out[f"{name}_rc"] = [rc1, rc2]
         out[f"{name}_diff"] = max_rel_diff(two, one) if one is not None and two is not None else None
+        out[f"{name}_metrics"] = one
         if rc1 or rc2:
             out[f"{name}_log"] = (log1 + log2)[-2000:]
-    _, _, base, _ = _cli_metrics(tiny + ["--devices", "1"])
-    _, _, other, _ = _cli_metrics(tiny + ["--critic-lr", "1e-2", "--devices", "1"])
-    out["critic_lr_changes_metrics"] = max_rel_diff(other, base)  # sensitivity
+    one, other = out.pop("default_metrics"), out.pop("critic_lr_unsafe_rbg_normalize_obs_metrics")
+    out.pop("gru_metrics")
+    out["options_change_metrics"] = max_rel_diff(other, one) if one is not None and other is not None else None
     sweep = tiny + ["--sweep", "lr=1e-3,3e-3", "--seeds", "2"]
     rc1, log1, one, h1 = _cli_metrics(sweep + ["--devices", "1"])
     rc2, log2, two, h2 = _cli_metrics(sweep + ["--devices", "2"])
@@ -162,6 +166,12 @@ def check_cli():
 
 
 if __name__ == "__main__":
+    import os
+
+    if os.environ.get("PUREJAXPPO_CACHE_DIR"):  # the test session's compilation cache (tests/conftest.py)
+        from purejaxppo.compile_cache import enable
+
+        enable(os.environ["PUREJAXPPO_CACHE_DIR"])
     check = sys.argv[1]
     assert len(jax.devices()) >= 4, f"expected 4 forced host devices, got {jax.devices()}"
     result = {"runs": check_runs, "split_envs": check_split_envs, "errors": check_errors, "cli": check_cli}[check]()
