@@ -53,7 +53,9 @@ class GRUActorCritic(nn.Module):
 
     ``__call__(carry [..., G], obs [..., *obs_shape], reset [...])`` is ONE time step:
     the carry is zeroed where ``reset`` before the cell runs. Returns
-    ``(new_carry [..., G], dist_params, value [...])``.
+    ``(new_carry [..., G], dist_params, value [...])``. The three parts are also methods
+    (``embed``, ``cell``, ``heads``) so that a sequence runs only the cell inside its time
+    scan and the feed-forward parts batched over all ``T*B`` steps (:func:`make_recurrent_network`).
     """
 
     num_actions: int
@@ -63,24 +65,38 @@ class GRUActorCritic(nn.Module):
     activation: str = "tanh"
     obs_ndim: int = 1
 
-    @nn.compact
-    def __call__(self, carry, obs, reset):
-        act = ACTIVATION_FNS[self.activation]
-        carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
-        x = MLPTorso(self.hidden_sizes, self.activation, self.obs_ndim, name="torso")(obs)
-        # recurrent kernel: our LAPACK-free orthogonal init (flax's default deadlocks under vmap on CPU)
-        carry, y = nn.GRUCell(self.gru_size, recurrent_kernel_init=orthogonal(), name="gru")(carry, x)
-        width = self.hidden_sizes[-1]
+    def setup(self):
         # layer names match train.learning_rates: critic_torso/value_head get critic_lr if set
         # (the torso and GRU are shared, so they follow the actor's rate)
-        dense = lambda n, scale, name: nn.Dense(n, kernel_init=orthogonal(scale),
-                                                bias_init=nn.initializers.zeros, name=name)
-        out = dense(self.num_actions, 0.01, "policy_head")(act(dense(width, math.sqrt(2), "actor_torso")(y)))
-        value = dense(1, 1.0, "value_head")(act(dense(width, math.sqrt(2), "critic_torso")(y)))[..., 0]
+        dense = lambda n, scale: nn.Dense(n, kernel_init=orthogonal(scale), bias_init=nn.initializers.zeros)
+        width = self.hidden_sizes[-1]
+        self.torso = MLPTorso(self.hidden_sizes, self.activation, self.obs_ndim)
+        # recurrent kernel: our LAPACK-free orthogonal init (flax's default deadlocks under vmap on CPU)
+        self.gru = nn.GRUCell(self.gru_size, recurrent_kernel_init=orthogonal())
+        self.actor_torso, self.policy_head = dense(width, math.sqrt(2)), dense(self.num_actions, 0.01)
+        self.critic_torso, self.value_head = dense(width, math.sqrt(2)), dense(1, 1.0)
+        if not self.discrete:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
+
+    def embed(self, obs):
+        return self.torso(obs)
+
+    def cell(self, carry, x, reset):
+        carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
+        return self.gru(carry, x)
+
+    def heads(self, y):
+        act = ACTIVATION_FNS[self.activation]
+        out = self.policy_head(act(self.actor_torso(y)))
+        value = self.value_head(act(self.critic_torso(y)))[..., 0]
         if self.discrete:
-            return carry, out, value
-        log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
-        return carry, (out, jnp.broadcast_to(log_std, out.shape)), value
+            return out, value
+        return (out, jnp.broadcast_to(self.log_std, out.shape)), value
+
+    def __call__(self, carry, obs, reset):
+        carry, y = self.cell(carry, self.embed(obs), reset)
+        dist_params, value = self.heads(y)
+        return carry, dist_params, value
 
 
 class RecurrentNetwork(NamedTuple):
@@ -91,7 +107,8 @@ class RecurrentNetwork(NamedTuple):
     * ``step(params, carry [B, G], obs [B, ...], reset [B]) -> (carry, dist_params, value [B])``:
       one time step (reset applied to the incoming carry first).
     * ``apply(params, carry [B, G], obs [T, B, ...], reset [T, B]) -> (final carry [B, G],
-      dist_params [T, B, ...], value [T, B])``: ``step`` scanned over time.
+      dist_params [T, B, ...], value [T, B])``: ``step`` over time, with the torso and heads
+      batched over all ``T*B`` steps and only the GRU cell inside the time scan.
     * ``dist``: categorical or diagonal Gaussian, by the env spec.
     """
 
@@ -120,11 +137,13 @@ def make_recurrent_network(spec, gru_size: int = 128, hidden_sizes: Sequence[int
         return module.apply(params, carry, obs, reset)
 
     def apply(params, carry, obs, reset):
-        def body(c, x):
-            c, dist_params, value = step(params, c, *x)
-            return c, (dist_params, value)
+        x = module.apply(params, obs, method=GRUActorCritic.embed)  # [T, B, H], batched
 
-        carry, (dist_params, values) = jax.lax.scan(body, carry, (obs, reset))
+        def body(c, xr):
+            return module.apply(params, c, *xr, method=GRUActorCritic.cell)
+
+        carry, ys = jax.lax.scan(body, carry, (x, reset))
+        dist_params, values = module.apply(params, ys, method=GRUActorCritic.heads)
         return carry, dist_params, values
 
     return RecurrentNetwork(init, initial_carry, step, apply, CATEGORICAL if spec.discrete else GAUSSIAN,
