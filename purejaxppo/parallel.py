@@ -169,24 +169,20 @@ def split_envs(config: PPOConfig, num_devices: Optional[int] = None, *, axis: st
     mesh = device_mesh(n_dev, axis)
     local = make_ppo(config, axis_name=axis, num_devices=n_dev, **make_ppo_kwargs)
     smap = lambda f, i, o: jax.shard_map(f, mesh=mesh, in_specs=i, out_specs=o, check_vma=False)
-    specs = {}
-
-    def spec(cfg):  # runner specs follow the runner's pytree structure (found once, abstractly)
-        if "runner" not in specs:
-            shape = jax.eval_shape(smap(local.init, (P(), P()), P()), jax.random.PRNGKey(0), config)
-            specs["runner"] = runner_specs(shape, axis)
-        return specs["runner"]
+    # partition specs follow the runner's pytree structure: found once, abstractly
+    shape = jax.eval_shape(smap(local.init, (P(), P()), P()), jax.random.PRNGKey(0), config)
+    spec = runner_specs(shape, axis)
 
     def init(rng, cfg: PPOConfig = config) -> RunnerState:
-        return smap(local.init, (P(), P()), spec(cfg))(rng, cfg)
+        return smap(local.init, (P(), P()), spec)(rng, cfg)
 
     def step(runner, cfg: PPOConfig = config):
-        return smap(local.step, (spec(cfg), P()), (spec(cfg), P()))(runner, cfg)
+        return smap(local.step, (spec, P()), (spec, P()))(runner, cfg)
 
     def run(runner, cfg: PPOConfig = config, num_updates: Optional[int] = None):
-        return smap(lambda r, c: local.run(r, c, num_updates), (spec(cfg), P()), (spec(cfg), P()))(runner, cfg)
+        return smap(lambda r, c: local.run(r, c, num_updates), (spec, P()), (spec, P()))(runner, cfg)
 
     def train(rng, cfg: PPOConfig = config):
-        return smap(local.train, (P(), P()), (spec(cfg), P()))(rng, cfg)
+        return smap(local.train, (P(), P()), (spec, P()))(rng, cfg)
 
     return PPO(config, local.venv, local.agent, init, step, run, train)
