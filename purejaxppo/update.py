@@ -20,23 +20,62 @@ class TrainState(NamedTuple):
     opt_state: Any
 
 
+class AdamState(NamedTuple):
+    """Adam moments and the running powers ``b1**t``, ``b2**t`` of its bias correction."""
+
+    mu: Any
+    nu: Any
+    b1_pow: jax.Array
+    b2_pow: jax.Array
+
+
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> optax.GradientTransformation:
+    """Adam's direction ``m_hat / (sqrt(v_hat) + eps)`` (Kingma & Ba), as in ``optax.scale_by_adam``.
+
+    One difference, on purpose: the bias corrections ``1 / (1 - b**t)`` are computed from
+    powers kept as running products in the state, not from ``b ** count``. When the first
+    update is compiled together with ``init`` (``jit(train)``) they are constants, and XLA's
+    constant folder rounds ``pow`` (and a division by a constant) differently from the same
+    ops at run time; PPO amplifies that last bit. Products and explicit reciprocals round
+    the same either way, so ``train`` in one program equals ``init`` and chunks of ``run``
+    compiled apart (the chunk loop, a resumed run) bit for bit.
+    """
+
+    def init(params):
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        one = jnp.ones((), jnp.float32)
+        return AdamState(zeros, zeros, one, one)
+
+    def update(grads, state, params=None):
+        mu = jax.tree.map(lambda m, g: b1 * m + (1.0 - b1) * g, state.mu, grads)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1.0 - b2) * jnp.square(g), state.nu, grads)
+        b1_pow, b2_pow = state.b1_pow * b1, state.b2_pow * b2
+        # Reciprocals taken explicitly: XLA rewrites ``x / constant`` as ``x * (1 / constant)``
+        # but never ``x / runtime_value``, which would round differently.
+        r1, r2 = 1.0 / (1.0 - b1_pow), 1.0 / (1.0 - b2_pow)
+        direction = jax.tree.map(lambda m, v: (m * r1) / (jnp.sqrt(v * r2) + eps), mu, nu)
+        return direction, AdamState(mu, nu, b1_pow, b2_pow)
+
+    return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(max_grad_norm, adam_eps, learning_rate) -> optax.GradientTransformation:
-    """Global-norm clipping, then Adam, then the learning rate.
+    """Global-norm clipping, then Adam (:func:`scale_by_adam`), then the learning rate.
 
     All arguments may be traced scalars. ``learning_rate`` is a scalar, or a pytree of
     scalars with the structure of the params (e.g. separate actor and critic rates).
-    The chain runs on the params raveled into one vector (``optax.flatten``): the same
-    numbers, but a handful of fused kernels instead of a few per parameter leaf, which
-    is what dominates a small network's update on CPU.
     """
-    adam = optax.flatten(optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.scale_by_adam(eps=adam_eps)))
 
     def scale(updates, state, params=None):
         per_leaf = jax.tree.structure(learning_rate) == jax.tree.structure(updates)
         lrs = learning_rate if per_leaf else jax.tree.map(lambda _: learning_rate, updates)
         return jax.tree.map(lambda u, lr: -lr * u, updates, lrs), state
 
-    return optax.chain(adam, optax.GradientTransformation(lambda params: optax.EmptyState(), scale))
+    return optax.chain(
+        optax.clip_by_global_norm(max_grad_norm),
+        scale_by_adam(eps=adam_eps),
+        optax.GradientTransformation(lambda params: optax.EmptyState(), scale),
+    )
 
 
 def shuffle_split(key: jax.Array, data, num_minibatches: int):
