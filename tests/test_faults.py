@@ -260,6 +260,10 @@ def test_divergence_watch_warns_once_at_the_update_the_streak_completes():
     bad = {k: v.copy() for k, v in ok.items()}
     bad["grad_norm"][1, 1:] = 3e7  # run 1 blows up from update 5 (chunk 4..7): 5, 6, 7
     assert watch.check(bad, 4, describe) is None  # 3 updates so far
-    msg = watch.check(bad, 8, describe)  # updates 8, 9 complete the streak of 5 at update 9
+    worse = {k: v.copy() for k, v in bad.items()}
+    worse["grad_norm"][1, :] = 3e7
+    msg = watch.check(worse, 8, describe)  # updates 8, 9 complete the streak of 5 at update 9
     assert msg and "at update 9 (seed 1)" in msg and "grad_norm=3e+07" in msg and "--lr" in msg, msg
-    assert watch.check(bad, 12, describe) is None  # once
+    assert watch.check(worse, 12, describe) is None  # once
+    fresh = DivergenceWatch(patience=5)
+    assert fresh.check(bad, 4, describe) is None and fresh.check(bad, 8, describe) is None  # a streak broken at 8
