@@ -23,6 +23,8 @@ at any moment leaves the previous good checkpoint intact. Only folders containin
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -38,6 +40,11 @@ _NAME = re.compile(r"^update_(\d+)$")
 
 class CheckpointError(Exception):
     """A checkpoint is missing, corrupt, or made for a different setup; the message says which and the fix."""
+
+
+class SaveError(OSError):
+    """Writing a checkpoint failed (full disk, permissions, ...); the partial folder is removed
+    and the earlier checkpoints are intact. ``errno`` is the file system's, when known."""
 
 
 def _is_prng_key(x) -> bool:
@@ -85,25 +92,108 @@ def save_checkpoint(root: str, update: int, state, meta: Optional[dict] = None, 
     """Write ``state`` (any pytree of arrays) as checkpoint ``update``; return its folder.
 
     ``meta`` (JSON-serialisable) is stored alongside. At most ``keep`` checkpoints are
-    kept (the newest); pruning happens after the new one is complete."""
+    kept (the newest); pruning happens after the new one is complete. A failed write raises
+    :class:`SaveError` and leaves no partial folder; on a full disk the older checkpoints
+    are pruned first (keeping the newest) and the write is tried once more."""
+    root = os.path.abspath(root)  # orbax (tensorstore OCDBT) refuses relative paths
+    try:
+        return _save(root, update, state, meta, keep)
+    except OSError as e:
+        if not _no_space(e) or len(list_checkpoints(root)) < 2:
+            raise
+        # full disk: keep only the newest checkpoint, to make room for this one, and retry once
+        for _, old in list_checkpoints(root)[:-1]:
+            _remove(old)
+        return _save(root, update, state, meta, keep)
+
+
+def _no_space(e: BaseException) -> bool:
+    return getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(e)
+
+
+def _save(root: str, update: int, state, meta: Optional[dict], keep: int) -> str:
     import orbax.checkpoint as ocp
 
-    root = os.path.abspath(root)  # orbax (tensorstore OCDBT) refuses relative paths
-    os.makedirs(root, exist_ok=True)
     final = os.path.join(root, f"update_{int(update):08d}")
     tmp = os.path.join(root, f".tmp-update_{int(update):08d}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    arrays, manifest = flatten_state(state)
-    ocp.PyTreeCheckpointer().save(os.path.join(tmp, "state"), arrays)
-    with open(os.path.join(tmp, "meta.json"), "w") as f:
-        json.dump({**(meta or {}), "update": int(update), "leaves": manifest}, f, indent=1)
+    try:
+        os.makedirs(root, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        arrays, manifest = flatten_state(state)
+        _check_room(root, arrays)
+        os.makedirs(tmp)
+        with _quiet_orbax():
+            ocp.PyTreeCheckpointer().save(os.path.join(tmp, "state"), arrays)
+        with open(os.path.join(tmp, "meta.json"), "w") as f:
+            json.dump({**(meta or {}), "update": int(update), "leaves": manifest}, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+    except Exception as e:  # orbax/tensorstore raise many types for a failed write
+        shutil.rmtree(tmp, ignore_errors=True)
+        code = getattr(e, "errno", None) or (errno.ENOSPC if _no_space(e) else None)
+        reason = os.strerror(code) if code else f"{type(e).__name__}: {str(e)[:200]}"
+        raise SaveError(code, f"could not write checkpoint {final} ({reason})") from None
     if os.path.exists(final):  # re-saving the same update (e.g. end == last periodic save)
-        shutil.rmtree(final)
+        _remove(final)
     os.replace(tmp, final)
     for _, old in list_checkpoints(root)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
     return final
+
+
+def _folder_bytes(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(folder) for f in fs)
+
+
+def _check_room(root: str, arrays: dict) -> None:
+    """Refuse to start a save that cannot fit (estimate: the newest checkpoint's size, or the
+    arrays plus orbax's overhead): a full disk then fails cleanly here, instead of deep in
+    orbax's writer threads."""
+    latest = list_checkpoints(root)[-1:]
+    need = max(_folder_bytes(latest[0][1]) if latest else 0, sum(a.nbytes for a in arrays.values()) + 64 * 1024)
+    if shutil.disk_usage(root).free < need * 1.1:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), root)
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """orbax logs a failed write from its threads as ERROR with a traceback; the failure
+    reaches the caller as an exception anyway (then a SaveError), so keep stderr clean."""
+    import logging
+
+    log = logging.getLogger("absl")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _remove(folder: str) -> None:
+    """Delete a checkpoint folder: renamed to a hidden ``.tmp-`` name first, so a crash
+    halfway leaves no half-deleted folder that still looks like a checkpoint."""
+    trash = os.path.join(os.path.dirname(folder), f".tmp-del-{os.path.basename(folder)}-{os.getpid()}")
+    try:
+        os.replace(folder, trash)
+    except OSError:
+        trash = folder
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def clean_partial(root: str) -> list[str]:
+    """Remove what interrupted saves and prunes left under ``root`` (hidden ``.tmp-*``
+    folders, ``update_*`` folders without ``meta.json``); returns their names. Call it
+    only while holding the run folder's lock (no other process is saving)."""
+    if not os.path.isdir(root):
+        return []
+    gone = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if name.startswith(".tmp-") or (_NAME.match(name) and not os.path.isfile(os.path.join(path, "meta.json"))):
+            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+            gone.append(name)
+    return gone
 
 
 def list_checkpoints(root: str) -> list[tuple[int, str]]:

@@ -85,18 +85,24 @@ def cmd_train(args) -> int:
     from .checkpoint import list_checkpoints
     from .config import validate
     from .devices import choose_devices, set_devices
+    from .outputs import check_run_dir
     from .population import parse_sweep
     from .progress import progress_bar
 
     if args.resume:
         return cmd_resume(args)
     seeds = 1 if args.seeds is None else args.seeds
-    for flag, v in (("--seeds", seeds), ("--chunk", args.chunk), ("--checkpoint-every", args.checkpoint_every)):
-        if v is not None and v < 1:
-            raise UserError(f"{flag}={v} must be >= 1")
-    grid = parse_sweep(args.sweep) if args.sweep else None
+    _check_counts(args, seeds)
+    grid = parse_sweep(_distinct_sweeps(args.sweep)) if args.sweep else None
     n_members = math.prod(len(v) for v in grid.values()) if grid else 1
     config = validate(config_from_args(args))
+    check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work
+    if args.run_dir:
+        if list_checkpoints(os.path.join(args.run_dir, "checkpoints")) or os.path.exists(
+                os.path.join(args.run_dir, "metrics.csv")):
+            raise UserError(f"run folder {args.run_dir!r} already holds a run; continue it with "
+                            f"`python -m purejaxppo train --resume {args.run_dir}` or choose another --run-dir")
+    _check_sinks(args)
     split = args.split or "seeds"
     # count the devices before JAX starts (it reads XLA_FLAGS once)
     if split == "envs":  # a minibatch's units (env sequences for the GRU) are split too
@@ -116,9 +122,6 @@ def cmd_train(args) -> int:
     program = Program(config, num_devices=devices, split=split)  # unknown envs etc. fail here, before any folder
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = args.run_dir or os.path.join("runs", f"{config.env_name}-{'sweep-' if grid else ''}{stamp}")
-    if list_checkpoints(os.path.join(run_dir, "checkpoints")) or os.path.exists(os.path.join(run_dir, "metrics.csv")):
-        raise UserError(f"run folder {run_dir!r} already holds a run; continue it with "
-                        f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
     if not args.quiet:
         what = f"sweep over {n_members} members x {seeds} seed(s) of" if grid else f"training {seeds} seed(s) of"
         print(f"purejaxppo: {what} {config.env_name} in one compile on {devices} device(s)"
@@ -136,6 +139,35 @@ def cmd_train(args) -> int:
     return _report(res, run_dir, seeds)
 
 
+def _check_counts(args, seeds=None) -> None:
+    for flag, v in (("--seeds", seeds), ("--chunk", args.chunk), ("--checkpoint-every", args.checkpoint_every),
+                    ("--stop-after", args.stop_after)):
+        if v is not None and v < 1:
+            raise UserError(f"{flag}={v} must be >= 1")
+
+
+def _distinct_sweeps(specs: list) -> list:
+    """``--sweep lr=1e-3 --sweep lr=1e-4`` would silently keep one: refused, naming the fix."""
+    seen = {}
+    for spec in specs:
+        name = spec.split("=", 1)[0].strip().replace("-", "_")
+        if name in seen:
+            values = f"{seen[name].split('=', 1)[-1]},{spec.split('=', 1)[-1]}"
+            raise UserError(f"--sweep {name} is given twice ({seen[name]!r} and {spec!r}); list all values in one: "
+                            f"--sweep {name}={values}")
+        seen[name] = spec
+    return specs
+
+
+def _check_sinks(args) -> None:
+    from .sinks import require_tensorboard, require_wandb
+
+    if args.tensorboard:
+        require_tensorboard()
+    if args.wandb:
+        require_wandb()
+
+
 def _compile_cache(args) -> None:
     if getattr(args, "no_compile_cache", False) or os.environ.get("PUREJAXPPO_NO_COMPILE_CACHE"):
         return
@@ -151,7 +183,8 @@ def cmd_resume(args) -> int:
     from .devices import choose_devices, set_devices
     from .loop import resume_run
     from .progress import progress_bar
-    from .run_folder import load_run_info
+    from .outputs import check_run_dir
+    from .run_folder import finished_run, load_run_info
 
     run_dir = args.resume
     given = sorted("--" + k[4:].replace("_", "-") for k, v in vars(args).items() if k.startswith("cfg_") and v is not None)
@@ -160,8 +193,15 @@ def cmd_resume(args) -> int:
     if given:
         raise UserError(f"--resume continues {run_dir!r} with its saved config and seeds, so {', '.join(given)} "
                         "cannot be changed; drop them, or start a new run with another --run-dir")
+    _check_counts(args)
     info = load_run_info(run_dir)
     seeds, members, config = info["num_seeds"], info.get("members"), info["config"]
+    if finished_run(run_dir):  # nothing to compute, nothing to rewrite
+        print(f"{run_dir} already finished all {config.num_updates} updates; nothing to do (its summary.json is "
+              f"unchanged). Evaluate it with `python -m purejaxppo eval {run_dir}`")
+        return 0
+    check_run_dir(run_dir, "--resume")
+    _check_sinks(args)
     devices = info.get("num_devices", 1)
     choose_devices(str(devices), devices, "")  # still available?
     set_devices(devices)
@@ -220,10 +260,14 @@ def cmd_eval(args) -> int:
     import numpy as np
 
     from .evaluate import evaluate_runner, find_obs_stats, gif_renderer, save_gif, summarize
+    from .outputs import check_out_file
     from .run_folder import load_run
 
-    if args.episodes < 1:
-        raise UserError(f"--episodes={args.episodes} must be >= 1")
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise UserError(f"--episodes={args.episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of "
+                        "all seeds run in parallel, in memory)")
+    if args.gif:
+        check_out_file(args.gif, "--gif", (".gif",))
     config, info, runner, ppo = load_run(args.run_dir, args.checkpoint)
     if args.gif:
         gif_renderer(config)  # an env we cannot draw fails now, not after the evaluation
@@ -253,9 +297,16 @@ def cmd_eval(args) -> int:
     return 0
 
 
+MAX_EPISODES = 100_000  # per seed, all in parallel: bounded so a typo cannot ask for 100 GB
+
+
 def cmd_plot(args) -> int:
+    from .outputs import check_out_file
     from .plot import plot_runs
 
+    if os.path.splitext(args.out)[1] == "" and not os.path.isdir(args.out):
+        args.out += ".png"  # what matplotlib would write; reported under its real name
+    check_out_file(args.out, "-o", (".png", ".pdf", ".svg", ".jpg", ".jpeg"))
     for d in args.run_dirs:
         if not os.path.exists(os.path.join(d, "metrics.csv")):
             raise UserError(f"{d!r} has no metrics.csv; pass run folders written by `purejaxppo train`")
@@ -276,7 +327,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from .checkpoint import CheckpointError
     from .config import ConfigError
-    from .guards import NonFiniteError, TrainingInterrupted
+    from .guards import NonFiniteError, RunFolderWriteError, TrainingInterrupted
 
     try:
         if args.command == "train":
@@ -294,8 +345,12 @@ def main(argv=None) -> int:
     except (ConfigError, UserError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except NonFiniteError as e:
+    except (NonFiniteError, RunFolderWriteError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:  # e.g. a full disk while writing results.md or a plot
+        print(f"error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}; free some space or fix "
+              "permissions and run the command again", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
         ckpt = e.checkpoint if isinstance(e, TrainingInterrupted) else None

@@ -21,6 +21,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from .shapes import check_bool, check_mask, same_shape
+
 
 def gae(
     rewards: jax.Array,
@@ -37,14 +39,24 @@ def gae(
 
     Args:
       rewards, values, next_values: ``[T, ...]`` floats.
-      terminated, truncated: ``[T, ...]`` bools (or 0/1). Termination wins if both set.
+      terminated, truncated: ``[T, ...]`` bools (or integer 0/1; floats are refused). Termination wins if both set.
       gamma, gae_lambda: scalars (may be traced, e.g. in a hyperparameter population).
-      mask: optional ``[T, ...]`` validity mask (token PPO: response tokens only).
+      mask: optional ``[T, ...]`` bool (or integer) validity mask (token PPO: response tokens only).
         Invalid steps get ``A = 0`` and pass the running advantage through untouched,
         so masked prompt/padding slots neither receive nor block credit. Their inputs
         are cleaned (``where``) before any arithmetic, so NaN there cannot leak.
       unroll: ``lax.scan`` unroll factor (speed only).
+
+    Raises ``ValueError`` (while tracing) if any input's shape differs from ``rewards``'s,
+    or ``terminated``/``truncated``/``mask`` is a float array.
     """
+    shape = same_shape("gae", "rewards", {"rewards": rewards, "values": values, "next_values": next_values,
+                                          "terminated": terminated, "truncated": truncated})
+    if len(shape) < 1:
+        raise ValueError(f"gae: rewards has shape {shape}, expected [T, ...] with time leading")
+    check_bool("gae", terminated, "terminated")
+    check_bool("gae", truncated, "truncated")
+    check_mask("gae", mask, shape)
     terminated = terminated.astype(bool)
     done = jnp.logical_or(terminated, truncated.astype(bool))
     if mask is not None:

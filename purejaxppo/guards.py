@@ -3,10 +3,14 @@
 * :func:`first_non_finite` finds the earliest non-finite loss, diagnostic or parameter of a
   chunk (``episode_return``/``episode_length`` are NaN by design when no episode finished);
   the loop then raises :class:`NonFiniteError`.
+* :class:`DivergenceWatch` warns (once) when the critic loss, gradient norm or KL stay far
+  beyond sane bounds for several updates in a row (finite, but training has blown up);
+* :class:`RunFolderWriteError`: the run folder could not be written (full disk,
+  permissions); the loop raises it with what is kept and where to resume from;
 * :func:`sigterm_as_interrupt` turns SIGTERM into KeyboardInterrupt (as Ctrl-C), which the
   loop turns into :class:`TrainingInterrupted` after saving a checkpoint.
 
-Both exceptions carry what a caller needs (``checkpoint``, ``updates_done``) as fields.
+The exceptions carry what a caller needs (``checkpoint``, ``updates_done``) as fields.
 """
 
 from __future__ import annotations
@@ -24,6 +28,15 @@ MAY_BE_NAN = ("episode_return", "episode_length")  # NaN by design when no episo
 class NonFiniteError(RuntimeError):
     """Training produced a non-finite loss or parameter; the message names update, metric and
     run. ``checkpoint``: the last finite state's checkpoint (or None), after ``updates_done``."""
+
+    def __init__(self, message: str, checkpoint: Optional[str] = None, updates_done: int = 0):
+        super().__init__(message)
+        self.checkpoint, self.updates_done = checkpoint, updates_done
+
+
+class RunFolderWriteError(RuntimeError):
+    """Writing the run folder failed (full disk, permissions); the message says what is kept
+    and how to resume. ``checkpoint`` (or None) holds the state after ``updates_done``."""
 
     def __init__(self, message: str, checkpoint: Optional[str] = None, updates_done: int = 0):
         super().__init__(message)
@@ -53,11 +66,45 @@ def first_non_finite(metrics: dict, finite: np.ndarray, first_update: int, descr
                 worst = (int(u), int(r), name, a[r, u])
     if worst is not None:
         u, r, name, v = worst
-        return f"non-finite {name} ({v}) at update {first_update + u + 1} ({describe(r)})"
+        return f"non-finite {name} ({v}) at update {first_update + u} of metrics.csv ({describe(r)})"
     if not np.all(finite):
         r, n = int(np.argmin(finite)), np.asarray(next(iter(metrics.values()))).shape[1]
-        return f"non-finite parameters or optimizer state after updates {first_update + 1}..{first_update + n} ({describe(r)})"
+        return (f"non-finite parameters or optimizer state after updates {first_update}..{first_update + n - 1} "
+                f"of metrics.csv ({describe(r)})")
     return None
+
+
+class DivergenceWatch:
+    """Warns once when, in some run, any of ``BOUNDS`` is exceeded ``patience`` updates in a
+    row: the numbers are finite but training has blown up (e.g. ``--lr 1e6`` collapses the
+    policy with gradient norms ~1e7). :meth:`check` takes a chunk's ``{name: [R, n]}`` and
+    returns the warning text the first time, else None. It never stops training."""
+
+    BOUNDS = {"grad_norm": 1e4, "critic_loss": 1e8, "approx_kl": 1.0}
+
+    def __init__(self, patience: int = 5):
+        self.patience, self.streak, self.warned = patience, None, False
+
+    def check(self, metrics: dict, first_update: int, describe: Callable[[int], str]) -> Optional[str]:
+        names = [k for k in self.BOUNDS if k in metrics]
+        if self.warned or not names:
+            return None
+        over = np.zeros(np.shape(metrics[names[0]]), bool)
+        with np.errstate(invalid="ignore"):
+            for k in names:
+                over |= np.abs(np.asarray(metrics[k], np.float64)) > self.BOUNDS[k]
+        streak = np.zeros(over.shape[0], int) if self.streak is None else self.streak
+        for u in range(over.shape[1]):
+            streak = np.where(over[:, u], streak + 1, 0)
+            if streak.max() >= self.patience:
+                r = int(np.argmax(streak))
+                worst = ", ".join(f"{k}={float(np.asarray(metrics[k])[r, u]):.3g}" for k in names)
+                self.warned = True
+                return (f"training looks divergent: {worst} at update {first_update + u} ({describe(r)}), beyond "
+                        f"sane bounds for {self.patience} updates in a row; lower the learning rate (--lr) or "
+                        "--max-grad-norm, or enable --normalize-obs / --normalize-reward")
+        self.streak = streak
+        return None
 
 
 @contextmanager

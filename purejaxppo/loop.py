@@ -13,6 +13,7 @@ continues with exactly the state (arrays, PRNG keys, update counter) it stopped 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -21,9 +22,11 @@ import jax
 import numpy as np
 
 from . import run_folder as rf
-from .checkpoint import latest_checkpoint, save_checkpoint
+from . import run_lock
+from .checkpoint import SaveError, clean_partial, latest_checkpoint, list_checkpoints, save_checkpoint
 from .config import ConfigError, PPOConfig
-from .guards import NonFiniteError, TrainingInterrupted, first_non_finite, sigterm_as_interrupt
+from .guards import (DivergenceWatch, NonFiniteError, RunFolderWriteError, TrainingInterrupted, first_non_finite,
+                     sigterm_as_interrupt)
 from .program import Program
 from .sinks import CSVLogger
 from .train import PPO
@@ -75,6 +78,7 @@ def train_chunked(
     resume: bool = False,
     stop_after: Optional[int] = None,
     loggers: Sequence = (),
+    on_note: Optional[Callable[[str], None]] = None,
 ) -> RunResult:
     """Train ``R`` runs in chunks of ``chunk_updates`` updates; returns a :class:`RunResult`.
 
@@ -89,33 +93,67 @@ def train_chunked(
     propagates). Non-finite numbers raise :class:`NonFiniteError` after saving the last finite
     state. ``resume=True`` continues ``run_dir`` from its latest checkpoint (same config, seeds
     and members: :func:`resume_run`); the result equals an uninterrupted run.
+
+    The run folder is locked while training (:mod:`purejaxppo.run_lock`: a second process
+    is refused), a resume refuses a folder of another kind or setup before writing anything,
+    and a resume of a finished run computes and rewrites nothing. A folder that cannot be
+    written (full disk) raises :class:`RunFolderWriteError` after keeping what it can.
+    ``on_note(text)`` receives warnings (a divergence, recomputed rows); default: stderr.
     """
     prog = program if program is not None else Program(config, ppo=ppo, num_devices=num_devices, split=split)
     if prog.config != config:
         raise ConfigError("program= was built for another config; build Program(config) for this one")
     members = None if members is None else [dict(m) for m in members]
-    n_total, chunk = config.num_updates, chunk_size(config.num_updates, chunk_updates)
-    info = {"config": config.to_dict(), "seed": seed, "num_seeds": num_seeds, "members": members,
-            "chunk_updates": chunk, "num_devices": prog.num_devices, "split": prog.split,
-            "checkpoint_every": checkpoint_every}
+    info = {"kind": "run" if members is None else "sweep", "config": config.to_dict(), "seed": seed,
+            "num_seeds": num_seeds, "members": members, "chunk_updates": chunk_size(config.num_updates, chunk_updates),
+            "num_devices": prog.num_devices, "split": prog.split, "checkpoint_every": checkpoint_every}
     if resume and not run_dir:
         raise ConfigError("resume=True needs the run_dir of the run to continue")
+    note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
+    args = (config, prog, info, members, run_dir, resume, stop_after, on_chunk, keep_checkpoints, loggers, note)
+    if not run_dir:
+        return _train(*args)
+    if resume:
+        rf.check_resumable(run_dir, info)  # the wrong kind or setup is refused before anything is written
+    else:
+        os.makedirs(run_dir, exist_ok=True)
+    with run_lock.hold(run_dir):  # one writer per folder; a second process is refused
+        root = os.path.join(run_dir, rf.CHECKPOINTS)
+        if not resume and (list_checkpoints(root) or os.path.exists(os.path.join(run_dir, rf.METRICS))):
+            raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with "
+                              f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
+        clean_partial(root)  # .tmp-* folders of interrupted saves and prunes
+        return _train(*args)
+
+
+def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, keep_checkpoints, loggers, note):
+    n_total, chunk, num_seeds = config.num_updates, info["chunk_updates"], info["num_seeds"]
+    checkpoint_every = info["checkpoint_every"]
+    ckpt_root = os.path.join(run_dir, rf.CHECKPOINTS) if run_dir else None
     t0 = time.perf_counter()
-    inputs = prog.place(*(x for x in rf.run_inputs(config, seed, num_seeds, members) if x is not None))
+    inputs = prog.place(*(x for x in rf.run_inputs(config, info["seed"], num_seeds, members) if x is not None))
     configs = inputs[1] if members is not None else None
     runner, done, prev = prog.init(*inputs), 0, None
-    if resume:
-        runner, done, prev = rf.restore_latest(run_dir, runner, info)
-    if run_dir:
-        rf.write_info(run_dir, info, resumed_from=done if resume else None)
-    prog.compile(min(chunk, max(n_total - done, 1)), runner, configs)
-    compile_s = time.perf_counter() - t0  # init (+ restore) and the first chunk's compile
-    ckpt_root = os.path.join(run_dir, rf.CHECKPOINTS) if run_dir else None
-    sinks = ([CSVLogger(os.path.join(run_dir, rf.METRICS), num_seeds, members is not None, resume)]
-             if run_dir else []) + list(loggers)
-    runs, start, run_s, saved, chunks, since = len(jax.tree.leaves(runner)[0]), done, 0.0, [done if resume else -1], [], 0
-    good = (runner, done)  # the last state whose metrics are written and which is finite
-    stop_at = n_total if stop_after is None else min(n_total, max(stop_after, done))
+    saved, good = [-1], (runner, 0)  # good: the last state whose metrics are written and which is finite
+    try:
+        if resume:
+            runner, done, prev, resume_note = rf.restore_latest(run_dir, runner, info)
+            saved[0], good = done, (runner, done)
+            if resume_note:
+                note(resume_note)
+        stop_at = n_total if stop_after is None else min(n_total, max(stop_after, done))
+        idle = resume and done >= stop_at  # e.g. a finished run: nothing to compute, nothing to rewrite
+        if run_dir and not idle:
+            rf.write_info(run_dir, info, resumed_from=done if resume else None)
+        if not idle:
+            prog.compile(min(chunk, max(n_total - done, 1)), runner, configs)
+        compile_s = time.perf_counter() - t0  # init (+ restore) and the first chunk's compile
+        sinks = ([CSVLogger(os.path.join(run_dir, rf.METRICS), num_seeds, members is not None, resume)]
+                 if run_dir else []) + list(loggers)
+    except OSError as e:
+        raise _write_error(e, run_dir, ckpt_root) from None
+    runs, start, run_s, chunks, since = len(jax.tree.leaves(runner)[0]), done, 0.0, [], 0
+    watch = DivergenceWatch()
 
     def checkpoint(state, update):
         if ckpt_root and update != saved[0]:
@@ -149,6 +187,9 @@ def train_chunked(
                     raise NonFiniteError(f"{problem}; training stopped{where}. Lower the learning rate (--lr) or "
                                          f"--max-grad-norm, or enable --normalize-obs / --normalize-reward{hint}",
                                          path, good[1])
+                warning = watch.check(metrics, done, describe)
+                if warning:
+                    note(warning)
                 chunks.append(metrics)
                 runner, done, since = new_runner, done + n, since + 1
                 good = (runner, done)
@@ -165,6 +206,9 @@ def train_chunked(
         raise
     except KeyboardInterrupt as e:
         raise TrainingInterrupted(_save_quietly(checkpoint, good, ckpt_root), good[1], str(e) or "interrupted") from None
+    except OSError as e:  # full disk, permissions: keep what can be kept, say how to go on
+        _save_quietly(checkpoint, good, ckpt_root)
+        raise _write_error(e, run_dir, ckpt_root) from None
     except BaseException:
         _save_quietly(checkpoint, good, ckpt_root)
         raise
@@ -181,9 +225,26 @@ def train_chunked(
     ret = metrics.get("episode_return", np.full((runs, 1), np.nan))
     result = RunResult(config, run_dir, runner, metrics, compile_s, run_s, (done - start) * config.batch_size * runs,
                        rf.final_returns(ret), updates_done=done, finished=done >= n_total, members=members)
-    if run_dir and result.finished:
-        rf.write_summary(run_dir, rf.summary(result, n_total * config.batch_size * runs, latest_checkpoint(ckpt_root)))
+    summary_path = os.path.join(run_dir, rf.SUMMARY) if run_dir else None
+    if run_dir and result.finished and not (done == start and os.path.exists(summary_path)):
+        try:
+            rf.write_summary(run_dir, rf.summary(result, n_total * config.batch_size * runs, latest_checkpoint(ckpt_root)))
+        except OSError as e:
+            raise _write_error(e, run_dir, ckpt_root) from None
     return result
+
+
+def _write_error(e: OSError, run_dir: Optional[str], ckpt_root: Optional[str]) -> RunFolderWriteError:
+    """What to tell the user when the run folder cannot be written: the reason, what is kept
+    (the newest checkpoint, the rows it covers) and how to continue."""
+    reason = str(e) if isinstance(e, SaveError) else f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}"
+    path = latest_checkpoint(ckpt_root) if ckpt_root and os.path.isdir(ckpt_root) else None
+    update = int(os.path.basename(path).split("_")[-1]) if path else 0
+    kept = (f"checkpoint {path} (update {update}) and the metrics.csv rows before it; later rows are recomputed"
+            if path else "no checkpoint yet, so a resume starts from update 0 (same numbers)")
+    return RunFolderWriteError(f"could not write to run folder {run_dir} ({reason}). Kept: {kept}. Free some space "
+                               f"(or fix permissions), then continue with `python -m purejaxppo train --resume {run_dir}`",
+                               path, update)
 
 
 def _save_quietly(checkpoint, good, ckpt_root) -> Optional[str]:

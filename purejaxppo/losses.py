@@ -14,11 +14,14 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from .shapes import check_mask, same_shape
+
 
 def masked_mean(x: jax.Array, mask: Optional[jax.Array] = None, axis=None) -> jax.Array:
     """Mean of ``x`` over valid entries (all entries when ``mask`` is None)."""
     if mask is None:
         return jnp.mean(x, axis=axis)
+    check_mask("masked_mean", mask, jnp.shape(x))
     mask = mask.astype(bool)
     total = jnp.sum(jnp.where(mask, x, 0.0), axis=axis)
     return total / jnp.maximum(jnp.sum(mask, axis=axis), 1)
@@ -49,6 +52,8 @@ def actor_loss(
     with ``approx_kl = mean((rho - 1) - log rho)`` (Schulman's k3, old -> new, >= 0) and
     ``clip_frac = mean(|rho - 1| > eps)``; both carry no gradient.
     """
+    shape = same_shape("actor_loss", "logp_new", {"logp_new": logp_new, "logp_old": logp_old, "advantages": advantages})
+    check_mask("actor_loss", mask, shape)
     log_ratio = _clean(logp_new, mask) - _clean(logp_old, mask)
     advantages = _clean(advantages, mask)
     ratio = jnp.exp(log_ratio)
@@ -71,6 +76,9 @@ def value_loss(
 ) -> jax.Array:
     """``0.5 * mean((V - R)^2)``; with ``clip_eps``, the pessimistic max against
     ``V_old + clip(V - V_old, -clip_eps, clip_eps)``. ``clip_eps=None`` disables clipping."""
+    shape = same_shape("value_loss", "values_new", {"values_new": values_new, "values_old": values_old,
+                                                    "returns": returns})
+    check_mask("value_loss", mask, shape)
     values_new, values_old, returns = (_clean(v, mask) for v in (values_new, values_old, returns))
     err = jnp.square(values_new - returns)
     if clip_eps is not None:
@@ -86,6 +94,8 @@ def entropy_bonus(entropy: jax.Array, mask: Optional[jax.Array] = None) -> jax.A
 
 def explained_variance(predictions: jax.Array, targets: jax.Array, mask: Optional[jax.Array] = None) -> jax.Array:
     """``1 - Var(R - V) / Var(R)``: 1 is perfect, 0 is a constant predictor, < 0 worse."""
+    shape = same_shape("explained_variance", "targets", {"predictions": predictions, "targets": targets})
+    check_mask("explained_variance", mask, shape)
     predictions, targets = _clean(predictions, mask), _clean(targets, mask)
     def var(x):
         m = masked_mean(x, mask)
@@ -115,6 +125,9 @@ def ppo_loss(
     ``values_new``) and the fixed rollout data. Advantages are used as given:
     normalise them before calling (see :func:`normalize`) if wanted.
     """
+    same_shape("ppo_loss", "logp_new", {"logp_new": logp_new, "entropy": entropy, "values_new": values_new,
+                                        "batch_logp_old": batch_logp_old, "batch_values_old": batch_values_old,
+                                        "advantages": advantages, "returns": returns})
     l_actor, diag = actor_loss(logp_new, batch_logp_old, advantages, clip_eps, mask)
     l_critic = value_loss(values_new, batch_values_old, returns, vf_clip_eps, mask)
     ent = entropy_bonus(entropy, mask)

@@ -35,7 +35,13 @@ def load_curves(run_dir: str, metric: str = "episode_return") -> list[dict]:
         raise FileNotFoundError(f"{run_dir!r} has no metrics.csv; pass a run folder written by purejaxppo train")
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    header, body = rows[0], [r for r in rows[1:] if r]
+    if len(rows) < 2:
+        raise KeyError(f"{path} holds no rows yet (the run has not finished an update); train it first or leave it out")
+    header = rows[0]
+    if "seed" not in header or "update" not in header:
+        raise KeyError(f"{path} has no seed/update columns (header {header[:3]}); pass run folders written by "
+                       "purejaxppo train")
+    body = [r for r in rows[1:] if len(r) == len(header)]  # a partly written last line is skipped
     if metric not in header:
         raise KeyError(f"{path} has no metric {metric!r}; available: {', '.join(header[2:])}")
     col = {name: i for i, name in enumerate(header)}

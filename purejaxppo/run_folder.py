@@ -2,14 +2,18 @@
 
 Layout::
 
-    config.json      resolved config, seed, num_seeds, members (sweeps), chunk, devices, split,
-                     library/JAX versions (and one entry per resume)
+    config.json      kind ("run" or "sweep"), resolved config, seed, num_seeds, members (sweeps),
+                     chunk, devices, split, library/JAX versions (and one entry per resume)
     metrics.csv      one row per update per run: ``seed, update, <metrics>`` (one config) or
                      ``member, seed, update, <metrics>`` (a sweep); floats with 9 significant
                      digits, so float32 values read back exactly
     checkpoints/     update_<U>/ checkpoints of the whole runner state ``[R, ...]`` (last 2)
     summary.json     final returns, timings (written when the run finishes)
     results.md       a sweep's members, best first (written by the CLI)
+    .lock            held by the one process writing the folder (:mod:`purejaxppo.run_lock`)
+
+A resume continues only a folder of its own kind and setup (:func:`check_resumable`), from
+the newest checkpoint that ``metrics.csv`` fully covers (:func:`restore_latest`).
 
 Runs: ``R = M * S`` (members x seeds); run ``m*S + s`` is member ``m`` with seed key ``s``
 (see :func:`purejaxppo.population.runs`). A single-config run is ``M = 1``.
@@ -17,7 +21,6 @@ Runs: ``R = M * S`` (members x seeds); run ``m*S + s`` is member ``m`` with seed
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -29,8 +32,9 @@ from typing import Optional
 import jax
 import numpy as np
 
-from .checkpoint import CheckpointError, latest_checkpoint, read_meta, restore_checkpoint
+from .checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, read_meta, restore_checkpoint
 from .config import PPOConfig
+from .metrics_file import complete_updates, lead_columns, load_rows, read_metrics, truncate_metrics  # noqa: F401
 from .population import runs, seed_keys
 
 CONFIG, METRICS, CHECKPOINTS, SUMMARY, RESULTS = "config.json", "metrics.csv", "checkpoints", "summary.json", "results.md"
@@ -79,16 +83,40 @@ def write_info(run_dir: str, info: dict, resumed_from: Optional[int] = None) -> 
         with open(path) as f:
             old = json.load(f)
         out = dict(old, resumes=old.get("resumes", []) + [{"from_update": resumed_from, "versions": versions()}])
-    with open(path, "w") as f:
-        json.dump(out, f, indent=2)
+    _write_json(path, out)
+
+
+def _write_json(path: str, obj) -> None:
+    """Atomic: a full disk leaves the old file (or none), never half a file."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def folder_kind(info: dict) -> str:
+    """``"run"`` or ``"sweep"`` (folders written before kinds were recorded: from ``members``)."""
+    return info.get("kind") or ("sweep" if info.get("members") else "run")
 
 
 def load_run_info(run_dir: str) -> dict:
     """The run folder's ``config.json`` (with ``config`` as a :class:`PPOConfig`)."""
     path = os.path.join(run_dir, CONFIG)
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise CheckpointError(f"{run_dir!r} is a file, not a run folder; pass the folder given to train --run-dir")
     if not os.path.isdir(run_dir):
         raise CheckpointError(f"run folder {run_dir!r} does not exist; pass the folder given to train --run-dir")
     if not os.path.exists(path):
+        left = [n for n in os.listdir(run_dir) if not n.startswith(".")]
+        if not left or left == ["checkpoints"] and not list_checkpoints(os.path.join(run_dir, CHECKPOINTS)):
+            raise CheckpointError(f"{run_dir!r} holds no run yet (its training stopped during startup, before "
+                                  f"config.json was written); start it again with "
+                                  f"python -m purejaxppo train --run-dir {run_dir} ...")
         raise CheckpointError(f"{run_dir!r} has no config.json, so it is not a purejaxppo run folder; "
                               "pass the folder given to train --run-dir")
     try:
@@ -100,6 +128,37 @@ def load_run_info(run_dir: str) -> dict:
     return info
 
 
+def check_resumable(run_dir: str, info: dict) -> None:
+    """A resume described by ``info`` (kind, config, seeds, members) must continue a folder of
+    the same kind and setup; checked before anything in the folder is touched."""
+    path = os.path.join(run_dir, CONFIG)
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        load_run_info(run_dir)  # raises the right message
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed") from None
+    kind, want = folder_kind(saved), folder_kind(info)
+    if kind not in ("run", "sweep"):
+        raise CheckpointError(f"{run_dir!r} holds a {kind!r} folder, which this command cannot resume "
+                              "(written by another command or a newer purejaxppo); nothing was changed")
+    if kind != want:
+        raise CheckpointError(f"{run_dir!r} holds a {kind}, not a {want}; nothing was changed. Resume it as what "
+                              f"it is: python -m purejaxppo train --resume {run_dir} (no other flags)")
+    check_same_setup(saved, info, path)
+    metrics, ckpts = os.path.join(run_dir, METRICS), list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
+    if ckpts and not os.path.exists(metrics):
+        raise CheckpointError(f"{metrics} is missing, but the run has checkpoints up to update {ckpts[-1][0]}; "
+                              "put metrics.csv back (e.g. from a backup) to resume, or start a new run folder")
+    if os.path.exists(metrics):
+        header = load_rows(metrics)[0]
+        if header and lead_columns(header, metrics) != (2 if kind == "sweep" else 1):
+            raise CheckpointError(f"{metrics} has the columns of a {'run' if kind == 'sweep' else 'sweep'} "
+                                  f"but config.json says {kind}; the folder is mixed up, nothing was changed")
+
+
 def check_same_setup(meta: dict, info: dict, path: str) -> None:
     """A resume must use the checkpoint's config, seeds and members (else the numbers differ)."""
     saved_cfg, cfg = meta.get("config", {}), info["config"]
@@ -108,88 +167,57 @@ def check_same_setup(meta: dict, info: dict, path: str) -> None:
     diffs += [f"{k}: checkpoint {meta[k]!r}, now {info.get(k)!r}"
               for k in ("seed", "num_seeds", "members") if k in meta and meta[k] != info.get(k)]
     if diffs:
-        raise CheckpointError(f"checkpoint {path} was made with a different setup:\n  " + "\n  ".join(diffs[:8])
+        raise CheckpointError(f"{path} was made with a different setup:\n  " + "\n  ".join(diffs[:8])
                               + "\nresume with the run's own config (python -m purejaxppo train --resume RUN_DIR, "
                               "no config flags) or start a new run folder")
 
 
-# --- metrics.csv --------------------------------------------------------------------------
-def _rows(path: str) -> list:
-    with open(path, newline="") as f:
-        return list(csv.reader(f))
-
-
-def _lead(header: list, path: str) -> int:
-    """Number of index columns before ``update``: 1 (``seed``) or 2 (``member, seed``)."""
-    if header[:2] == ["seed", "update"]:
-        return 1
-    if header[:3] == ["member", "seed", "update"]:
-        return 2
-    raise ValueError(f"{path}: unexpected header {header[:3]}; expected seed, update, ... or member, seed, update, ...")
-
-
-def read_metrics(path: str, num_runs: Optional[int] = None, max_update: Optional[int] = None,
-                 num_seeds: Optional[int] = None) -> dict:
-    """``metrics.csv`` (or a run folder) -> ``{name: float64 [R, U]}``, run ``member*S + seed``.
-
-    Rows with ``update >= max_update`` are ignored; missing (run, update) cells are NaN.
-    ``num_runs``/``num_seeds`` default to what the file holds."""
-    if os.path.isdir(path):
-        path = os.path.join(path, METRICS)
-    rows = _rows(path)
-    if not rows:
-        return {}
-    header, lead = rows[0], _lead(rows[0], path)
-    data = np.array([[float(x) for x in r] for r in rows[1:] if r], np.float64).reshape(-1, len(header))
-    if max_update is not None:
-        data = data[data[:, lead] < max_update]
-    idx = data[:, :lead].astype(int)
-    seeds = num_seeds or (int(idx[:, -1].max()) + 1 if len(data) else 0)
-    run = idx[:, 0] * seeds + idx[:, 1] if lead == 2 else idx[:, 0]
-    n_runs = num_runs or (int(run.max()) + 1 if len(data) else 0)
-    updates = int(data[:, lead].max()) + 1 if len(data) else 0
-    out = {}
-    for j, name in enumerate(header[lead + 1:], start=lead + 1):
-        a = np.full((n_runs, updates), np.nan)
-        a[run, data[:, lead].astype(int)] = data[:, j]
-        out[name] = a
-    return out
-
-
-def truncate_metrics(path: str, max_update: int) -> None:
-    """Drop rows of ``metrics.csv`` with ``update >= max_update`` (written after the checkpoint
-    a run resumes from), keeping the order of the others; atomic rewrite."""
-    if not os.path.exists(path):
-        return
-    rows = _rows(path)
-    if not rows:
-        return
-    lead = _lead(rows[0], path)
-    keep = rows[:1] + [r for r in rows[1:] if r and int(r[lead]) < max_update]
-    with open(path + ".tmp", "w", newline="") as f:
-        csv.writer(f).writerows(keep)
-    os.replace(path + ".tmp", path)
-
-
 # --- resume and loading -------------------------------------------------------------------
 def restore_latest(run_dir: str, template, info: dict):
-    """``(runner, update, earlier metrics {name: [R, U]} or None)`` to continue ``run_dir``
-    from its latest checkpoint (``template``: a fresh runner, whose leaves' shardings the
-    restored arrays take); drops metrics rows written after that checkpoint. With no
-    checkpoint yet it returns ``template`` at update 0 (the same computation)."""
-    path = latest_checkpoint(os.path.join(run_dir, CHECKPOINTS))
-    runner, done = template, 0
-    if path is not None:
+    """``(runner, update, earlier metrics {name: [R, U]} or None, note or None)`` to continue
+    ``run_dir`` (``template``: a fresh runner, whose leaves' shardings the restored arrays take).
+
+    It continues from the newest checkpoint whose updates all have their rows in
+    ``metrics.csv``: rows lost to a crash or a full disk (a partly written last line, a cut
+    tail) are recomputed from an older checkpoint, or from the start (same seeds, same
+    numbers); ``note`` then says so. Rows written after that checkpoint are dropped. A
+    missing ``metrics.csv`` next to checkpoints is reported, not silently replaced."""
+    ckpts = list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
+    metrics_path, runs = os.path.join(run_dir, METRICS), template_runs(template)
+    if ckpts and not os.path.exists(metrics_path):
+        check_resumable(run_dir, info)  # raises: metrics.csv is missing
+    complete = complete_updates(metrics_path, runs, info["num_seeds"]) if os.path.exists(metrics_path) else 0
+    usable = [(u, p) for u, p in ckpts if u <= complete]
+    runner, done, note = template, 0, None
+    if ckpts and (not usable or usable[-1][0] != ckpts[-1][0]):
+        start = f"checkpoint update {usable[-1][0]}" if usable else "the start"
+        note = (f"metrics.csv has every run's rows only for updates 0..{complete - 1}, but the newest checkpoint is "
+                f"at update {ckpts[-1][0]}; recomputing from {start} (same seeds, same numbers)")
+    if usable:
+        path = usable[-1][1]
         check_same_setup(read_meta(path), info, path)
         state, meta = restore_checkpoint(path, template)
         runner = jax.tree.map(lambda x, t: jax.device_put(x, t.sharding), state, template)
         done = int(meta["update"])
-    metrics_path = os.path.join(run_dir, METRICS)
     truncate_metrics(metrics_path, done)
-    prev = None
-    if done and os.path.exists(metrics_path):
-        prev = read_metrics(metrics_path, template_runs(template), done, info["num_seeds"])
-    return runner, done, prev
+    prev = read_metrics(metrics_path, runs, done, info["num_seeds"]) if done else None
+    return runner, done, prev, note
+
+
+def finished_run(run_dir: str) -> bool:
+    """True when ``run_dir`` finished every update with an intact record: summary.json, the
+    final checkpoint, and every run's ``metrics.csv`` rows. Resuming it has nothing to do."""
+    info = load_run_info(run_dir)
+    n = info["config"].num_updates
+    ckpt = latest_checkpoint(os.path.join(run_dir, CHECKPOINTS))
+    runs = info["num_seeds"] * len(info.get("members") or [None])
+    metrics = os.path.join(run_dir, METRICS)
+    if not (os.path.exists(os.path.join(run_dir, SUMMARY)) and ckpt is not None and os.path.exists(metrics)):
+        return False
+    meta = read_meta(ckpt)
+    with open(os.path.join(run_dir, CONFIG)) as f:
+        check_same_setup(meta, json.load(f), ckpt)  # an edited config.json is refused, not ignored
+    return int(meta["update"]) >= n and complete_updates(metrics, runs, info["num_seeds"]) >= n
 
 
 def template_runs(runner) -> int:
@@ -197,8 +225,7 @@ def template_runs(runner) -> int:
 
 
 def write_summary(run_dir: str, summary: dict) -> None:
-    with open(os.path.join(run_dir, SUMMARY), "w") as f:
-        json.dump(summary, f, indent=2)
+    _write_json(os.path.join(run_dir, SUMMARY), summary)
 
 
 def load_run(run_dir: str, checkpoint: Optional[str] = None, ppo=None):

@@ -13,6 +13,7 @@ with these two methods is a sink.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import warnings
@@ -59,14 +60,28 @@ class CSVLogger:
                     csv.writer(f).writerow(lead + self.names)
         arrays = [np.asarray(metrics[k]) for k in self.names]
         runs, n = arrays[0].shape[:2]
-        with open(self.path, "a", newline="") as f:
-            w = csv.writer(f)
-            for r in range(runs):
-                index = [r // self.num_seeds, r % self.num_seeds] if self.sweep else [r]
-                for u in range(n):
-                    w.writerow(index + [first_update + u] + [_fmt(a[r, u]) for a in arrays])
-            f.flush()
-            os.fsync(f.fileno())
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        for r in range(runs):
+            index = [r // self.num_seeds, r % self.num_seeds] if self.sweep else [r]
+            for u in range(n):
+                w.writerow(index + [first_update + u] + [_fmt(a[r, u]) for a in arrays])
+        data = memoryview(buf.getvalue().encode())
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:  # the chunk's rows unbuffered; on failure (full disk) no partial row stays
+            size = os.fstat(fd).st_size
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+            except OSError:
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass  # a partial last line is dropped by the next resume (metrics_file.load_rows)
+                raise
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         pass
@@ -86,6 +101,22 @@ def seed_means(metrics: dict, num_members: int = 1) -> dict:
             else:
                 out.update({f"member{m}/{k}": means[m] for m in range(num_members)})
     return out
+
+
+def require_tensorboard() -> None:
+    """ConfigError unless a TensorBoard writer can be imported (checked before a run folder is made)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboardX") is None and importlib.util.find_spec("torch") is None:
+        raise ConfigError("--tensorboard needs tensorboardX; install it with pip install 'purejaxppo[tensorboard]'")
+
+
+def require_wandb() -> None:
+    """ConfigError unless ``wandb`` can be imported (checked before a run folder is made)."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise ConfigError("--wandb needs the wandb package; install it with pip install 'purejaxppo[wandb]'")
 
 
 class TensorBoardLogger:

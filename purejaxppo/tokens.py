@@ -8,7 +8,7 @@ those modules' code, not copies.
 Layout and conventions
 ----------------------
 * A batch is ``tokens [B, L]``: a (left-padded) prompt followed by a (right-padded)
-  response. ``mask [B, L]`` (bool) marks the valid RESPONSE tokens, i.e. the actions
+  response. ``mask [B, L]`` (bool, or integer; floats are refused) marks the valid RESPONSE tokens, i.e. the actions
   (the EOS token, when generated, is an action and is valid; prompt and padding are not).
 * Per-token quantities are ALIGNED to the token they are about: ``x[:, t]`` concerns
   the action ``tokens[:, t]``, taken in state ``tokens[:, :t]``. A causal model's output
@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from purejaxppo import gae as gae_lib
 from purejaxppo import losses as losses_lib
 from purejaxppo.distributions import categorical_entropy, categorical_log_prob
+from purejaxppo.shapes import check_mask, check_rank, same_shape
 
 # Re-exported so token code has one import; same functions, token-mean over valid slots.
 masked_mean = losses_lib.masked_mean
@@ -94,6 +95,8 @@ def kl_penalty(
     (unbiased, >= 0; computed as ``expm1(-d) + d`` for small ``d``), ``abs = |d|``.
     Shapes ``[B, L]``; masked slots (if ``mask``) are cleaned first and return 0.
     """
+    shape = same_shape("kl_penalty", "logp", {"logp": logp, "logp_ref": logp_ref})
+    check_mask("kl_penalty", mask, shape)
     if mask is not None:
         mask = mask.astype(bool)
         logp, logp_ref = _clean(logp, mask), _clean(logp_ref, mask)
@@ -111,6 +114,8 @@ def kl_penalty(
 
 def sequence_kl(kl: jax.Array, mask: jax.Array) -> jax.Array:
     """``[B]`` sum of per-token KL over the valid tokens of each sequence."""
+    check_rank("sequence_kl", "kl", kl, 2, "[B, L]")
+    check_mask("sequence_kl", mask, jnp.shape(kl))
     mask = mask.astype(bool)
     return jnp.sum(_clean(kl, mask), axis=1)
 
@@ -122,6 +127,11 @@ def shaped_rewards(score: jax.Array, kl: jax.Array, mask: jax.Array, beta) -> ja
     ``beta`` is a scalar or ``[B]`` and may be traced. A sequence's rewards sum to
     ``score - beta * sum_t kl_t`` (a row with no valid token gets nothing, not its score).
     """
+    check_rank("shaped_rewards", "kl", kl, 2, "[B, L]")
+    check_mask("shaped_rewards", mask, jnp.shape(kl))
+    if tuple(jnp.shape(score)) != tuple(jnp.shape(kl)[:1]):
+        raise ValueError(f"shaped_rewards: score has shape {tuple(jnp.shape(score))}, expected "
+                         f"{tuple(jnp.shape(kl)[:1])} (one score per sequence, [B])")
     mask = mask.astype(bool)
     beta = jnp.asarray(beta)
     if beta.ndim == 1:
@@ -155,6 +165,9 @@ def token_gae(
     ``gae.gae(..., mask=...)`` right to left; masked slots get ``A = R = 0``.
     ``gamma``/``gae_lambda`` may be traced.
     """
+    shape = same_shape("token_gae", "rewards", {"rewards": rewards, "values": values})
+    check_rank("token_gae", "rewards", rewards, 2, "[B, L]")
+    check_mask("token_gae", mask, shape)
     mask = mask.astype(bool)
     rewards, values = _clean(rewards, mask), _clean(values, mask)
     next_values = _next_valid(values, mask)
@@ -214,6 +227,11 @@ def token_ppo_loss(
     squared value error scales by ``w`` when ``V, V_old, R`` and the value clip are
     scaled by ``sqrt(w)``. ``approx_kl``/``clip_frac`` diagnostics stay token-means.
     """
+    shape = same_shape("token_ppo_loss", "logp_new", {
+        "logp_new": logp_new, "entropy": entropy, "values_new": values_new, "logp_old": logp_old,
+        "values_old": values_old, "advantages": advantages, "returns": returns})
+    check_rank("token_ppo_loss", "logp_new", logp_new, 2, "[B, L]")
+    check_mask("token_ppo_loss", mask, shape)
     mask = mask.astype(bool)
     logp_new, entropy, values_new, logp_old, values_old, advantages, returns = (
         _clean(x, mask)

@@ -147,7 +147,7 @@ def test_non_finite_stops_with_update_and_metric_and_keeps_finite_checkpoint(tmp
     with pytest.raises(NonFiniteError) as e:
         train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, checkpoint_every=100, ppo=ppo)
     msg = str(e.value)
-    assert "non-finite" in msg and "at update 4" in msg and "update_00000002" in msg, msg
+    assert "non-finite" in msg and "at update 3 of metrics.csv" in msg and "update_00000002" in msg, msg
     assert e.value.updates_done == 2 and e.value.checkpoint.endswith("update_00000002")
     assert any(m in msg for m in ("actor_loss", "critic_loss", "approx_kl", "grad_norm", "entropy")), msg
     ckpts = list_checkpoints(os.path.join(run, "checkpoints"))
@@ -238,7 +238,7 @@ def test_sweep_non_finite_member_stops_the_sweep_naming_it(program, tmp_path):
         train_chunked(CFG, seed=SEED, num_seeds=SEEDS, members=members, run_dir=run, chunk_updates=2,
                       program=program)
     msg = str(e.value)
-    assert "member 1 (lr=1e+30, clip_eps=0.2), seed 0" in msg and "at update 1" in msg, msg
+    assert "member 1 (lr=1e+30, clip_eps=0.2), seed 0" in msg and "at update 0 of metrics.csv" in msg, msg
     assert e.value.updates_done == 0 and e.value.checkpoint.endswith("update_00000000")
     back = read_metrics(run)  # the chunk's rows are written; member 0 is fine
     assert np.isfinite(back["actor_loss"][:SEEDS]).all() and not np.isfinite(back["critic_loss"][SEEDS:]).all()
