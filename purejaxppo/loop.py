@@ -97,7 +97,7 @@ def train_chunked(
     n_total, chunk = config.num_updates, chunk_size(config.num_updates, chunk_updates)
     info = {"config": config.to_dict(), "seed": seed, "num_seeds": num_seeds, "members": members,
             "chunk_updates": chunk, "num_devices": prog.num_devices, "split": prog.split,
-            "checkpoint_every": checkpoint_every}
+            "checkpoint_every": checkpoint_every, **getattr(prog, "run_info", {})}  # e.g. PBT: kind, settings
     if resume and not run_dir:
         raise ConfigError("resume=True needs the run_dir of the run to continue")
     t0 = time.perf_counter()
@@ -141,7 +141,8 @@ def train_chunked(
                 metrics = {k: np.asarray(v) for k, v in metrics.items()}
                 for sink in sinks:
                     sink.write(metrics, done)
-                problem = first_non_finite(metrics, np.asarray(finite), done, describe)
+                check = getattr(prog, "check_finite", first_non_finite)  # PBT replaces non-finite members
+                problem = check(metrics, np.asarray(finite), done, describe)
                 if problem is not None:
                     path = checkpoint(*good)
                     where = f"; the last finite checkpoint is {path} (update {good[1]})" if path else ""
@@ -202,4 +203,8 @@ def resume_run(run_dir: str, **kwargs) -> RunResult:
                 chunk_updates=info.get("chunk_updates", 25), num_devices=info.get("num_devices", 1),
                 split=info.get("split", "seeds"), checkpoint_every=info.get("checkpoint_every", 10))
     opts.update(kwargs)
+    if info.get("kind") == "pbt" and "program" not in opts:
+        from .pbt_program import PBTProgram, PBTSettings
+
+        opts["program"] = PBTProgram(info["config"], PBTSettings.from_dict(info["pbt"]), num_devices=opts["num_devices"])
     return train_chunked(info["config"], run_dir=run_dir, resume=True, **opts)
