@@ -63,7 +63,7 @@ class PBTSettings:
             raise ConfigError(f"--pbt-quantile={self.quantile} must be in (0, 0.5]")
         if not 0.0 <= self.resample_prob <= 1.0:
             raise ConfigError(f"resample_prob={self.resample_prob} must be in [0, 1]")
-        if self.window is not None and not 1 <= self.window <= max(self.interval, 1):
+        if self.window is not None and self.interval and not 1 <= self.window <= self.interval:
             raise ConfigError(f"window={self.window} must be in [1, interval={self.interval}]")
 
     @property
@@ -99,6 +99,7 @@ class PBTProgram:
         self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
         self.run_info = {"kind": "pbt", "pbt": settings.to_dict()}
         self.traces = 0
+        self._init = jax.jit(self.init_state)
         self._fns, self._compiled = {}, set()
 
     # --- layout -------------------------------------------------------------------------
@@ -121,13 +122,14 @@ class PBTProgram:
                             axis=1)
         key = jnp.broadcast_to(jax.random.fold_in(keys[0], PBT_SALT), (n,) + keys.shape[1:])
         zeros = jnp.zeros((n,), jnp.float32)
-        return PBTState(runner, hparams, zeros, zeros, key)
+        # strong dtypes: a checkpoint restores none as weak, and a weak leaf would retrace the chunk
+        return jax.tree.map(lambda x: jnp.asarray(x, x.dtype), PBTState(runner, hparams, zeros, zeros, key))
 
     def init(self, keys, configs=None) -> PBTState:
         if configs is None:
             raise ConfigError("a PBT population needs its members' stacked configs")
-        keys, configs = jax.device_get((keys, configs))  # init is cheap: one device, then placed
-        return self.place(jax.jit(self.init_state)(keys, configs))[0]
+        keys, configs = jax.device_get((keys, configs))  # on one device, then placed
+        return self.place(self._init(keys, configs))[0]
 
     # --- the chunk ------------------------------------------------------------------------
     def _local_chunk(self, n: int, sharded: bool):
@@ -229,4 +231,5 @@ class PBTProgram:
         finite = np.asarray(finite)
         if self.settings.interval > 0 and finite.any():
             return None
+        metrics = {k: v for k, v in metrics.items() if k != "pbt_score"}  # NaN by design between exploits
         return first_non_finite(metrics, finite, first_update, describe)
