@@ -13,6 +13,7 @@ import os
 import sys
 
 from .flags import add_config_flags, config_from_args
+from .pbt_cli import add_pbt_flags, check_pbt_flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tensorboard", action="store_true", help="also log to RUN_DIR/tb (needs purejaxppo[tensorboard])")
     t.add_argument("--wandb", nargs="?", const="purejaxppo", default=None, metavar="PROJECT",
                    help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])")
+    add_pbt_flags(t)
     add_config_flags(t)
 
     e = sub.add_parser("eval", help="evaluate a trained run's policy (all seeds)")
@@ -56,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", default=None, help="a checkpoint folder (default: the latest)")
     e.add_argument("--gif", default=None, metavar="OUT.gif", help="render one episode of seed 0 to a GIF")
     e.add_argument("--json", action="store_true", help="print the summary as JSON")
+    e.add_argument("--member", type=int, default=None, metavar="K",
+                   help="evaluate only member K of a sweep or PBT run (PBT default: the best member)")
 
     pl = sub.add_parser("plot", help="learning curves of one or more runs")
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -91,6 +95,7 @@ def cmd_train(args) -> int:
 
     if args.resume:
         return cmd_resume(args)
+    check_pbt_flags(args)
     seeds = 1 if args.seeds is None else args.seeds
     _check_counts(args, seeds)
     grid = parse_sweep(_distinct_sweeps(args.sweep)) if args.sweep else None
@@ -108,12 +113,19 @@ def cmd_train(args) -> int:
     if split == "envs":  # a minibatch's units (env sequences for the GRU) are split too
         units = config.num_envs // config.num_minibatches if config.network == "gru" else config.minibatch_size
         devices = choose_devices(args.devices, math.gcd(config.num_envs, units), "", check=False)
+    elif args.pbt is not None:
+        devices = choose_devices(args.devices, max(args.pbt, 1), f"the PBT population's {args.pbt} members")
     else:
         runs = (f"the sweep's {n_members} members x {seeds} seed(s) = {n_members * seeds} runs" if grid
                 else f"--seeds={seeds}")
         devices = choose_devices(args.devices, n_members * seeds, runs)
     set_devices(devices)
     _compile_cache(args)
+    if args.pbt is not None:
+        from .pbt_cli import cmd_train_pbt
+
+        return cmd_train_pbt(args, config, devices, *progress_bar(args.quiet, config.env_name),
+                             loggers=lambda run_dir, n: _loggers(args, run_dir, config, n))
     from .loop import train_chunked
     from .population import make_population
     from .program import Program
@@ -189,7 +201,9 @@ def cmd_resume(args) -> int:
     run_dir = args.resume
     given = sorted("--" + k[4:].replace("_", "-") for k, v in vars(args).items() if k.startswith("cfg_") and v is not None)
     given += [f for f, v in (("--seeds", args.seeds), ("--seed", args.seed), ("--run-dir", args.run_dir),
-                             ("--sweep", args.sweep), ("--split", args.split)) if v is not None]
+                             ("--sweep", args.sweep), ("--split", args.split), ("--pbt", args.pbt),
+                             ("--search", args.search), ("--pbt-interval", args.pbt_interval),
+                             ("--pbt-quantile", args.pbt_quantile)) if v is not None]
     if given:
         raise UserError(f"--resume continues {run_dir!r} with its saved config and seeds, so {', '.join(given)} "
                         "cannot be changed; drop them, or start a new run with another --run-dir")
@@ -217,11 +231,15 @@ def cmd_resume(args) -> int:
         kw["chunk_updates"] = args.chunk
     if args.checkpoint_every is not None:
         kw["checkpoint_every"] = args.checkpoint_every
+    pbt = info.get("kind") == "pbt"
+    if pbt:
+        from .pbt_cli import report
+        from .pbt_run import resume_pbt
     try:
-        res = resume_run(run_dir, **kw)
+        res = resume_pbt(run_dir, **kw) if pbt else resume_run(run_dir, **kw)
     finally:
         close()
-    return _report(res, run_dir, seeds)
+    return report(res, run_dir) if pbt else _report(res, run_dir, seeds)
 
 
 def _report(res, run_dir, seeds) -> int:
@@ -261,20 +279,19 @@ def cmd_eval(args) -> int:
 
     from .evaluate import evaluate_runner, find_obs_stats, gif_renderer, save_gif, summarize
     from .outputs import check_out_file
-    from .run_folder import load_run
 
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise UserError(f"--episodes={args.episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of "
                         "all seeds run in parallel, in memory)")
     if args.gif:
         check_out_file(args.gif, "--gif", (".gif",))
-    config, info, runner, ppo = load_run(args.run_dir, args.checkpoint)
+    config, info, runner, ppo, picked = _load_for_eval(args)
     if args.gif:
         gif_renderer(config)  # an env we cannot draw fails now, not after the evaluation
     key = jax.random.PRNGKey(args.seed)
     ret, length = evaluate_runner(config, ppo.agent, runner, key, args.episodes, not args.stochastic)
     s = summarize(ret)
-    s.update(run_dir=args.run_dir, checkpoint=info["checkpoint"], update=info["update"],
+    s.update(run_dir=args.run_dir, checkpoint=info["checkpoint"], update=info["update"], **picked,
              policy="stochastic" if args.stochastic else "deterministic (mode)", episodes_per_seed=args.episodes,
              mean_length=float(np.nanmean(np.where(np.isfinite(ret), length, np.nan))) if s["episodes"] else None)
     if args.gif:
@@ -287,7 +304,8 @@ def cmd_eval(args) -> int:
         print(json.dumps(s, indent=2))
         return 0
     print(f"{config.env_name} | {info['checkpoint']} (update {info['update']}/{config.num_updates}) | "
-          f"{s['policy']} policy | {args.episodes} episode(s) x {len(s['per_seed_mean'])} seed(s)")
+          f"{s['policy']} policy | {args.episodes} episode(s) x {len(s['per_seed_mean'])} seed(s)"
+          f"{' of member %d' % s['member'] if 'member' in s else ''}")
     print(f"return: mean {s['mean']:.2f}  std {s['std']:.2f}  min {s['min']:.2f}  max {s['max']:.2f}  "
           f"({s['episodes']} finished episodes)")
     if len(s["per_seed_mean"]) > 1:
@@ -298,6 +316,33 @@ def cmd_eval(args) -> int:
 
 
 MAX_EPISODES = 100_000  # per seed, all in parallel: bounded so a typo cannot ask for 100 GB
+
+
+def _load_for_eval(args):
+    """``(config, info, runner, ppo, {"member": K} or {})``: the runs of ``args.member`` (a PBT
+    run's best member by default) or all of them."""
+    import jax
+
+    from .run_folder import load_run, load_run_info
+
+    info = load_run_info(args.run_dir)
+    member = args.member
+    if info.get("kind") == "pbt":
+        from .pbt_run import load_pbt_run, read_summary
+
+        config, info, runner, ppo = load_pbt_run(args.run_dir, args.checkpoint)
+        if member is None:
+            member = read_summary(args.run_dir).get("best_member")
+    else:
+        config, info, runner, ppo = load_run(args.run_dir, args.checkpoint)
+    if member is None:
+        return config, info, runner, ppo, {}
+    members, seeds = info.get("members"), info["num_seeds"]
+    if not members or not 0 <= member < len(members):
+        what = f"has {len(members)} members (0..{len(members) - 1})" if members else "is not a sweep or PBT run"
+        raise UserError(f"--member {member}: {args.run_dir!r} {what}")
+    runner = jax.tree.map(lambda x: x[member * seeds:(member + 1) * seeds], runner)
+    return config, info, runner, ppo, {"member": member}
 
 
 def cmd_plot(args) -> int:
@@ -315,6 +360,15 @@ def cmd_plot(args) -> int:
     except KeyError as e:
         raise UserError(e.args[0]) from None
     print(f"learning curves of {len(args.run_dirs)} run(s) written to {out}")
+    for d in args.run_dirs:  # PBT runs: their hyperparameter schedules too
+        if os.path.exists(os.path.join(d, "lineage.csv")):
+            from .pbt_run import read_summary
+            from .plot import plot_schedules
+
+            stem, ext = os.path.splitext(out)
+            path = plot_schedules(d, f"{stem}-{os.path.basename(os.path.normpath(d))}-schedules{ext or '.png'}",
+                                  read_summary(d).get("best_member"))
+            print(f"hyperparameter schedules of {d} written to {path}")
     return 0
 
 

@@ -106,7 +106,8 @@ def train_chunked(
     members = None if members is None else [dict(m) for m in members]
     info = {"kind": "run" if members is None else "sweep", "config": config.to_dict(), "seed": seed,
             "num_seeds": num_seeds, "members": members, "chunk_updates": chunk_size(config.num_updates, chunk_updates),
-            "num_devices": prog.num_devices, "split": prog.split, "checkpoint_every": checkpoint_every}
+            "num_devices": prog.num_devices, "split": prog.split, "checkpoint_every": checkpoint_every,
+            **getattr(prog, "run_info", {})}  # e.g. PBT: its kind and settings
     if resume and not run_dir:
         raise ConfigError("resume=True needs the run_dir of the run to continue")
     note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
@@ -179,7 +180,8 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
                 metrics = {k: np.asarray(v) for k, v in metrics.items()}
                 for sink in sinks:
                     sink.write(metrics, done)
-                problem = first_non_finite(metrics, np.asarray(finite), done, describe)
+                check = getattr(prog, "check_finite", first_non_finite)  # PBT replaces non-finite members
+                problem = check(metrics, np.asarray(finite), done, describe)
                 if problem is not None:
                     path = checkpoint(*good)
                     where = f"; the last finite checkpoint is {path} (update {good[1]})" if path else ""
@@ -263,4 +265,8 @@ def resume_run(run_dir: str, **kwargs) -> RunResult:
                 chunk_updates=info.get("chunk_updates", 25), num_devices=info.get("num_devices", 1),
                 split=info.get("split", "seeds"), checkpoint_every=info.get("checkpoint_every", 10))
     opts.update(kwargs)
+    if info.get("kind") == "pbt" and "program" not in opts:
+        from .pbt_program import PBTProgram, PBTSettings
+
+        opts["program"] = PBTProgram(info["config"], PBTSettings.from_dict(info["pbt"]), num_devices=opts["num_devices"])
     return train_chunked(info["config"], run_dir=run_dir, resume=True, **opts)

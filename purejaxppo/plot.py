@@ -101,3 +101,40 @@ def plot_runs(run_dirs: Sequence[str], out: str, metric: str = "episode_return",
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def plot_schedules(run_dir: str, out: str, best: Optional[int] = None) -> str:
+    """A PBT run's hyperparameter schedules from its ``lineage.csv``: one panel per searched
+    hyperparameter, every member's value over updates (thin steps) and, bold, the schedule the
+    ``best`` member's final weights were trained with (its ancestry). Returns ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .lineage import ancestry, read_lineage
+
+    names, table = read_lineage(run_dir)
+    updates = sorted(table)
+    values = np.stack([table[u]["hparams"] for u in updates])  # [T, N, K]
+    fig, axes = plt.subplots(len(names), 1, figsize=(7, 2.6 * len(names)), sharex=True, squeeze=False)
+    lineage = ancestry(names, table, best) if best is not None else []
+    for k, (name, ax) in enumerate(zip(names, axes[:, 0])):
+        for m in range(values.shape[1]):
+            ax.step(updates, values[:, m, k], where="post", color="0.6", alpha=0.5, linewidth=0.8)
+        if lineage:
+            xs = [s["from_update"] for s in lineage] + [updates[-1]]
+            ys = [s[name] for s in lineage] + [lineage[-1][name]]
+            ax.step(xs, ys, where="post", color="C3", linewidth=2, label=f"best member {best} (ancestry)")
+            ax.legend(fontsize=8)
+        if np.all(values[..., k] > 0) and values[..., k].max() / values[..., k].min() > 20:
+            ax.set_yscale("log")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("update")
+    axes[0, 0].set_title(f"PBT schedules: {os.path.basename(os.path.normpath(run_dir))}")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out

@@ -100,7 +100,7 @@ def _write_json(path: str, obj) -> None:
 
 
 def folder_kind(info: dict) -> str:
-    """``"run"`` or ``"sweep"`` (folders written before kinds were recorded: from ``members``)."""
+    """``"run"``, ``"sweep"`` or ``"pbt"`` (folders written before kinds were recorded: from ``members``)."""
     return info.get("kind") or ("sweep" if info.get("members") else "run")
 
 
@@ -141,7 +141,7 @@ def check_resumable(run_dir: str, info: dict) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed") from None
     kind, want = folder_kind(saved), folder_kind(info)
-    if kind not in ("run", "sweep"):
+    if kind not in ("run", "sweep", "pbt"):
         raise CheckpointError(f"{run_dir!r} holds a {kind!r} folder, which this command cannot resume "
                               "(written by another command or a newer purejaxppo); nothing was changed")
     if kind != want:
@@ -154,8 +154,8 @@ def check_resumable(run_dir: str, info: dict) -> None:
                               "put metrics.csv back (e.g. from a backup) to resume, or start a new run folder")
     if os.path.exists(metrics):
         header = load_rows(metrics)[0]
-        if header and lead_columns(header, metrics) != (2 if kind == "sweep" else 1):
-            raise CheckpointError(f"{metrics} has the columns of a {'run' if kind == 'sweep' else 'sweep'} "
+        if header and lead_columns(header, metrics) != (1 if kind == "run" else 2):
+            raise CheckpointError(f"{metrics} has the columns of a {'sweep' if kind == 'run' else 'run'} "
                                   f"but config.json says {kind}; the folder is mixed up, nothing was changed")
 
 

@@ -65,7 +65,31 @@ def check_runs():
     got = shard_runs(train, 2)(keys, configs)
     return {"runs_vs_ref": max_rel_diff(got, ref), "out_devices": len(jax.tree.leaves(got)[0].sharding.device_set),
             "members_differ": max_rel_diff(ref[0].train.params, jax.tree.map(lambda x: x[::-1], ref[0].train.params)),
-            "finite": bool(np.all(np.isfinite(np.asarray(ref[1]["actor_loss"]))))}
+            "finite": bool(np.all(np.isfinite(np.asarray(ref[1]["actor_loss"])))), **check_pbt(base)}
+
+
+def check_pbt(base):
+    """PBT members on 2 devices (exploit over an all_gather) vs the one-device program."""
+    from purejaxppo.pbt import parse_search, search_space
+    from purejaxppo.pbt_program import PBTProgram, PBTSettings
+    from purejaxppo.pbt_run import initial_members
+    from purejaxppo.run_folder import run_inputs
+
+    space = search_space(base, parse_search(["lr=loguniform:1e-4:3e-1"]))
+    keys, configs = run_inputs(base, 0, 1, initial_members(space, 8, 0))
+    out = {}
+    for d in (1, 2):
+        prog = PBTProgram(base, PBTSettings(space, interval=1, window=1), num_devices=d)
+        (state, metrics), finite = prog.chunk(base.num_updates, prog.init(*prog.place(keys, configs)),
+                                              prog.place(configs)[0])
+        out[d] = (state, metrics)
+    (s1, m1), (s2, m2) = out[1], out[2]
+    return {"pbt_params": max_rel_diff(s2.runner.train.params, s1.runner.train.params),
+            "pbt_metrics": max_rel_diff({k: v for k, v in m2.items() if k != "pbt_score"},
+                                        {k: v for k, v in m1.items() if k != "pbt_score"}),
+            "pbt_same_parents": bool(np.array_equal(np.asarray(m2["pbt_parent"]), np.asarray(m1["pbt_parent"]))),
+            "pbt_copies": int(np.sum(np.asarray(m1["pbt_parent"]) != np.arange(8)[:, None])),
+            "pbt_out_devices": len(jax.tree.leaves(s2)[0].sharding.device_set)}
 
 
 def check_split_envs():

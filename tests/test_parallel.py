@@ -37,6 +37,9 @@ def test_runs_sharded_over_devices_equal_one_device():
     # same per-run programs on each device: equal to float tolerance (vmap batch size differs)
     assert r["runs_vs_ref"] < 1e-5, r
     assert r["members_differ"] > 1e-3, "members with different lr should differ (else the test proves nothing)"
+    # PBT: members on 2 devices, the exploit over an all_gather: same lineage, same numbers
+    assert r["pbt_copies"] > 0 and r["pbt_same_parents"], r
+    assert r["pbt_params"] < 1e-5 and r["pbt_metrics"] < 1e-4 and r["pbt_out_devices"] == 2, r
 
 
 def test_split_envs_equals_one_device_with_every_option():
