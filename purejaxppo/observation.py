@@ -36,7 +36,11 @@ class MaskedObs(NamedTuple):
 
 def structure_of(obs_one_env) -> Any:
     """The per-env structure of an observation pytree: ``ShapeDtypeStruct`` leaves."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.asarray(x).dtype), obs_one_env)
+    def leaf(x):
+        x = x if hasattr(x, "shape") and hasattr(x, "dtype") else jnp.asarray(x)  # arrays, ShapeDtypeStructs
+        return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)
+
+    return jax.tree.map(leaf, obs_one_env)
 
 
 def flat_size(structure) -> int:

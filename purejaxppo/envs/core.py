@@ -184,7 +184,7 @@ def spec_fields_of_obs(obs_one_env) -> dict:
 
     masked = isinstance(obs_one_env, MaskedObs)
     inner = obs_one_env.obs if masked else obs_one_env
-    if isinstance(inner, jax.Array) or isinstance(inner, np.ndarray):
+    if isinstance(inner, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)):
         return dict(obs_shape=tuple(inner.shape), obs_structure=None, action_mask=masked)
     structure = structure_of(inner)
     return dict(obs_shape=(flat_size(structure),), obs_structure=structure, action_mask=masked)
