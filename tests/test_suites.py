@@ -51,8 +51,10 @@ def _brax_hand(name, limit, kind):
 
         env = EpisodeWrapper(pg.load(name, config_overrides={"impl": "jax"}), limit, 1)
 
+    env_step = jax.jit(env.step)  # the suite's own step, compiled once (not our adapter)
+
     def hand(s, a, key):
-        s = env.step(s, a)
+        s = env_step(s, a)
         trunc = bool(s.info["truncation"])
         return s.obs, bool(s.done) and not trunc, trunc
 
@@ -65,8 +67,10 @@ def _jumanji_hand(name, limit):
 
     env = jumanji.make(name, time_limit=limit)
 
+    env_step = jax.jit(env.step)
+
     def hand(s, a, key):
-        s, ts = env.step(s, a)
+        s, ts = env_step(s, a)
         last = int(ts.step_type) == int(StepType.LAST)
         o = ts.observation
         return MaskedObs({"grid": o.grid, "step_count": o.step_count},
@@ -81,8 +85,10 @@ def _craftax_hand(name, limit):
     env = make_craftax_env_from_name(name, auto_reset=False)
     params = env.default_params.replace(max_timesteps=limit)
 
+    env_step = jax.jit(env.step)
+
     def hand(s, a, key):
-        o, s2, r, done, _ = env.step(key, s, a, params)
+        o, s2, r, done, _ = env_step(key, s, a, params)
         return o, bool(done) and int(s2.timestep) < limit, bool(done) and int(s2.timestep) >= limit
 
     return hand
@@ -93,8 +99,10 @@ def _navix_hand(name, limit):
 
     env = navix.make(name, max_steps=limit)
 
+    env_step = jax.jit(env._step)
+
     def hand(ts, a, key):
-        ts = env._step(ts, a)
+        ts = env_step(ts, a)
         return ts.observation, int(ts.step_type) == 2, int(ts.step_type) == 1  # navix: 2 termination, 1 truncation
 
     return hand
@@ -106,8 +114,10 @@ def _xminigrid_hand(name, limit):
     env, params = xminigrid.make(name)
     params = params.replace(max_steps=limit)
 
+    env_step = jax.jit(env.step)
+
     def hand(ts, a, key):
-        ts = env.step(params, ts, a)
+        ts = env_step(params, ts, a)
         last = bool(ts.last())
         return ts.observation, last and float(ts.discount) == 0, last and float(ts.discount) == 1
 
@@ -118,10 +128,11 @@ def _pgx_hand(name, limit):
     import pgx
 
     env = pgx.make(name)
+    env_step = jax.jit(env.step)
 
     def hand(carry, a, key):
         s, t = carry
-        s = env.step(s, a, key)
+        s = env_step(s, a, key)
         term = bool(s.terminated)
         return MaskedObs(s.observation, s.legal_action_mask), term, (not term) and (bool(s.truncated) or t + 1 >= limit)
 
