@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("-o", "--out", default="curves.png", help="output image (png/pdf/svg)")
     pl.add_argument("--metric", default="episode_return", help="metric column to plot (default episode_return)")
 
+    ev = sub.add_parser("envs", help="list the environment suites (and which extra installs each)")
+    ev.add_argument("--suite", default=None, help="list the env names of one suite (gymnax, brax, playground, ...)")
+
     b = sub.add_parser("bench", help="throughput benchmark (see benchmarks/throughput.py)")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     return p
@@ -133,7 +136,7 @@ def cmd_train(args) -> int:
     members = make_population(config, grid, num_seeds=seeds).members if grid else None
     program = Program(config, num_devices=devices, split=split)  # unknown envs etc. fail here, before any folder
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    run_dir = args.run_dir or os.path.join("runs", f"{config.env_name}-{'sweep-' if grid else ''}{stamp}")
+    run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(':', '-')}-{'sweep-' if grid else ''}{stamp}")
     if not args.quiet:
         what = f"sweep over {n_members} members x {seeds} seed(s) of" if grid else f"training {seeds} seed(s) of"
         print(f"purejaxppo: {what} {config.env_name} in one compile on {devices} device(s)"
@@ -372,6 +375,23 @@ def cmd_plot(args) -> int:
     return 0
 
 
+def cmd_envs(args) -> int:
+    from .envs import SUITES, env_names, installed, pip_command
+
+    if args.suite:
+        names = env_names(args.suite)  # unknown suite / missing extra: ConfigError
+        prefix = "" if args.suite == "gymnax" else f"{args.suite}:"
+        print("\n".join(prefix + n for n in names))
+        return 0
+    print("gymnax      installed  (no prefix, e.g. CartPole-v1)")
+    for name, suite in SUITES.items():
+        state = "installed " if installed(name) else "missing   "
+        how = f"e.g. {suite.example}" if installed(name) else pip_command(name)
+        print(f"{name:<11} {state} {suite.about}; {how}")
+    print('all suites: pip install "purejaxppo[suites]"; names of one: python -m purejaxppo envs --suite SUITE')
+    return 0
+
+
 class UserError(Exception):
     pass
 
@@ -390,6 +410,8 @@ def main(argv=None) -> int:
             return cmd_eval(args)
         if args.command == "plot":
             return cmd_plot(args)
+        if args.command == "envs":
+            return cmd_envs(args)
         if args.command == "bench":
             sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
             from .bench import main as bench_main

@@ -9,6 +9,12 @@ A :class:`Network` bundles pure functions over explicit params:
 * ``apply(params, obs) -> (dist_params, value)``
 * ``dist``: the :class:`~purejaxppo.distributions.Distribution` the actor parameterises.
 
+Observations that are not one array (:mod:`purejaxppo.observation`) are prepared before
+the module sees them: a :class:`~purejaxppo.observation.MaskedObs`'s mask bypasses the
+torso and goes with the logits to the masked categorical (``dist_params = (logits,
+mask)``); a structured observation is flattened and concatenated by default, or handed
+as it is to your own torso (``make_network(..., torso_fn=...)``).
+
 Splitting ``actor`` and ``critic`` lets the rollout act with the actor alone and
 evaluate the critic on all observations in one batched pass after the scan.
 Initialisation follows common PPO practice: orthogonal weights (gain sqrt(2) in the
@@ -18,13 +24,14 @@ torso, 0.01 for the policy head, 1 for the value head), zero biases, log-std 0.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from .distributions import CATEGORICAL, GAUSSIAN, Distribution
+from . import observation
+from .distributions import CATEGORICAL, GAUSSIAN, MASKED_CATEGORICAL, Distribution, multi_discrete
 
 ACTIVATION_FNS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "elu": nn.elu, "swish": nn.swish}
 
@@ -127,10 +134,15 @@ class ActorCritic(nn.Module):
     obs_ndim: int = 1
     torso: str = "mlp"
     shared_torso: bool = False
+    torso_fn: Any = None  # zero-arg factory of a custom torso module: obs [..., *] -> features [..., F]
 
     def setup(self):
-        make = (lambda: CNNTorso(self.hidden_sizes, self.activation, self.obs_ndim)) if self.torso == "cnn" else (
-            lambda: MLPTorso(self.hidden_sizes, self.activation, self.obs_ndim))
+        if self.torso_fn is not None:
+            make = self.torso_fn
+        elif self.torso == "cnn":
+            make = lambda: CNNTorso(self.hidden_sizes, self.activation, self.obs_ndim)
+        else:
+            make = lambda: MLPTorso(self.hidden_sizes, self.activation, self.obs_ndim)
         self.actor_torso = make()
         self.critic_torso = self.actor_torso if self.shared_torso else make()
         self.policy_head = _dense(self.num_actions, 0.01)
@@ -151,14 +163,56 @@ class ActorCritic(nn.Module):
         return self.actor(obs), self.critic(obs)
 
 
+def distribution_for(spec) -> Distribution:
+    """The action distribution an :class:`~purejaxppo.envs.EnvSpec` calls for."""
+    if spec.action_mask:
+        if getattr(spec, "action_nvec", ()):
+            raise ValueError(f"{spec.name}: action masks with MultiDiscrete actions are not supported")
+        return MASKED_CATEGORICAL
+    if getattr(spec, "action_nvec", ()):
+        return multi_discrete(spec.action_nvec)
+    return CATEGORICAL if spec.discrete else GAUSSIAN
+
+
+def observation_adapter(spec, flatten: bool = True):
+    """``prepare(obs) -> (x, mask | None)``: what the torso sees and the action mask.
+
+    ``x`` is the observation array; a structured observation is flattened
+    (:func:`purejaxppo.observation.flatten`) unless ``flatten=False`` (a custom torso)."""
+    structure = getattr(spec, "obs_structure", None)
+
+    def prepare(obs):
+        x, mask = (obs.obs, obs.action_mask) if spec.action_mask else (obs, None)
+        if structure is not None and flatten:
+            x = observation.flatten(x, structure)
+        return x, mask
+
+    return prepare
+
+
+def dummy_observation(spec, batch: tuple = (1,)):
+    """A zero observation of ``spec`` (with leading dims ``batch``) for initialisation."""
+    structure = getattr(spec, "obs_structure", None)
+    x = (observation.zeros(structure, batch) if structure is not None
+         else jnp.zeros(tuple(batch) + tuple(spec.obs_shape), jnp.float32))
+    if spec.action_mask:
+        return observation.MaskedObs(x, jnp.ones(tuple(batch) + (spec.num_actions,), bool))
+    return x
+
+
 def make_network(
     spec,
     hidden_sizes: Sequence[int] = (64, 64),
     activation: str = "tanh",
     torso: str = "mlp",
     shared_torso: bool = False,
+    torso_fn: Optional[Callable[[], nn.Module]] = None,
 ) -> Network:
-    """Build the feed-forward actor-critic for an :class:`~purejaxppo.envs.EnvSpec`."""
+    """Build the feed-forward actor-critic for an :class:`~purejaxppo.envs.EnvSpec`.
+
+    ``torso_fn``: a zero-arg factory of your own Flax torso (called once per torso, twice
+    unless ``shared_torso``), mapping the observation ``[..., *]`` (a structured one as
+    it is, unflattened; without the action mask) to features ``[..., F]``."""
     module = ActorCritic(
         num_actions=spec.num_actions,
         discrete=spec.discrete,
@@ -167,12 +221,23 @@ def make_network(
         obs_ndim=len(spec.obs_shape),
         torso=torso,
         shared_torso=shared_torso,
+        torso_fn=torso_fn,
     )
-    dummy = jnp.zeros((1,) + tuple(spec.obs_shape), jnp.float32)
+    prepare = observation_adapter(spec, flatten=torso_fn is None)
+    dummy, _ = prepare(dummy_observation(spec))
+
+    def actor(params, obs):
+        x, mask = prepare(obs)
+        logits = module.apply(params, x, method=ActorCritic.actor)
+        return logits if mask is None else (logits, mask)
+
+    def critic(params, obs):
+        return module.apply(params, prepare(obs)[0], method=ActorCritic.critic)
+
     return Network(
         init=lambda key: module.init(key, dummy),
-        actor=lambda params, obs: module.apply(params, obs, method=ActorCritic.actor),
-        critic=lambda params, obs: module.apply(params, obs, method=ActorCritic.critic),
-        apply=module.apply,
-        dist=CATEGORICAL if spec.discrete else GAUSSIAN,
+        actor=actor,
+        critic=critic,
+        apply=lambda params, obs: (actor(params, obs), critic(params, obs)),
+        dist=distribution_for(spec),
     )

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from .config import ConfigError
 from .envs import VecEnv
 
 
@@ -77,6 +78,9 @@ def normalize_observation(venv: VecEnv, frozen: bool = False, clip: float = 10.0
     (evaluation, or fine-tuning with fixed statistics). ``axis_name``: the envs are split
     over that device axis and the statistics are merged over all of them.
     """
+    if venv.spec.obs_structure is not None or venv.spec.action_mask:
+        raise ConfigError(f"normalize_obs works on plain array observations; {venv.spec.name} observes a "
+                          "structure or carries an action mask; drop --normalize-obs")
     shape = venv.spec.obs_shape
 
     def reset(key):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 
 class Transition(NamedTuple):
-    obs: jax.Array  # [H, E, *obs_shape] observation the action was chosen from
+    obs: jax.Array  # [H, E, *obs_shape] observation the action was chosen from (or a pytree of such, e.g. MaskedObs)
     action: jax.Array  # [H, E] int or [H, E, D] float (unclipped sample)
     log_prob: jax.Array  # [H, E] behaviour policy's log-prob of action ("old")
     reward: jax.Array  # [H, E]
@@ -65,7 +65,7 @@ def collect(
     ``(action key, env key)``. Returns ``((env_state, obs, carry, done), Transition [H, E])``.
     """
     if done is None:
-        done = jnp.ones(obs.shape[:1], bool)
+        done = jnp.ones(jax.tree.leaves(obs)[:1][0].shape[:1], bool)
 
     def one_step(c, step_key):
         env_state, obs, carry, done = c
@@ -96,6 +96,7 @@ def critic_values(critic: Callable[[jax.Array], jax.Array], traj: Transition) ->
     steps (pre-reset final observation) and the horizon bootstrap (the last step's next
     state is the rollout's last observation unless that step ended an episode).
     """
-    h = traj.obs.shape[0]
-    values = critic(jnp.concatenate([traj.obs, traj.next_obs], axis=0))
+    h = traj.reward.shape[0]
+    both = jax.tree.map(lambda o, n: jnp.concatenate([o, n], axis=0), traj.obs, traj.next_obs)  # obs may be a pytree
+    values = critic(both)
     return values[:h], values[h:]

@@ -146,6 +146,10 @@ def make_agent(config: PPOConfig, spec: envs_lib.EnvSpec, network: Optional[Netw
     if network is not None:
         return feed_forward(network)
     if config.network == "gru":
+        if spec.action_mask or spec.obs_structure is not None or spec.action_nvec:
+            raise ConfigError(f"network='gru' takes plain array observations and Discrete/Box actions; "
+                              f"{config.env_name} has action masks, a structured observation or MultiDiscrete "
+                              "actions; use network='mlp' (or 'cnn')")
         return gru_agent(spec, config.gru_size, config.hidden_sizes, config.activation)
     if config.network == "cnn" and len(spec.obs_shape) != 3:
         raise ConfigError(f"network='cnn' needs image observations [H, W, C]; {config.env_name} has shape "

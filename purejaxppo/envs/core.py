@@ -1,0 +1,190 @@
+"""The VecEnv contract every suite is mapped onto, and wrappers as pure state transformers.
+
+A :class:`VecEnv` is two pure functions over a batch of ``E`` environments:
+
+* ``reset(key) -> (obs [E, *obs_shape], state)``
+* ``step(key, state, action [E, ...]) -> (obs, state, reward [E], terminated [E],
+  truncated [E], info)``, with ``info["final_observation"]`` ``[E, *obs_shape]``:
+  the pre-reset observation (equal to ``obs`` where the episode did not end).
+
+``obs`` may be a pytree (:mod:`purejaxppo.observation`): a
+:class:`~purejaxppo.observation.MaskedObs` when the env has legal-action masks, or a
+dict / named tuple of arrays (``EnvSpec.obs_structure``). Wrappers take a VecEnv and
+return one; whatever statistics they keep live in the env state, so they survive
+``vmap`` and checkpointing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..config import ConfigError
+
+
+class EnvSpec(NamedTuple):
+    name: str
+    obs_shape: tuple
+    discrete: bool
+    num_actions: int  # categorical: number of actions; Gaussian: action dimension
+    action_shape: tuple  # () for discrete, (D,) for continuous
+    action_low: Optional[np.ndarray]
+    action_high: Optional[np.ndarray]
+    max_episode_steps: Optional[int]
+    # per-env pytree of jax.ShapeDtypeStruct for a structured observation (then obs_shape
+    # is the default flattening's (size,)); None for one array of obs_shape
+    obs_structure: Any = None
+    action_mask: bool = False  # observations are MaskedObs(obs, action_mask [E, num_actions])
+    action_nvec: tuple = ()  # MultiDiscrete sizes (then num_actions = sum, action_shape = (K,))
+
+
+class VecEnv(NamedTuple):
+    spec: EnvSpec
+    num_envs: int
+    reset: Callable[[jax.Array], tuple[jax.Array, Any]]
+    step: Callable[[jax.Array, Any, jax.Array], tuple]
+
+
+def box_action_fields(shape, low, high) -> dict:
+    """EnvSpec fields of a continuous action space; a scalar Box becomes ``(1,)``."""
+    shape = tuple(shape) if len(shape) else (1,)
+    low = np.broadcast_to(np.asarray(low, np.float32), shape).copy()
+    high = np.broadcast_to(np.asarray(high, np.float32), shape).copy()
+    return dict(discrete=False, num_actions=int(np.prod(shape)), action_shape=shape, action_low=low, action_high=high)
+
+
+def discrete_action_fields(n: int) -> dict:
+    return dict(discrete=True, num_actions=int(n), action_shape=(), action_low=None, action_high=None)
+
+
+def raw_key(key: jax.Array) -> jax.Array:
+    """``uint32[2]`` key data of a (possibly typed) key: what most suites expect."""
+    return jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+
+
+def as_float(obs):
+    """Every leaf of an observation pytree as float32, except action masks (kept bool)."""
+    return jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), obs)
+
+
+def default_env_keys(num_envs: int) -> Callable[[jax.Array], jax.Array]:
+    return lambda key: jax.random.split(key, num_envs)
+
+
+def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Callable,
+                       env_keys: Optional[Callable[[jax.Array], jax.Array]] = None) -> VecEnv:
+    """A VecEnv from ONE env's pure functions that do NOT reset by themselves.
+
+    ``reset1(key) -> (obs, state)``; ``step1(key, state, action) -> (obs, state, reward,
+    terminated, truncated)`` with the suite's episode end already classified (keys are
+    ``uint32[2]``). Each env's step key is split into (step, reset) keys; where the
+    episode ended, the env is reset and its observation and state replaced, and the
+    PRE-reset observation is kept in ``info["final_observation"]``. (Suites' own
+    auto-reset wrappers, e.g. Brax's, overwrite that observation; this one cannot.)
+    The reset is computed for every env and selected where done: ``vmap`` turns a
+    branch into the same select anyway."""
+    env_keys = env_keys if env_keys is not None else default_env_keys(num_envs)
+
+    def reset(key):
+        return jax.vmap(lambda k: reset1(raw_key(k)))(env_keys(key))
+
+    def one(key, state, action):
+        k_step, k_reset = jax.random.split(key)
+        obs, state, reward, term, trunc = step1(raw_key(k_step), state, action)
+        obs0, state0 = reset1(raw_key(k_reset))
+        done = jnp.logical_or(term, trunc)
+        pick = lambda new, old: jnp.where(done, new, old)
+        return (jax.tree.map(pick, obs0, obs), jax.tree.map(pick, state0, state), reward.astype(jnp.float32),
+                term, trunc, obs)
+
+    def step(key, state, action):
+        obs, state, reward, term, trunc, final = jax.vmap(one)(env_keys(key), state, action)
+        return obs, state, reward, term, trunc, {"final_observation": final}
+
+    return VecEnv(spec, num_envs, reset, step)
+
+
+# --- wrappers ---------------------------------------------------------------------------
+class EpisodeStatsState(NamedTuple):
+    env_state: Any
+    episode_return: jax.Array  # [E] running undiscounted return of the current episode
+    episode_length: jax.Array  # [E]
+
+
+def episode_statistics(venv: VecEnv) -> VecEnv:
+    """Track per-env episode return/length; ``info["episode_return"]`` and
+    ``info["episode_length"]`` hold the finished episode's totals where it ended
+    (``info["episode_done"]``), 0 elsewhere. Uses the raw environment reward."""
+
+    def reset(key):
+        obs, state = venv.reset(key)
+        zeros = jnp.zeros((venv.num_envs,), jnp.float32)
+        return obs, EpisodeStatsState(state, zeros, jnp.zeros((venv.num_envs,), jnp.int32))
+
+    def step(key, state, action):
+        obs, env_state, reward, term, trunc, info = venv.step(key, state.env_state, action)
+        ret = state.episode_return + reward
+        length = state.episode_length + 1
+        done = jnp.logical_or(term, trunc)
+        info = {
+            **info,
+            "episode_done": done,
+            "episode_return": jnp.where(done, ret, 0.0),
+            "episode_length": jnp.where(done, length, 0),
+        }
+        new_state = EpisodeStatsState(env_state, jnp.where(done, 0.0, ret), jnp.where(done, 0, length))
+        return obs, new_state, reward, term, trunc, info
+
+    return venv._replace(reset=reset, step=step)
+
+
+def keep_observation(venv: VecEnv, indices) -> VecEnv:
+    """Partial observability: keep only the flat observation components ``indices``
+    (``(0, 2)`` turns CartPole into position-only CartPole: velocities hidden)."""
+    if venv.spec.obs_structure is not None or venv.spec.action_mask:
+        raise ConfigError(f"obs_keep works on plain array observations; {venv.spec.name} observes a structure")
+    idx = np.asarray(indices, np.int32)
+    size = int(np.prod(venv.spec.obs_shape))
+    if idx.max() >= size:
+        raise ConfigError(f"obs_keep={tuple(indices)} has an index >= the observation size {size} of {venv.spec.name}")
+    select = lambda o: o.reshape(o.shape[:1] + (-1,))[:, idx]
+
+    def reset(key):
+        obs, state = venv.reset(key)
+        return select(obs), state
+
+    def step(key, state, action):
+        obs, state, reward, term, trunc, info = venv.step(key, state, action)
+        info = {**info, "final_observation": select(info["final_observation"])}
+        return select(obs), state, reward, term, trunc, info
+
+    return venv._replace(spec=venv.spec._replace(obs_shape=(len(idx),)), reset=reset, step=step)
+
+
+def check_name(name: str, names, suite: str) -> None:
+    """A clear error for an unknown env name of ``suite``, with the closest names."""
+    import difflib
+
+    names = list(names)
+    if name in names:
+        return
+    close = difflib.get_close_matches(name, names, n=5, cutoff=0.4)
+    hint = f"did you mean {', '.join(f'{suite}:{n}' for n in close)}?" if close else (
+        f"see `python -m purejaxppo envs --suite {suite}`")
+    raise ConfigError(f"unknown {suite} environment {name!r}; {hint}")
+
+
+def spec_fields_of_obs(obs_one_env) -> dict:
+    """``obs_shape`` / ``obs_structure`` / ``action_mask`` EnvSpec fields of one env's
+    observation (array, structure, or MaskedObs of either)."""
+    from ..observation import MaskedObs, flat_size, structure_of
+
+    masked = isinstance(obs_one_env, MaskedObs)
+    inner = obs_one_env.obs if masked else obs_one_env
+    if isinstance(inner, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)):
+        return dict(obs_shape=tuple(inner.shape), obs_structure=None, action_mask=masked)
+    structure = structure_of(inner)
+    return dict(obs_shape=(flat_size(structure),), obs_structure=structure, action_mask=masked)

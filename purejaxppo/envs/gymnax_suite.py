@@ -1,0 +1,81 @@
+"""gymnax 1.x environments (the unprefixed names: ``CartPole-v1``, ``Breakout-MinAtar``, ...).
+
+gymnax 1.x already auto-resets and keeps ``terminated`` and ``truncated`` apart; we
+only vectorise it, cast observations to float32 and clip continuous actions to the
+bounds (the policy's UNclipped sample is what PPO stores and scores).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+from ..config import ConfigError
+from .core import EnvSpec, VecEnv, box_action_fields, default_env_keys
+
+
+def registered_envs() -> list[str]:
+    import gymnax
+
+    return list(gymnax.registered_envs)
+
+
+def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs):
+    """``(env, env_params, spec)`` for a registered gymnax name; clear errors otherwise."""
+    import gymnax
+    from gymnax.environments import spaces
+
+    names = registered_envs()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.4)
+        if not close:  # fall back on case-insensitive substring matches
+            close = [n for n in names if name.lower().split("-")[0] in n.lower()][:5]
+        hint = f"did you mean {', '.join(close)}?" if close else f"valid names: {', '.join(names)}"
+        raise ConfigError(f"unknown environment {name!r}; {hint}")
+    env, params = gymnax.make(name, **env_kwargs)
+    if max_episode_steps is not None:
+        params = params.replace(max_steps_in_episode=int(max_episode_steps))
+    space = env.action_space(params)
+    if isinstance(space, spaces.Discrete):
+        spec_kw = dict(discrete=True, num_actions=int(space.n), action_shape=(), action_low=None, action_high=None)
+    elif isinstance(space, spaces.Box):
+        spec_kw = box_action_fields(space.shape, space.low, space.high)
+    else:
+        raise ConfigError(
+            f"environment {name!r} has action space {type(space).__name__}; purejaxppo supports Discrete and Box"
+        )
+    obs_shape = tuple(env.observation_space(params).shape)
+    spec = EnvSpec(name=name, obs_shape=obs_shape, max_episode_steps=int(params.max_steps_in_episode), **spec_kw)
+    return env, params, spec
+
+
+def make_gymnax_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
+                 env_keys: Optional[Callable[[jax.Array], jax.Array]] = None, **env_kwargs) -> VecEnv:
+    """Vectorise gymnax env ``name`` over ``num_envs`` copies (auto-reset, final obs).
+
+    ``env_keys(key) -> [num_envs]`` keys derives the per-env keys of a reset/step
+    (default: ``split(key, num_envs)``); data-parallel training passes one device's
+    slice of the global split so that sharded rollouts equal the single-device one."""
+    env, params, spec = make_gymnax(name, max_episode_steps, **env_kwargs)
+    scalar_box = not spec.discrete and len(env.action_space(params).shape) == 0
+    env_keys = env_keys if env_keys is not None else default_env_keys(num_envs)
+
+    def reset(key):
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(env_keys(key), params)
+        return obs.astype(jnp.float32), state
+
+    def step(key, state, action):
+        if not spec.discrete:
+            action = jnp.clip(action, spec.action_low, spec.action_high)
+            if scalar_box:
+                action = action[..., 0]
+        obs, state, reward, term, trunc, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            env_keys(key), state, action, params
+        )
+        info = {"final_observation": info["final_observation"].astype(jnp.float32)}
+        return obs.astype(jnp.float32), state, reward.astype(jnp.float32), term, trunc, info
+
+    return VecEnv(spec, num_envs, reset, step)

@@ -1,0 +1,82 @@
+"""``SUITE:NAME`` environment names: which adapter builds them and which extra installs it.
+
+Plain names (``CartPole-v1``) and ``gymnax:NAME`` are gymnax environments. Every other
+suite is an optional extra; its adapter module (``<suite>_suite.py`` beside this file)
+is imported only when one of its envs is asked for, and a suite whose package is
+missing fails at once with a one-line :class:`~purejaxppo.config.ConfigError` naming the
+``pip install`` command.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, NamedTuple, Optional
+
+import jax
+
+from ..config import ConfigError
+from .core import VecEnv
+from .gymnax_suite import make_gymnax_vec_env, registered_envs
+
+
+class Suite(NamedTuple):
+    adapter: str  # module in purejaxppo.envs
+    package: str  # the import that must succeed
+    example: str
+    about: str
+
+
+SUITES = {
+    "brax": Suite("brax_suite", "brax", "brax:inverted_pendulum", "Brax physics (continuous control)"),
+    "playground": Suite("playground_suite", "mujoco_playground", "playground:CartpoleBalance",
+                        "MuJoCo Playground on MJX (DM Control suite, locomotion, manipulation)"),
+    "jumanji": Suite("jumanji_suite", "jumanji", "jumanji:Snake-v1", "Jumanji (combinatorial, games; action masks)"),
+    "craftax": Suite("craftax_suite", "craftax", "craftax:Craftax-Classic-Symbolic-v1", "Craftax (open-world)"),
+    "navix": Suite("navix_suite", "navix", "navix:Navix-Empty-5x5-v0", "NAVIX (MiniGrid in JAX)"),
+    "xminigrid": Suite("xminigrid_suite", "xminigrid", "xminigrid:MiniGrid-Empty-6x6", "XLand-MiniGrid"),
+    "pgx": Suite("pgx_suite", "pgx", "pgx:2048", "pgx games (single-player; action masks)"),
+}
+
+
+def pip_command(suite: str) -> str:
+    return f'pip install "purejaxppo[{suite}]"'
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``"brax:ant" -> ("brax", "ant")``; a plain name is gymnax's."""
+    prefix, sep, rest = name.partition(":")
+    return (prefix, rest) if sep else ("gymnax", name)
+
+
+def installed(suite: str) -> bool:
+    return importlib.util.find_spec(SUITES[suite].package) is not None
+
+
+def adapter(suite: str):
+    """The adapter module of ``suite``; a missing package is a one-line ConfigError."""
+    if suite not in SUITES:
+        raise ConfigError(f"unknown environment suite {suite!r}; suites: gymnax (no prefix), "
+                          f"{', '.join(SUITES)}; see `python -m purejaxppo envs`")
+    if not installed(suite):
+        raise ConfigError(f"the {suite} suite is not installed; install it with: {pip_command(suite)}")
+    return importlib.import_module(f"{__package__}.{SUITES[suite].adapter}")
+
+
+def env_names(suite: str) -> list[str]:
+    """The env names of an installed suite (without the prefix)."""
+    return registered_envs() if suite == "gymnax" else adapter(suite).env_names()
+
+
+def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
+                 env_keys: Optional[Callable[[jax.Array], jax.Array]] = None, **env_kwargs) -> VecEnv:
+    """Vectorise env ``name`` (``SUITE:NAME`` or a gymnax name) over ``num_envs`` copies.
+
+    Every suite meets the same contract (auto-reset; ``terminated`` / ``truncated`` apart;
+    ``info["final_observation"]`` the pre-reset observation). ``env_keys(key) ->
+    [num_envs]`` keys derives the per-env keys of a reset/step (default:
+    ``split(key, num_envs)``); data-parallel training passes one device's slice of the
+    global split so that sharded rollouts equal the single-device one."""
+    suite, rest = split_name(name)
+    if suite == "gymnax":
+        return make_gymnax_vec_env(rest, num_envs, max_episode_steps, env_keys=env_keys, **env_kwargs)
+    return adapter(suite).make_vec_env(rest, num_envs, max_episode_steps, env_keys, **env_kwargs)
