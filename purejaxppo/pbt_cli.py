@@ -53,7 +53,7 @@ def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers) -> int:
 
     settings = pbt_settings(args, config)
     program = PBTProgram(config, settings, num_devices=devices)  # unknown envs etc. fail here, before any folder
-    run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(":", "-")}-pbt-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(':', '-')}-pbt-{time.strftime('%Y%m%d-%H%M%S')}")
     if list_checkpoints(os.path.join(run_dir, "checkpoints")) or os.path.exists(os.path.join(run_dir, "metrics.csv")):
         raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with "
                           f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
