@@ -49,7 +49,7 @@ def places(tmp_path, monkeypatch):
     return {
         "RUN": _folder(tmp_path, "run"),
         "RO_RUN": _folder(tmp_path / "ro", "run"),
-        "PBT": _folder(tmp_path, "pbt", kind="pbt"),
+        "NEWKIND": _folder(tmp_path, "newkind", kind="newkind"),
         "BADJSON": _folder(tmp_path, "badjson", config="{not json"),
         "NOMETRICS": _folder(tmp_path, "nometrics", metrics=None, ckpt=True),
         "DAMAGED": _folder(tmp_path, "damaged", metrics=HEADER + "0,0,0.5,10\r\n1,0\r\n0,1,0.3,11\r\n"),
@@ -121,7 +121,7 @@ CASES = [
     (["train", "--resume", "RUN", "--split", "envs"], "--split"),
     (["train", "--resume", "RUN", "--stop-after", "0"], "--stop-after=0 must be >= 1"),
     (["train", "--resume", "RUN", "--chunk", "0"], "--chunk=0 must be >= 1"),
-    (["train", "--resume", "PBT"], "holds a 'pbt' folder"),
+    (["train", "--resume", "NEWKIND"], "holds a 'newkind' folder"),
     (["train", "--resume", "BADJSON"], "is damaged"),
     (["train", "--resume", "NOMETRICS"], "metrics.csv is missing"),
     (["train", "--resume", "DAMAGED"], "line 3 is damaged"),
