@@ -1,0 +1,112 @@
+"""Where one training run's time goes: rollout (+ values and GAE) versus the update.
+
+Times three compiled programs over the same number of updates as ``train`` (median of
+``--repeats``, after compile): the whole ``run`` (rollout, targets, update: the real
+step), the rollout-and-targets part alone (the same step with ``update_epochs`` worth of
+minibatch steps removed: params stay at init), and the update alone (``update_epochs`` x
+``num_minibatches`` steps on one fixed batch, repeated ``num_updates`` times). The two
+parts need not add up exactly to the whole (XLA schedules the step as one program).
+
+    python benchmarks/profile_step.py --env CartPole-v1
+    python benchmarks/profile_step.py --preset gru
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--network", default="mlp", choices=("mlp", "gru"))
+    p.add_argument("--total-timesteps", type=int, default=500_000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+
+    import jax
+
+    from purejaxppo import PPOConfig, make_ppo
+    from purejaxppo.gae import gae
+    from purejaxppo.rollout import collect
+    from purejaxppo.train import rollout_key
+    from purejaxppo.update import make_optimizer, update_epochs
+
+    kw = dict(gru_size=128, hidden_sizes=(128,), activation="relu") if args.network == "gru" else {}
+    cfg = PPOConfig(env_name=args.env, network=args.network, total_timesteps=args.total_timesteps, **kw)
+    ppo = make_ppo(cfg)
+    agent, venv = ppo.agent, ppo.venv
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+
+    def rollout_part(runner):
+        def body(r, _):
+            rng, k_roll = jax.random.split(r.rng)
+            params = r.train.params
+
+            def policy(key, carry, obs, reset):
+                carry, d, record = agent.act(params, carry, obs, reset)
+                a = agent.dist.sample(key, d)
+                return carry, a, agent.dist.log_prob(d, a), record
+
+            (env_state, obs, carry, done), traj = collect(
+                rollout_key(k_roll, cfg.rollout_rng), policy, venv.step, r.env_state, r.obs, cfg.num_steps,
+                r.carry, r.done, cfg.rollout_unroll)
+            values, next_values = agent.values(params, traj)
+            adv, ret = gae(traj.reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+            return r._replace(env_state=env_state, obs=obs, carry=carry, done=done, rng=rng), adv.sum() + ret.sum()
+        return jax.lax.scan(body, runner, None, length=cfg.num_updates)
+
+    from purejaxppo import losses
+    from purejaxppo.rollout import Batch
+    from purejaxppo.train import ppo_loss_fn
+
+    def update_part(runner):
+        def policy(key, carry, obs, reset):
+            carry, d, record = agent.act(runner.train.params, carry, obs, reset)
+            a = agent.dist.sample(key, d)
+            return carry, a, agent.dist.log_prob(d, a), record
+
+        _, traj = collect(runner.rng, policy, venv.step, runner.env_state, runner.obs, cfg.num_steps,
+                          runner.carry, runner.done, cfg.rollout_unroll)
+        values, next_values = agent.values(runner.train.params, traj)
+        adv, ret = gae(traj.reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+        data = agent.units(Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret), runner.carry, traj.reset)
+
+        def loss(p, mb):
+            return ppo_loss_fn(agent, p, mb._replace(advantage=losses.normalize(mb.advantage)), cfg)
+
+        def body(state, key):
+            state, m = update_epochs(key, state, data, loss_fn=loss,
+                                     optimizer=make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.lr),
+                                     num_epochs=cfg.update_epochs, num_minibatches=cfg.num_minibatches)
+            return state, m["grad_norm"]
+        return jax.lax.scan(body, runner.train, jax.random.split(runner.rng, cfg.num_updates))
+
+    programs = {"whole_run": lambda r: ppo.run(r), "rollout_targets": rollout_part, "update": update_part}
+    res = {"env": args.env, "network": args.network, "num_updates": cfg.num_updates, "batch": cfg.batch_size}
+    for name, fn in programs.items():
+        t = time.perf_counter()
+        compiled = jax.jit(fn).lower(runner).compile()
+        res[f"{name}_compile_s"] = round(time.perf_counter() - t, 2)
+        times = []
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            jax.block_until_ready(compiled(runner))
+            times.append(time.perf_counter() - t)
+        res[f"{name}_s"] = round(statistics.median(times), 3)
+    res["rollout_share"] = round(res["rollout_targets_s"] / res["whole_run_s"], 3)
+    res["update_share"] = round(res["update_s"] / res["whole_run_s"], 3)
+    res["ms_per_minibatch_step"] = round(1e3 * res["update_s"] / (cfg.num_updates * cfg.update_epochs * cfg.num_minibatches), 3)
+    for k, v in res.items():
+        print(f"{k:<26} {v}")
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=2)
+    return res
+
+
+if __name__ == "__main__":
+    main()
