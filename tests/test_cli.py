@@ -57,6 +57,13 @@ def test_eval_and_plot(straight, tmp_path, capsys):
     assert main(["plot", straight, straight, "-o", png]) == 0 and os.path.getsize(png) > 1000
 
 
+def test_eval_gymnax_blines_protocol(straight, capsys):
+    """gymnax-blines' batch_evaluate: 164 episodes per seed with sampled actions."""
+    assert main(["eval", straight, "--protocol", "gymnax-blines", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert (s["protocol"], s["episodes_per_seed"], s["episodes"], s["policy"]) == ("gymnax-blines", 164, 328, "stochastic")
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["train", "--resume", "/nonexistent/run"], "does not exist"),
     (["eval", "/nonexistent/run"], "does not exist"),
