@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_suite import REFERENCE, bootstrap_ci, iqm  # noqa: E402
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
+OUT = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))  # relative paths in the JSONs
 
 
 def _cached_eval(run_dir: str, name: str, flags: list[str]) -> dict:
