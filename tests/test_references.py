@@ -105,3 +105,20 @@ def test_truncation_bootstraps_or_ends_the_return():
     np.testing.assert_allclose(boot[:, 0], [3.02, 2.3, 0.95], rtol=1e-6)
     # terminal: d1 = 1 - 0.5; A0 = 0.95 + 0.9 * 0.5
     np.testing.assert_allclose(cut[:, 0], [1.4, 0.5, 0.95], rtol=1e-6)
+
+
+def test_checkpoints_older_than_new_config_fields_still_resume():
+    """A checkpoint written before bootstrap_truncated/lr_end/lr_ramp_steps existed had their
+    default behaviour: it compares equal to a config with the defaults, and unequal otherwise."""
+    from purejaxppo.checkpoint import CheckpointError
+    from purejaxppo.run_folder import check_same_setup
+
+    old = PPOConfig(env_name="Acrobot-v1").to_dict()
+    for name in ("bootstrap_truncated", "lr_end", "lr_ramp_steps"):
+        del old[name]
+    meta = {"config": old, "seed": 0, "num_seeds": 2, "members": None}
+    info = {"config": PPOConfig(env_name="Acrobot-v1").to_dict(), "seed": 0, "num_seeds": 2, "members": None}
+    check_same_setup(meta, info, "ckpt")
+    info["config"]["bootstrap_truncated"] = False
+    with pytest.raises(CheckpointError, match="bootstrap_truncated"):
+        check_same_setup(meta, info, "ckpt")
