@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not use JAX's persistent compilation cache (default: on, in ~/.cache/purejaxppo/xla)")
     t.add_argument("--preset", action="store_true",
                    help="start from the shipped per-env config (purejaxppo/presets.py); flags still override")
+    t.add_argument("--reference", choices=("gymnax-blines",), default=None,
+                   help="start from a published baseline's own config for --env (purejaxppo/references.py); "
+                        "flags still override; not with --preset")
     t.add_argument("--sweep", action="append", default=None, metavar="NAME=V1,V2,...",
                    help="train a hyperparameter population in one compile (repeatable: grid over all); "
                         "e.g. --sweep lr=1e-4,3e-4,1e-3")
@@ -52,8 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="evaluate a trained run's policy (all seeds)")
     e.add_argument("run_dir", metavar="RUN_DIR")
-    e.add_argument("--episodes", type=int, default=100, help="episodes per seed (run in parallel)")
+    e.add_argument("--episodes", type=int, default=None, help="episodes per seed (run in parallel); default 100")
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
+    e.add_argument("--protocol", choices=("gymnax-blines",), default=None,
+                   help="a published baseline's evaluation: gymnax-blines = 164 episodes per seed with SAMPLED "
+                        "actions (their batch_evaluate); not with --episodes/--stochastic")
     e.add_argument("--seed", type=int, default=0, help="evaluation random seed")
     e.add_argument("--checkpoint", default=None, help="a checkpoint folder (default: the latest)")
     e.add_argument("--gif", default=None, metavar="OUT.gif", help="render one episode of seed 0 to a GIF")
@@ -148,7 +154,8 @@ def cmd_train(args) -> int:
         res = train_chunked(config, seed=args.seed or 0, num_seeds=seeds, members=members, run_dir=run_dir,
                             chunk_updates=args.chunk or 25, program=program, on_chunk=on_chunk,
                             checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
-                            loggers=_loggers(args, run_dir, config, n_members))
+                            loggers=_loggers(args, run_dir, config, n_members),
+                            run_info={"reference": args.reference} if args.reference else None)
     finally:
         close()
     return _report(res, run_dir, seeds)
@@ -205,6 +212,7 @@ def cmd_resume(args) -> int:
     given = sorted("--" + k[4:].replace("_", "-") for k, v in vars(args).items() if k.startswith("cfg_") and v is not None)
     given += [f for f, v in (("--seeds", args.seeds), ("--seed", args.seed), ("--run-dir", args.run_dir),
                              ("--sweep", args.sweep), ("--split", args.split), ("--pbt", args.pbt),
+                             ("--reference", args.reference),
                              ("--search", args.search), ("--pbt-interval", args.pbt_interval),
                              ("--pbt-quantile", args.pbt_quantile)) if v is not None]
     if given:
@@ -283,6 +291,14 @@ def cmd_eval(args) -> int:
     from .evaluate import evaluate_runner, find_obs_stats, gif_renderer, save_gif, summarize
     from .outputs import check_out_file
 
+    if args.protocol:
+        from .references import EVAL_PROTOCOLS
+
+        if args.episodes is not None or args.stochastic:
+            raise UserError(f"--protocol {args.protocol} fixes the episodes and the policy "
+                            f"({EVAL_PROTOCOLS[args.protocol]}); drop --episodes/--stochastic")
+        args.episodes, args.stochastic = EVAL_PROTOCOLS[args.protocol]["episodes"], EVAL_PROTOCOLS[args.protocol]["stochastic"]
+    args.episodes = 100 if args.episodes is None else args.episodes
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise UserError(f"--episodes={args.episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of "
                         "all seeds run in parallel, in memory)")
@@ -296,6 +312,7 @@ def cmd_eval(args) -> int:
     s = summarize(ret)
     s.update(run_dir=args.run_dir, checkpoint=info["checkpoint"], update=info["update"], **picked,
              policy="stochastic" if args.stochastic else "deterministic (mode)", episodes_per_seed=args.episodes,
+             **({"protocol": args.protocol} if args.protocol else {}),
              mean_length=float(np.nanmean(np.where(np.isfinite(ret), length, np.nan))) if s["episodes"] else None)
     if args.gif:
         stats = find_obs_stats(runner.env_state) if config.normalize_obs else None

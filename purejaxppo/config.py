@@ -57,6 +57,7 @@ class PPOConfig:
     normalize_obs: bool = static(False)
     normalize_reward: bool = static(False)  # scale by the running std of the discounted return
     freeze_obs_norm: bool = static(False)  # keep observation statistics fixed (e.g. restored ones)
+    bootstrap_truncated: bool = static(True)  # False: a time-limit end counts as terminal (no bootstrap), as in gymnax-blines
     rollout_unroll: int = static(1)  # lax.scan unroll of the rollout (speed only)
     rollout_rng: str = static("threefry")  # PRNG of env noise + action sampling: "threefry" | "unsafe_rbg" (~4x cheaper on CPU)
     # --- numeric hyperparameters (traced leaves) --------------------------------------
@@ -71,6 +72,10 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     adam_eps: float = 1e-5
     target_kl: Optional[float] = None  # None: no early stop (structural); a float: traced
+    # None: anneal_lr decides (to 0 over the run, or constant); a float: the rate moves linearly from lr to
+    # lr_end over the first lr_ramp_steps OPTIMIZER steps (minibatch steps, as optax counts), then stays there
+    lr_end: Optional[float] = None
+    lr_ramp_steps: float = 0.0
 
     # --- derived ------------------------------------------------------------------------
     @property
@@ -195,7 +200,8 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         raise ConfigError(f"rollout_rng={cfg.rollout_rng!r} is unknown; choose one of {ROLLOUT_RNGS}")
     if cfg.network not in NETWORKS:
         raise ConfigError(f"network={cfg.network!r} is unknown; choose one of {NETWORKS}")
-    for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward", "freeze_obs_norm"):
+    for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward", "freeze_obs_norm",
+                 "bootstrap_truncated"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r} must be True or False")
     _check_num(cfg, "lr", lo=0, lo_open=True, hint="; the learning rate must be positive, e.g. 2.5e-4")
@@ -213,6 +219,13 @@ def validate(cfg: PPOConfig) -> PPOConfig:
             raise ConfigError("critic_lr needs separate actor and critic torsos; set shared_torso=False or critic_lr=None")
     if cfg.target_kl is not None:
         _check_num(cfg, "target_kl", lo=0, lo_open=True, hint="; or None to disable early stopping")
+    if cfg.lr_end is not None:
+        _check_num(cfg, "lr_end", lo=0, lo_open=True, hint="; or None for the anneal_lr schedule")
+        _check_num(cfg, "lr_ramp_steps", lo=0, lo_open=True,
+                   hint="; the optimizer steps over which lr moves to lr_end, e.g. 1000")
+        if cfg.anneal_lr:
+            raise ConfigError("lr_end sets its own schedule (lr -> lr_end over lr_ramp_steps, then constant); "
+                              "set anneal_lr=False with it, or lr_end=None to anneal to 0")
     return cfg
 
 

@@ -68,11 +68,20 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args, base=None):
-    from .config import PPOConfig
+    from .config import ConfigError, PPOConfig
     from .presets import preset_config
 
     if base is None:
         env = getattr(args, "cfg_env_name", None) or PPOConfig().env_name
-        base = preset_config(env) if getattr(args, "preset", False) else PPOConfig()
+        reference = getattr(args, "reference", None)
+        if reference and getattr(args, "preset", False):
+            raise ConfigError(f"--preset and --reference {reference} are two different starting configs; pass one "
+                              "(explicit flags override either)")
+        if reference:
+            from .references import reference_config
+
+            base = reference_config(reference, env)
+        else:
+            base = preset_config(env) if getattr(args, "preset", False) else PPOConfig()
     changes = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     return base.replace(**changes)

@@ -79,6 +79,7 @@ def train_chunked(
     stop_after: Optional[int] = None,
     loggers: Sequence = (),
     on_note: Optional[Callable[[str], None]] = None,
+    run_info: Optional[dict] = None,
 ) -> RunResult:
     """Train ``R`` runs in chunks of ``chunk_updates`` updates; returns a :class:`RunResult`.
 
@@ -99,6 +100,7 @@ def train_chunked(
     and a resume of a finished run computes and rewrites nothing. A folder that cannot be
     written (full disk) raises :class:`RunFolderWriteError` after keeping what it can.
     ``on_note(text)`` receives warnings (a divergence, recomputed rows); default: stderr.
+    ``run_info`` adds entries to ``config.json`` (e.g. ``{"reference": "gymnax-blines"}``).
     """
     prog = program if program is not None else Program(config, ppo=ppo, num_devices=num_devices, split=split)
     if prog.config != config:
@@ -107,7 +109,7 @@ def train_chunked(
     info = {"kind": "run" if members is None else "sweep", "config": config.to_dict(), "seed": seed,
             "num_seeds": num_seeds, "members": members, "chunk_updates": chunk_size(config.num_updates, chunk_updates),
             "num_devices": prog.num_devices, "split": prog.split, "checkpoint_every": checkpoint_every,
-            **getattr(prog, "run_info", {})}  # e.g. PBT: its kind and settings
+            **getattr(prog, "run_info", {}), **(run_info or {})}  # e.g. PBT: its kind and settings
     if resume and not run_dir:
         raise ConfigError("resume=True needs the run_dir of the run to continue")
     note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))

@@ -160,8 +160,13 @@ def check_resumable(run_dir: str, info: dict) -> None:
 
 
 def check_same_setup(meta: dict, info: dict, path: str) -> None:
-    """A resume must use the checkpoint's config, seeds and members (else the numbers differ)."""
+    """A resume must use the checkpoint's config, seeds and members (else the numbers differ).
+
+    A field the checkpoint does not name was added to :class:`PPOConfig` after it was
+    written: it had the field's default behaviour then, so it compares as the default."""
+    defaults = PPOConfig().to_dict()
     saved_cfg, cfg = meta.get("config", {}), info["config"]
+    saved_cfg = {**{k: v for k, v in defaults.items() if k != "env_name"}, **saved_cfg} if saved_cfg else saved_cfg
     diffs = [f"{k}: checkpoint {saved_cfg.get(k)!r}, now {cfg.get(k)!r}"
              for k in sorted(set(saved_cfg) | set(cfg)) if saved_cfg.get(k) != cfg.get(k)]
     diffs += [f"{k}: checkpoint {meta[k]!r}, now {info.get(k)!r}"

@@ -77,10 +77,22 @@ def ppo_loss_fn(agent: Agent, params, mb: Batch, config: PPOConfig) -> tuple[jax
 
 
 def learning_rate(config: PPOConfig, update: jax.Array) -> jax.Array:
-    """Learning rate for update number ``update`` (0-based): constant, or linearly
-    annealed from ``lr`` towards 0 (``lr * (1 - update / num_updates)``). It is a
-    function of the update index, not of the optimizer's step count, so minibatches
-    skipped by target-KL early stopping do not shift the schedule."""
+    """Learning rate for update number ``update`` (0-based).
+
+    * ``lr_end`` None: constant ``lr``, or (``anneal_lr``) linearly annealed towards 0,
+      ``lr * (1 - update / num_updates)``;
+    * ``lr_end`` a number: ``lr + (lr_end - lr) * min(1, s / lr_ramp_steps)`` with
+      ``s = update * update_epochs * num_minibatches`` the optimizer steps taken before
+      this update: a linear ramp (warm-up or decay) counted in optimizer steps like
+      ``optax.linear_schedule``, then constant at ``lr_end``. It is evaluated once per
+      update, so within one update the rate does not move.
+
+    It is a function of the update index, not of the optimizer's step count, so
+    minibatches skipped by target-KL early stopping do not shift the schedule."""
+    if config.lr_end is not None:
+        steps = update * (config.update_epochs * config.num_minibatches)
+        frac = jnp.clip(steps / config.lr_ramp_steps, 0.0, 1.0)
+        return jnp.asarray(config.lr + (config.lr_end - config.lr) * frac, jnp.float32)
     frac = 1.0 if not config.anneal_lr else 1.0 - update / config.num_updates
     return jnp.asarray(config.lr * frac, jnp.float32)
 
@@ -94,6 +106,14 @@ def learning_rates(config: PPOConfig, params, update: jax.Array):
     critic = lr * (config.critic_lr / config.lr)
     is_critic = lambda path: any(getattr(k, "key", None) in ("critic_torso", "value_head") for k in path)
     return jax.tree_util.tree_map_with_path(lambda path, _: critic if is_critic(path) else lr, params)
+
+
+def gae_terminated(terminated: jax.Array, truncated: jax.Array, bootstrap_truncated: bool) -> jax.Array:
+    """The ``terminated`` flags GAE sees. With ``bootstrap_truncated`` (the default) a
+    time-limit end bootstraps from the value of the true final state; without it, it is
+    treated as terminal (value 0 after it), as code written for gymnax 0.x did, whose
+    single ``done`` flag did not tell the two apart (gymnax-blines)."""
+    return terminated if bootstrap_truncated else jnp.logical_or(terminated, truncated)
 
 
 def rollout_key(key: jax.Array, impl: str) -> jax.Array:
@@ -252,7 +272,8 @@ def make_ppo(
                 reward_scale, reward, jnp.logical_or(traj.terminated, traj.truncated), cfg.gamma,
                 axis_name=axis_name)
         values, next_values = agent.values(params, traj)
-        adv, ret = gae(reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+        terminated = gae_terminated(traj.terminated, traj.truncated, static.bootstrap_truncated)
+        adv, ret = gae(reward, values, next_values, terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
         batch, resets, info = gather((Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret), traj.reset,
                                       traj.info), axis=1)
         if static.adv_norm == "batch":

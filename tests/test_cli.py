@@ -57,6 +57,25 @@ def test_eval_and_plot(straight, tmp_path, capsys):
     assert main(["plot", straight, straight, "-o", png]) == 0 and os.path.getsize(png) > 1000
 
 
+def test_eval_gymnax_blines_protocol(straight, capsys, monkeypatch):
+    """gymnax-blines' batch_evaluate: 164 episodes per seed with sampled actions. The evaluator
+    is stubbed (its sampled and mode policies are tested in test_evaluate.py): this checks what
+    the protocol asks of it."""
+    import purejaxppo.evaluate as evaluate
+
+    calls = []
+
+    def fake(config, agent, runner, key, num_episodes, deterministic):
+        calls.append((num_episodes, deterministic))
+        return np.full((2, num_episodes), -3.0), np.ones((2, num_episodes), np.int32)
+
+    monkeypatch.setattr(evaluate, "evaluate_runner", fake)
+    assert main(["eval", straight, "--protocol", "gymnax-blines", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert calls == [(164, False)]
+    assert (s["protocol"], s["episodes_per_seed"], s["episodes"], s["policy"]) == ("gymnax-blines", 164, 328, "stochastic")
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["train", "--resume", "/nonexistent/run"], "does not exist"),
     (["eval", "/nonexistent/run"], "does not exist"),

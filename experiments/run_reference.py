@@ -1,0 +1,79 @@
+"""gymnax-blines' own PPO configuration, run here, scored with their protocol -> table rows.
+
+For each env: ``python -m purejaxppo train --env ENV --reference gymnax-blines --seeds 8``
+(into experiments/reference/ENV; reused when finished), then
+``python -m purejaxppo eval RUN --protocol gymnax-blines`` (164 sampled-action episodes per seed,
+their batch_evaluate) and the greedy evaluation of RESULTS.md's other rows (64 mode-policy episodes).
+Prints one markdown row per env: IQM over seeds with 95% bootstrap intervals.
+
+    python experiments/run_reference.py --envs Acrobot-v1,Pendulum-v1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_suite import REFERENCE, bootstrap_ci, iqm  # noqa: E402
+
+OUT = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))  # relative paths in the JSONs
+
+
+def _cached_eval(run_dir: str, name: str, flags: list[str]) -> dict:
+    path = os.path.join(run_dir, name)
+    if not os.path.exists(path):
+        out = subprocess.run([sys.executable, "-m", "purejaxppo", "eval", run_dir, "--json", *flags], check=True,
+                             capture_output=True, text=True).stdout
+        with open(path, "w") as f:
+            f.write(out)
+    with open(path) as f:
+        return json.load(f)
+
+
+def run_env(env: str, seeds: int) -> dict:
+    run_dir = os.path.join(OUT, env)
+    if not os.path.exists(os.path.join(run_dir, "summary.json")):
+        cmd = [sys.executable, "-m", "purejaxppo", "train", "--env", env, "--reference", "gymnax-blines",
+               "--seeds", str(seeds), "--run-dir", run_dir, "--quiet"]
+        print(" ".join(cmd), flush=True)
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True)
+        print(f"{env}: {time.perf_counter() - t:.0f}s", flush=True)
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    train = np.asarray(summary["final_return_per_seed"], np.float64)
+    protocol = np.asarray(_cached_eval(run_dir, "eval_protocol.json", ["--protocol", "gymnax-blines"])["per_seed_mean"])
+    greedy = np.asarray(_cached_eval(run_dir, "eval.json", ["--episodes", "64"])["per_seed_mean"])
+    return {"env": env, "seeds": len(train), "env_steps": summary["env_steps"] // len(train),
+            "wall_s": summary["compile_s"] + summary["run_s"],
+            **{k: (iqm(v), bootstrap_ci(v, iqm), float(np.mean(v))) for k, v in
+               (("train", train), ("protocol", protocol), ("greedy", greedy))}}
+
+
+def row(r: dict) -> str:
+    f = lambda k: f"{r[k][0]:.1f} [{r[k][1][0]:.1f}, {r[k][1][1]:.1f}]"
+    return (f"| {r['env']} | reference config run here | {r['seeds']} | {f('protocol')} (mean {r['protocol'][2]:.1f}) | "
+            f"{f('train')} | {f('greedy')} | {r['env_steps']:,} | {r['wall_s']:.0f} | {REFERENCE.get(r['env'], '')} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--envs", default="Acrobot-v1,Pendulum-v1")
+    p.add_argument("--seeds", type=int, default=8)
+    args = p.parse_args()
+    rows = [run_env(env, args.seeds) for env in args.envs.split(",")]
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    for r in rows:
+        print(row(r))
+
+
+if __name__ == "__main__":
+    main()
