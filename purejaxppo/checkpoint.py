@@ -9,6 +9,10 @@ A checkpoint is a folder ``<root>/update_<U:08d>/`` holding
 * ``meta.json``: the caller's metadata (config, seeds, update count, ...) and a
   manifest ``[{path, shape, dtype, sha1}]`` of the leaves in tree order.
 
+Zero-size leaves (e.g. an MJX env state's empty contact arrays) hold no data and orbax
+refuses to save them, so they are recorded by shape and dtype in the manifest only and
+rebuilt (``zeros`` of that shape/dtype, which is all they can be) on restore.
+
 Why a manifest: restoring needs a template pytree (built by the caller from the same
 config, e.g. with ``jax.eval_shape``). Comparing the manifest against it first turns a
 checkpoint made for another env/network into a message naming the differing leaves
@@ -33,6 +37,7 @@ import shutil
 from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 _NAME = re.compile(r"^update_(\d+)$")
@@ -58,7 +63,8 @@ def _digest(a: np.ndarray) -> str:
 def flatten_state(tree) -> tuple[dict[str, np.ndarray], list[dict]]:
     """Host copies of the leaves of ``tree`` and their manifest, in tree order.
 
-    Typed PRNG keys are stored as their raw ``key_data`` (uint32) with the impl name, so
+    Zero-size leaves get a manifest entry (``"empty": true``) but no array: orbax cannot
+    save them and their shape and dtype are all they hold. Typed PRNG keys are stored as their raw ``key_data`` (uint32) with the impl name, so
     old-style ``uint32[2]`` keys and new-style typed keys both round-trip exactly."""
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
     arrays, manifest = {}, []
@@ -69,9 +75,17 @@ def flatten_state(tree) -> tuple[dict[str, np.ndarray], list[dict]]:
             leaf = jax.random.key_data(leaf)
         a = np.asarray(jax.device_get(leaf))
         entry.update(shape=list(a.shape), dtype=str(a.dtype), sha1=_digest(a))
-        arrays[f"{i:05d}"] = a
+        if a.size == 0:
+            entry["empty"] = True
+        else:
+            arrays[f"{i:05d}"] = a
         manifest.append(entry)
     return arrays, manifest
+
+
+def _is_empty(entry: dict) -> bool:
+    """A zero-size leaf: recorded by shape and dtype only (``empty`` flag, or a 0 in its shape)."""
+    return bool(entry.get("empty")) or 0 in entry["shape"]
 
 
 def _template_manifest(template) -> list[dict]:
@@ -122,8 +136,9 @@ def _save(root: str, update: int, state, meta: Optional[dict], keep: int) -> str
         arrays, manifest = flatten_state(state)
         _check_room(root, arrays)
         os.makedirs(tmp)
-        with _quiet_orbax():
-            ocp.PyTreeCheckpointer().save(os.path.join(tmp, "state"), arrays)
+        if arrays:  # a tree of only zero-size leaves has nothing for orbax to write
+            with _quiet_orbax():
+                ocp.PyTreeCheckpointer().save(os.path.join(tmp, "state"), arrays)
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump({**(meta or {}), "update": int(update), "leaves": manifest}, f, indent=1)
             f.flush()
@@ -269,7 +284,8 @@ def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
     compare_manifest(saved, _template_manifest(template))
     order = {e["path"]: i for i, e in enumerate(saved)}
     try:
-        arrays = ocp.PyTreeCheckpointer().restore(os.path.join(path, "state"))
+        stored = any(not _is_empty(e) for e in saved)
+        arrays = ocp.PyTreeCheckpointer().restore(os.path.join(path, "state")) if stored else {}
     except Exception as e:  # orbax/tensorstore raise many types for damaged files
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
                               "it is truncated or corrupt -- delete it to resume from the previous one") from None
@@ -278,7 +294,10 @@ def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
     for path_k, tmpl in flat:
         entry = saved[order[jax.tree_util.keystr(path_k)]]
         key = f"{order[jax.tree_util.keystr(path_k)]:05d}"
-        a = arrays.get(key) if isinstance(arrays, dict) else None
+        if _is_empty(entry):  # saved by shape and dtype only (see flatten_state)
+            a = np.zeros(entry["shape"], jnp.dtype(entry["dtype"]))
+        else:
+            a = arrays.get(key) if isinstance(arrays, dict) else None
         if a is None:
             raise CheckpointError(f"checkpoint {path} lacks the array for {entry['path']}; it is truncated "
                                   "-- delete it to resume from the previous one")
