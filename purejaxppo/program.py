@@ -60,7 +60,8 @@ class Program:
         """Compile the ``n``-update chunk for these inputs (once); returns the seconds it took."""
         args = (runner,) if configs is None else (runner, configs)
         sig = (n, str(jax.tree.structure(args)),
-               tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves(args)))
+               tuple((x.shape, str(x.dtype), getattr(x, "weak_type", False), str(getattr(x, "sharding", "")))
+                     for x in jax.tree.leaves(args)))  # weak types compile separately too
         if sig in self._compiled:
             return 0.0
         t = time.perf_counter()

@@ -27,10 +27,20 @@ CFG = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 8, update_epo
 SEED, SEEDS = 3, 2
 
 
+TRACES = {}  # chunk length -> times its function was traced (a Python side effect runs once per trace)
+
+
+def _counting(ppo):
+    def run(runner, cfg=CFG, num_updates=None):
+        TRACES[num_updates] = TRACES.get(num_updates, 0) + 1
+        return ppo.run(runner, cfg, num_updates)
+    return ppo._replace(run=run)
+
+
 @pytest.fixture(scope="module")
 def program():
     """Shared compiled functions: each chunk length compiles once for the whole module."""
-    return Program(CFG)
+    return Program(CFG, ppo=_counting(make_ppo(CFG)))
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +130,9 @@ def test_stop_after_then_resume_and_finished_run_summary(program, reference, tmp
     assert not part.finished and not os.path.exists(os.path.join(run, "summary.json"))
     res = resume_run(run, program=program)
     _assert_same_state(ref_state.train.params, res.runner_state.train.params)
+    # the restored state has the fresh state's types (no weak leaves): the resumed chunks reuse
+    # the one traced program; a weak fresh `time` vs a strong restored one traced it again
+    assert TRACES[2] == 1 and program.compile(2, res.runner_state) == 0.0
     summary = json.load(open(os.path.join(run, "summary.json")))
     assert summary["checkpoint"].endswith("update_00000008") and len(summary["final_return_per_seed"]) == SEEDS
 
