@@ -265,39 +265,42 @@ def compare_manifest(saved: list[dict], expected: list[dict], what: str = "check
                               + "\n  ".join(problems))
 
 
-def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
-    """Restore the checkpoint folder ``path`` into the structure of ``template``.
+def place_like(x, like):
+    """Host array ``x`` on the device(s) of ``like`` (a template leaf), committed only where
+    ``like`` is: jit caches compiled code per committed-ness too, so a restored state placed
+    any other way than a fresh one compiles the same function again."""
+    return jax.device_put(x, like.sharding) if getattr(like, "committed", True) else jax.device_put(x)
 
-    ``template`` is a pytree shaped like the saved state (arrays or
-    ``jax.ShapeDtypeStruct``; e.g. ``jax.eval_shape(init, keys)``). Returns
-    ``(state, meta)``: host (numpy) arrays in ``template``'s tree structure, typed PRNG
-    keys re-wrapped. Raises :class:`CheckpointError` if the checkpoint does not fit the
-    template or any array fails its checksum."""
+
+def _manifest(path: str) -> tuple[dict, list]:
+    meta = read_meta(path)
+    if not isinstance(meta.get("leaves"), list):
+        raise CheckpointError(f"{path}/meta.json has no leaf manifest; it was not written by purejaxppo")
+    return meta, meta["leaves"]
+
+
+def read_leaves(path: str) -> tuple[dict, dict]:
+    """Every leaf of checkpoint folder ``path`` by its tree path (``keystr``, as in the
+    manifest), verified against its checksum: ``({path: array}, meta)``, host arrays, typed
+    PRNG keys re-wrapped. For a PART of a checkpoint without the saved tree's template (e.g.
+    a new run starting from another run's params); :func:`restore_checkpoint` restores a whole
+    tree. Raises :class:`CheckpointError` for unreadable, truncated or corrupt files."""
     import orbax.checkpoint as ocp
 
     path = os.path.abspath(path)
-
-    meta = read_meta(path)
-    saved = meta.get("leaves")
-    if not isinstance(saved, list):
-        raise CheckpointError(f"{path}/meta.json has no leaf manifest; it was not written by purejaxppo")
-    compare_manifest(saved, _template_manifest(template))
-    order = {e["path"]: i for i, e in enumerate(saved)}
+    meta, saved = _manifest(path)
     try:
         stored = any(not _is_empty(e) for e in saved)
         arrays = ocp.PyTreeCheckpointer().restore(os.path.join(path, "state")) if stored else {}
     except Exception as e:  # orbax/tensorstore raise many types for damaged files
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
                               "it is truncated or corrupt -- delete it to resume from the previous one") from None
-    flat, treedef = jax.tree_util.tree_flatten_with_path(template)
-    leaves = []
-    for path_k, tmpl in flat:
-        entry = saved[order[jax.tree_util.keystr(path_k)]]
-        key = f"{order[jax.tree_util.keystr(path_k)]:05d}"
+    leaves = {}
+    for i, entry in enumerate(saved):
         if _is_empty(entry):  # saved by shape and dtype only (see flatten_state)
             a = np.zeros(entry["shape"], jnp.dtype(entry["dtype"]))
         else:
-            a = arrays.get(key) if isinstance(arrays, dict) else None
+            a = arrays.get(f"{i:05d}") if isinstance(arrays, dict) else None
         if a is None:
             raise CheckpointError(f"checkpoint {path} lacks the array for {entry['path']}; it is truncated "
                                   "-- delete it to resume from the previous one")
@@ -307,5 +310,19 @@ def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
                                   "corrupt -- delete this folder to resume from the previous checkpoint")
         if "prng_impl" in entry:
             a = jax.random.wrap_key_data(a, impl=entry["prng_impl"])
-        leaves.append(a)
-    return jax.tree_util.tree_unflatten(treedef, leaves), meta
+        leaves[entry["path"]] = a
+    return leaves, meta
+
+
+def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
+    """Restore the checkpoint folder ``path`` into the structure of ``template``.
+
+    ``template`` is a pytree shaped like the saved state (arrays or
+    ``jax.ShapeDtypeStruct``; e.g. ``jax.eval_shape(init, keys)``). Returns
+    ``(state, meta)``: host (numpy) arrays in ``template``'s tree structure, typed PRNG
+    keys re-wrapped. Raises :class:`CheckpointError` if the checkpoint does not fit the
+    template or any array fails its checksum."""
+    compare_manifest(_manifest(os.path.abspath(path))[1], _template_manifest(template))
+    leaves, meta = read_leaves(path)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(template)
+    return jax.tree_util.tree_unflatten(treedef, [leaves[jax.tree_util.keystr(k)] for k, _ in flat]), meta
