@@ -9,6 +9,10 @@ A checkpoint is a folder ``<root>/update_<U:08d>/`` holding
 * ``meta.json``: the caller's metadata (config, seeds, update count, ...) and a
   manifest ``[{path, shape, dtype, sha1}]`` of the leaves in tree order.
 
+Zero-size leaves (e.g. an MJX env state's empty contact arrays) hold no data and orbax
+refuses to save them, so they are recorded by shape and dtype in the manifest only and
+rebuilt (``zeros`` of that shape/dtype, which is all they can be) on restore.
+
 Why a manifest: restoring needs a template pytree (built by the caller from the same
 config, e.g. with ``jax.eval_shape``). Comparing the manifest against it first turns a
 checkpoint made for another env/network into a message naming the differing leaves
@@ -33,6 +37,7 @@ import shutil
 from typing import Any, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 _NAME = re.compile(r"^update_(\d+)$")
@@ -58,7 +63,8 @@ def _digest(a: np.ndarray) -> str:
 def flatten_state(tree) -> tuple[dict[str, np.ndarray], list[dict]]:
     """Host copies of the leaves of ``tree`` and their manifest, in tree order.
 
-    Typed PRNG keys are stored as their raw ``key_data`` (uint32) with the impl name, so
+    Zero-size leaves get a manifest entry (``"empty": true``) but no array: orbax cannot
+    save them and their shape and dtype are all they hold. Typed PRNG keys are stored as their raw ``key_data`` (uint32) with the impl name, so
     old-style ``uint32[2]`` keys and new-style typed keys both round-trip exactly."""
     flat, _ = jax.tree_util.tree_flatten_with_path(tree)
     arrays, manifest = {}, []
@@ -69,9 +75,17 @@ def flatten_state(tree) -> tuple[dict[str, np.ndarray], list[dict]]:
             leaf = jax.random.key_data(leaf)
         a = np.asarray(jax.device_get(leaf))
         entry.update(shape=list(a.shape), dtype=str(a.dtype), sha1=_digest(a))
-        arrays[f"{i:05d}"] = a
+        if a.size == 0:
+            entry["empty"] = True
+        else:
+            arrays[f"{i:05d}"] = a
         manifest.append(entry)
     return arrays, manifest
+
+
+def _is_empty(entry: dict) -> bool:
+    """A zero-size leaf: recorded by shape and dtype only (``empty`` flag, or a 0 in its shape)."""
+    return bool(entry.get("empty")) or 0 in entry["shape"]
 
 
 def _template_manifest(template) -> list[dict]:
@@ -122,8 +136,9 @@ def _save(root: str, update: int, state, meta: Optional[dict], keep: int) -> str
         arrays, manifest = flatten_state(state)
         _check_room(root, arrays)
         os.makedirs(tmp)
-        with _quiet_orbax():
-            ocp.PyTreeCheckpointer().save(os.path.join(tmp, "state"), arrays)
+        if arrays:  # a tree of only zero-size leaves has nothing for orbax to write
+            with _quiet_orbax():
+                ocp.PyTreeCheckpointer().save(os.path.join(tmp, "state"), arrays)
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump({**(meta or {}), "update": int(update), "leaves": manifest}, f, indent=1)
             f.flush()
@@ -250,35 +265,42 @@ def compare_manifest(saved: list[dict], expected: list[dict], what: str = "check
                               + "\n  ".join(problems))
 
 
-def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
-    """Restore the checkpoint folder ``path`` into the structure of ``template``.
+def place_like(x, like):
+    """Host array ``x`` on the device(s) of ``like`` (a template leaf), committed only where
+    ``like`` is: jit caches compiled code per committed-ness too, so a restored state placed
+    any other way than a fresh one compiles the same function again."""
+    return jax.device_put(x, like.sharding) if getattr(like, "committed", True) else jax.device_put(x)
 
-    ``template`` is a pytree shaped like the saved state (arrays or
-    ``jax.ShapeDtypeStruct``; e.g. ``jax.eval_shape(init, keys)``). Returns
-    ``(state, meta)``: host (numpy) arrays in ``template``'s tree structure, typed PRNG
-    keys re-wrapped. Raises :class:`CheckpointError` if the checkpoint does not fit the
-    template or any array fails its checksum."""
+
+def _manifest(path: str) -> tuple[dict, list]:
+    meta = read_meta(path)
+    if not isinstance(meta.get("leaves"), list):
+        raise CheckpointError(f"{path}/meta.json has no leaf manifest; it was not written by purejaxppo")
+    return meta, meta["leaves"]
+
+
+def read_leaves(path: str) -> tuple[dict, dict]:
+    """Every leaf of checkpoint folder ``path`` by its tree path (``keystr``, as in the
+    manifest), verified against its checksum: ``({path: array}, meta)``, host arrays, typed
+    PRNG keys re-wrapped. For a PART of a checkpoint without the saved tree's template (e.g.
+    a new run starting from another run's params); :func:`restore_checkpoint` restores a whole
+    tree. Raises :class:`CheckpointError` for unreadable, truncated or corrupt files."""
     import orbax.checkpoint as ocp
 
     path = os.path.abspath(path)
-
-    meta = read_meta(path)
-    saved = meta.get("leaves")
-    if not isinstance(saved, list):
-        raise CheckpointError(f"{path}/meta.json has no leaf manifest; it was not written by purejaxppo")
-    compare_manifest(saved, _template_manifest(template))
-    order = {e["path"]: i for i, e in enumerate(saved)}
+    meta, saved = _manifest(path)
     try:
-        arrays = ocp.PyTreeCheckpointer().restore(os.path.join(path, "state"))
+        stored = any(not _is_empty(e) for e in saved)
+        arrays = ocp.PyTreeCheckpointer().restore(os.path.join(path, "state")) if stored else {}
     except Exception as e:  # orbax/tensorstore raise many types for damaged files
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
                               "it is truncated or corrupt -- delete it to resume from the previous one") from None
-    flat, treedef = jax.tree_util.tree_flatten_with_path(template)
-    leaves = []
-    for path_k, tmpl in flat:
-        entry = saved[order[jax.tree_util.keystr(path_k)]]
-        key = f"{order[jax.tree_util.keystr(path_k)]:05d}"
-        a = arrays.get(key) if isinstance(arrays, dict) else None
+    leaves = {}
+    for i, entry in enumerate(saved):
+        if _is_empty(entry):  # saved by shape and dtype only (see flatten_state)
+            a = np.zeros(entry["shape"], jnp.dtype(entry["dtype"]))
+        else:
+            a = arrays.get(f"{i:05d}") if isinstance(arrays, dict) else None
         if a is None:
             raise CheckpointError(f"checkpoint {path} lacks the array for {entry['path']}; it is truncated "
                                   "-- delete it to resume from the previous one")
@@ -288,5 +310,19 @@ def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
                                   "corrupt -- delete this folder to resume from the previous checkpoint")
         if "prng_impl" in entry:
             a = jax.random.wrap_key_data(a, impl=entry["prng_impl"])
-        leaves.append(a)
-    return jax.tree_util.tree_unflatten(treedef, leaves), meta
+        leaves[entry["path"]] = a
+    return leaves, meta
+
+
+def restore_checkpoint(path: str, template) -> tuple[Any, dict]:
+    """Restore the checkpoint folder ``path`` into the structure of ``template``.
+
+    ``template`` is a pytree shaped like the saved state (arrays or
+    ``jax.ShapeDtypeStruct``; e.g. ``jax.eval_shape(init, keys)``). Returns
+    ``(state, meta)``: host (numpy) arrays in ``template``'s tree structure, typed PRNG
+    keys re-wrapped. Raises :class:`CheckpointError` if the checkpoint does not fit the
+    template or any array fails its checksum."""
+    compare_manifest(_manifest(os.path.abspath(path))[1], _template_manifest(template))
+    leaves, meta = read_leaves(path)
+    flat, treedef = jax.tree_util.tree_flatten_with_path(template)
+    return jax.tree_util.tree_unflatten(treedef, [leaves[jax.tree_util.keystr(k)] for k, _ in flat]), meta

@@ -26,6 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--run-dir", default=None, help="output folder (default: runs/<env>-<time>)")
     t.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run in RUN_DIR from its latest checkpoint (its own config and seeds)")
+    t.add_argument("--init-from", metavar="RUN_DIR", default=None,
+                   help="a new run starting from RUN_DIR's final params, optimizer and normaliser state, with this "
+                        "run's own config and schedule (same network and env; see README)")
+    t.add_argument("--member", type=int, default=None, metavar="K",
+                   help="with --init-from a sweep or PBT RUN_DIR: start from its member K")
     t.add_argument("--chunk", type=int, default=None, help="updates per compiled chunk between progress reports (25)")
     t.add_argument("--checkpoint-every", type=int, default=None, metavar="K",
                    help="save a checkpoint every K chunks (10); also saved at the end and on interrupt")
@@ -110,6 +115,7 @@ def cmd_train(args) -> int:
     grid = parse_sweep(_distinct_sweeps(args.sweep)) if args.sweep else None
     n_members = math.prod(len(v) for v in grid.values()) if grid else 1
     config = validate(config_from_args(args))
+    init_from = _check_init_from(args, config, seeds)
     check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work
     if args.run_dir:
         if list_checkpoints(os.path.join(args.run_dir, "checkpoints")) or os.path.exists(
@@ -154,11 +160,22 @@ def cmd_train(args) -> int:
         res = train_chunked(config, seed=args.seed or 0, num_seeds=seeds, members=members, run_dir=run_dir,
                             chunk_updates=args.chunk or 25, program=program, on_chunk=on_chunk,
                             checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
-                            loggers=_loggers(args, run_dir, config, n_members),
+                            loggers=_loggers(args, run_dir, config, n_members), init_from=init_from,
                             run_info={"reference": args.reference} if args.reference else None)
     finally:
         close()
     return _report(res, run_dir, seeds)
+
+
+def _check_init_from(args, config, seeds):
+    """``--init-from`` (+ ``--member``): its record for config.json, checked before any work; or None."""
+    if args.init_from is None:
+        if args.member is not None:
+            raise UserError("--member K picks the member of an --init-from sweep or PBT run; add --init-from RUN_DIR")
+        return None
+    from .warm_start import describe
+
+    return describe(args.init_from, args.member, config, seeds, "pbt" if args.pbt is not None else "run")
 
 
 def _check_counts(args, seeds=None) -> None:
@@ -214,7 +231,8 @@ def cmd_resume(args) -> int:
                              ("--sweep", args.sweep), ("--split", args.split), ("--pbt", args.pbt),
                              ("--reference", args.reference),
                              ("--search", args.search), ("--pbt-interval", args.pbt_interval),
-                             ("--pbt-quantile", args.pbt_quantile)) if v is not None]
+                             ("--pbt-quantile", args.pbt_quantile), ("--init-from", args.init_from),
+                             ("--member", args.member)) if v is not None]
     if given:
         raise UserError(f"--resume continues {run_dir!r} with its saved config and seeds, so {', '.join(given)} "
                         "cannot be changed; drop them, or start a new run with another --run-dir")

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 from . import run_folder as rf
-from . import run_lock
+from . import run_lock, warm_start
 from .checkpoint import SaveError, clean_partial, latest_checkpoint, list_checkpoints, save_checkpoint
 from .config import ConfigError, PPOConfig
 from .guards import (DivergenceWatch, NonFiniteError, RunFolderWriteError, TrainingInterrupted, first_non_finite,
@@ -80,6 +80,8 @@ def train_chunked(
     loggers: Sequence = (),
     on_note: Optional[Callable[[str], None]] = None,
     run_info: Optional[dict] = None,
+    init_from=None,
+    init_member: Optional[int] = None,
 ) -> RunResult:
     """Train ``R`` runs in chunks of ``chunk_updates`` updates; returns a :class:`RunResult`.
 
@@ -101,6 +103,11 @@ def train_chunked(
     written (full disk) raises :class:`RunFolderWriteError` after keeping what it can.
     ``on_note(text)`` receives warnings (a divergence, recomputed rows); default: stderr.
     ``run_info`` adds entries to ``config.json`` (e.g. ``{"reference": "gymnax-blines"}``).
+
+    ``init_from`` (a run folder or an ``update_*`` checkpoint folder; ``init_member``: the
+    member of a sweep/PBT source) starts the runs from that run's params, optimizer and
+    normaliser state with this config's own schedule (:mod:`purejaxppo.warm_start`); the
+    source is recorded in ``config.json`` as ``init_from`` (that record is also accepted here).
     """
     prog = program if program is not None else Program(config, ppo=ppo, num_devices=num_devices, split=split)
     if prog.config != config:
@@ -110,6 +117,9 @@ def train_chunked(
             "num_seeds": num_seeds, "members": members, "chunk_updates": chunk_size(config.num_updates, chunk_updates),
             "num_devices": prog.num_devices, "split": prog.split, "checkpoint_every": checkpoint_every,
             **getattr(prog, "run_info", {}), **(run_info or {})}  # e.g. PBT: its kind and settings
+    if init_from is not None:  # checked (JSON only) before any folder is made
+        info["init_from"] = (init_from if isinstance(init_from, dict) else
+                             warm_start.describe(init_from, init_member, config, num_seeds, info["kind"]))
     if resume and not run_dir:
         raise ConfigError("resume=True needs the run_dir of the run to continue")
     note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
@@ -144,6 +154,9 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
             saved[0], good = done, (runner, done)
             if resume_note:
                 note(resume_note)
+        if info.get("init_from") and done == 0:  # a new run from another run's trained state
+            runner = warm_start.apply(info["init_from"], runner, num_seeds)
+            good = (runner, 0)
         stop_at = n_total if stop_after is None else min(n_total, max(stop_after, done))
         idle = resume and done >= stop_at  # e.g. a finished run: nothing to compute, nothing to rewrite
         if run_dir and not idle:
@@ -265,7 +278,8 @@ def resume_run(run_dir: str, **kwargs) -> RunResult:
     info = rf.load_run_info(run_dir)
     opts = dict(seed=info["seed"], num_seeds=info["num_seeds"], members=info.get("members"),
                 chunk_updates=info.get("chunk_updates", 25), num_devices=info.get("num_devices", 1),
-                split=info.get("split", "seeds"), checkpoint_every=info.get("checkpoint_every", 10))
+                split=info.get("split", "seeds"), checkpoint_every=info.get("checkpoint_every", 10),
+                init_from=info.get("init_from"))
     opts.update(kwargs)
     if info.get("kind") == "pbt" and "program" not in opts:
         from .pbt_program import PBTProgram, PBTSettings

@@ -59,8 +59,9 @@ class Program:
     def compile(self, n: int, runner, configs=None) -> float:
         """Compile the ``n``-update chunk for these inputs (once); returns the seconds it took."""
         args = (runner,) if configs is None else (runner, configs)
-        sig = (n, str(jax.tree.structure(args)),
-               tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves(args)))
+        sig = (n, str(jax.tree.structure(args)),  # weak types and committed-ness compile separately too
+               tuple((x.shape, str(x.dtype), getattr(x, "weak_type", False), str(getattr(x, "sharding", "")),
+                      getattr(x, "committed", None)) for x in jax.tree.leaves(args)))
         if sig in self._compiled:
             return 0.0
         t = time.perf_counter()

@@ -32,7 +32,8 @@ from typing import Optional
 import jax
 import numpy as np
 
-from .checkpoint import CheckpointError, latest_checkpoint, list_checkpoints, read_meta, restore_checkpoint
+from .checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, place_like, read_meta,
+                         restore_checkpoint)
 from .config import PPOConfig
 from .metrics_file import complete_updates, lead_columns, load_rows, read_metrics, truncate_metrics  # noqa: F401
 from .population import runs, seed_keys
@@ -202,7 +203,7 @@ def restore_latest(run_dir: str, template, info: dict):
         path = usable[-1][1]
         check_same_setup(read_meta(path), info, path)
         state, meta = restore_checkpoint(path, template)
-        runner = jax.tree.map(lambda x, t: jax.device_put(x, t.sharding), state, template)
+        runner = jax.tree.map(place_like, state, template)
         done = int(meta["update"])
     truncate_metrics(metrics_path, done)
     prev = read_metrics(metrics_path, runs, done, info["num_seeds"]) if done else None

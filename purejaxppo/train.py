@@ -179,6 +179,21 @@ def make_agent(config: PPOConfig, spec: envs_lib.EnvSpec, network: Optional[Netw
                                      shared_torso=config.shared_torso))
 
 
+def strong_types(tree):
+    """``tree`` with every weak-typed leaf made strong (same dtype, same values).
+
+    Envs start some leaves from Python scalars (gymnax's ``time``: a weak-typed int32) and
+    weak types survive the step; a checkpoint restores strong arrays. Types are part of a
+    compiled function's signature, so a weak fresh state and a strong restored one would
+    compile the same chunk twice; a strong state from the start compiles it once."""
+    def strong(x):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return x  # typed keys are never weak
+        return jax.lax.convert_element_type(x, x.dtype)  # drops weak_type; a no-op for strong leaves
+
+    return jax.tree.map(strong, tree)
+
+
 def episode_metrics(info: dict) -> dict:
     """Mean return/length over episodes COMPLETED in this rollout (NaN if none) and their count."""
     done = info["episode_done"]
@@ -248,8 +263,9 @@ def make_ppo(
         params = agent.init(k_net)
         obs, env_state = venv.reset(k_env)
         scale = normalize.init_reward_scale(e_loc) if static.normalize_reward else ()
-        return RunnerState(TrainState(params, optimizer_for(cfg).init(params)), env_state, obs, rng,
-                           jnp.asarray(0, jnp.int32), agent.initial_carry(e_loc), jnp.ones((e_loc,), bool), scale)
+        return strong_types(RunnerState(TrainState(params, optimizer_for(cfg).init(params)), env_state, obs, rng,
+                                        jnp.asarray(0, jnp.int32), agent.initial_carry(e_loc),
+                                        jnp.ones((e_loc,), bool), scale))
 
     def step(runner: RunnerState, cfg: PPOConfig = config) -> tuple[RunnerState, dict]:
         check_structure(static, cfg)

@@ -95,6 +95,7 @@ CASES = [
     (T + ["--sweep", "hidden_sizes=1,2"], "cannot sweep 'hidden_sizes'"),
     (T + ["--sweep", "lr="], "lists no values"),
     (T + ["--seeds", "2", "--devices", "3"], "--devices"),
+    (T + ["--env", "LunarLander-v3", "--run-dir", "TMP/ll"], "gymnasium_bridge.gymnasium_vec_env('LunarLander-v3'"),
     (T + ["--lr", "-1"], "lr"),
     (T + ["--lr", "nan"], "finite"),
     (T + ["--gamma", "2"], "gamma"),

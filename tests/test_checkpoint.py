@@ -146,3 +146,29 @@ def test_relative_checkpoint_folder_round_trips(tmp_path, monkeypatch):
     restored, _ = restore_checkpoint(os.path.relpath(path), state)
     np.testing.assert_array_equal(restored["w"], state["w"])
     assert int(restored["n"]) == 3
+
+
+def test_zero_size_leaves_round_trip_and_checksums_still_hold(tmp_path):
+    # orbax refuses zero-size arrays ("Cannot save arrays with zero size"; MJX env states have
+    # them): they are kept by shape and dtype and rebuilt, the other leaves still verified
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "contact": np.zeros((4, 0, 3), np.float32),
+            "ids": np.zeros((0,), np.int32), "key": jax.random.key(3)}
+    path = save_checkpoint(str(tmp_path / "a"), 1, tree)
+    template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), tree)
+    restored, _ = restore_checkpoint(path, template)
+    _same(tree, restored)
+    assert restored["contact"].shape == (4, 0, 3) and restored["ids"].dtype == np.int32
+    # only zero-size leaves: nothing for orbax, still a checkpoint
+    empty_only = {"a": np.zeros((0, 2), np.float32)}
+    restored, _ = restore_checkpoint(save_checkpoint(str(tmp_path / "e"), 1, empty_only), empty_only)
+    _same(empty_only, restored)
+    # a wrong checksum of a real leaf is still refused, and so is another empty shape
+    meta_path = os.path.join(path, "meta.json")
+    meta = json.load(open(meta_path))
+    meta["leaves"][[e["path"] for e in meta["leaves"]].index("['w']")]["sha1"] = "0" * 40
+    json.dump(meta, open(meta_path, "w"))
+    with pytest.raises(CheckpointError, match="fails its checksum"):
+        restore_checkpoint(path, template)
+    other = dict(tree, contact=np.zeros((4, 0, 2), np.float32))
+    with pytest.raises(CheckpointError, match="contact"):
+        restore_checkpoint(save_checkpoint(str(tmp_path / "b"), 1, tree), other)

@@ -20,17 +20,33 @@ from purejaxppo.guards import NonFiniteError, TrainingInterrupted
 from purejaxppo.loop import resume_run, train_chunked
 from purejaxppo.population import seed_keys
 from purejaxppo.program import Program
-from purejaxppo.run_folder import read_metrics
+from purejaxppo.run_folder import read_metrics, run_inputs
 from purejaxppo.sinks import WandbLogger
 
 CFG = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 8, update_epochs=2, num_minibatches=2)
 SEED, SEEDS = 3, 2
 
 
+TRACES = {}  # (chunk length, stacked configs) -> times its function was traced (a Python side effect: once per trace)
+
+
+def _counting(ppo):
+    def run(runner, cfg=CFG, num_updates=None):
+        key = (num_updates, cfg is not CFG)
+        TRACES[key] = TRACES.get(key, 0) + 1
+        return ppo.run(runner, cfg, num_updates)
+    return ppo._replace(run=run)
+
+
+COMPILES = []  # XLA compiles, as JAX reports them
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, secs, **kw: COMPILES.append(secs) if event == "/jax/core/compile/backend_compile_duration" else None)
+
+
 @pytest.fixture(scope="module")
 def program():
     """Shared compiled functions: each chunk length compiles once for the whole module."""
-    return Program(CFG)
+    return Program(CFG, ppo=_counting(make_ppo(CFG)))
 
 
 @pytest.fixture(scope="module")
@@ -118,8 +134,13 @@ def test_stop_after_then_resume_and_finished_run_summary(program, reference, tmp
     part = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, stop_after=4,
                          program=program)
     assert not part.finished and not os.path.exists(os.path.join(run, "summary.json"))
+    compiles = len(COMPILES)
     res = resume_run(run, program=program)
     _assert_same_state(ref_state.train.params, res.runner_state.train.params)
+    # the restored state has the fresh state's types (no weak leaves) and placement (uncommitted):
+    # the resumed chunks reuse the one compiled program (a weak fresh `time` vs a strong restored
+    # one traced it again; committed restored arrays compiled it again)
+    assert TRACES[2, False] == 1 and len(COMPILES) == compiles and program.compile(2, res.runner_state) == 0.0
     summary = json.load(open(os.path.join(run, "summary.json")))
     assert summary["checkpoint"].endswith("update_00000008") and len(summary["final_return_per_seed"]) == SEEDS
 
@@ -229,6 +250,37 @@ def test_sweep_stopped_and_resumed_equals_one_call(program, tmp_path):
     assert np.asarray(summary["final_return_per_member"]).shape == (2, SEEDS)
     # sensitivity: the members really differ
     assert not np.allclose(ref_metrics["actor_loss"][0], ref_metrics["actor_loss"][2])
+
+
+def test_init_from_starts_a_sweep_from_the_source_state_with_its_own_schedule(program, tmp_path):
+    """``init_from``: a new run (here a sweep of MEMBERS, seed key s from source seed s) starts
+    from the source's final params and optimizer state, with fresh envs and its own schedule.
+    Reference: the fresh state with the source checkpoint's ``train`` put in by hand, then the
+    same compiled chunks (shared with the tests above: no new compile)."""
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    source = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=src, chunk_updates=2, stop_after=2,
+                           program=program)
+    new = train_chunked(CFG, seed=SEED + 1, num_seeds=SEEDS, members=MEMBERS, run_dir=dst, chunk_updates=2,
+                        stop_after=2, program=program, init_from=src)
+    keys, configs = run_inputs(CFG, SEED + 1, SEEDS, MEMBERS)
+    fresh = program.init(keys, configs)
+    ckpt = os.path.join(src, "checkpoints", "update_00000002")
+    saved, _ = restore_checkpoint(ckpt, program.init(seed_keys(SEED, SEEDS)))
+    _assert_same_state(source.runner_state.train, saved.train)  # the source's final state
+    ref = fresh._replace(train=jax.tree.map(lambda x: x[np.array([0, 1, 0, 1])], saved.train))
+    assert not np.array_equal(jax.tree.leaves(ref.train.params)[0], jax.tree.leaves(fresh.train.params)[0])
+    (ref, ref_metrics), _ = program.chunk(2, ref, configs)
+    _assert_same_state(ref, new.runner_state)  # bit for bit, every leaf (update counter 2: from 0)
+    for k, v in ref_metrics.items():
+        np.testing.assert_array_equal(new.metrics[k], np.asarray(v), err_msg=k)
+    np.testing.assert_allclose(new.metrics["lr"][:, 0], [1e-3, 1e-3, 3e-3, 3e-3], rtol=1e-6)  # own lr, from update 0
+    record = json.load(open(os.path.join(dst, "config.json")))["init_from"]
+    assert record["checkpoint"] == ckpt and record["update"] == 2 and record["member"] is None
+    assert TRACES[2, True] == 1  # the carried state has the fresh one's types: the sweep's chunk is reused
+    # a resume continues from the new run's own checkpoint, not from the source again
+    res = resume_run(dst, program=program, stop_after=4)
+    (ref, _), _ = program.chunk(2, ref, configs)
+    _assert_same_state(ref, res.runner_state)
 
 
 def test_sweep_non_finite_member_stops_the_sweep_naming_it(program, tmp_path):

@@ -23,6 +23,23 @@ def registered_envs() -> list[str]:
     return list(gymnax.registered_envs)
 
 
+def _is_gymnasium_id(name: str) -> Optional[bool]:
+    """Whether Gymnasium registers ``name`` (None: Gymnasium is not installed)."""
+    try:
+        import gymnasium
+    except ImportError:
+        return None
+    return name in gymnasium.envs.registry
+
+
+def _bridge_howto(name: str) -> str:
+    """Training a Gymnasium env that gymnax lacks: the gymnasium bridge, from Python (every env
+    step is a host callback, one seed per process); the CLI trains JAX envs only."""
+    return (f"train it from Python through the gymnasium bridge (slow: a host callback per env step, one seed per "
+            f"process): make_ppo(config, venv=purejaxppo.envs.episode_statistics(purejaxppo.gymnasium_bridge."
+            f"gymnasium_vec_env({name!r}, num_envs=config.num_envs))); see the README's 'Gymnasium environments'")
+
+
 def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs):
     """``(env, env_params, spec)`` for a registered gymnax name; clear errors otherwise."""
     import gymnax
@@ -33,7 +50,12 @@ def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs
         close = difflib.get_close_matches(name, names, n=5, cutoff=0.4)
         if not close:  # fall back on case-insensitive substring matches
             close = [n for n in names if name.lower().split("-")[0] in n.lower()][:5]
+        gymnasium_id = _is_gymnasium_id(name)
+        if gymnasium_id:
+            raise ConfigError(f"environment {name!r} is a Gymnasium env, not a gymnax (JAX) one: {_bridge_howto(name)}")
         hint = f"did you mean {', '.join(close)}?" if close else f"valid names: {', '.join(names)}"
+        if gymnasium_id is None and "-v" in name:  # cannot tell without gymnasium: say both
+            hint += f"; if it is a Gymnasium env, {_bridge_howto(name)} (pip install \"purejaxppo[gymnasium]\")"
         raise ConfigError(f"unknown environment {name!r}; {hint}")
     env, params = gymnax.make(name, **env_kwargs)
     if max_episode_steps is not None:
