@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--tensorboard", action="store_true", help="also log to RUN_DIR/tb (needs purejaxppo[tensorboard])")
     t.add_argument("--wandb", nargs="?", const="purejaxppo", default=None, metavar="PROJECT",
                    help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])")
+    t.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="every N updates, play greedy (mode action) episodes on separate env copies; their mean "
+                        "return goes to metrics.csv (eval_return), the progress bar and the plot")
+    t.add_argument("--eval-episodes", type=int, default=None, metavar="K",
+                   help="episodes per run and evaluation, in parallel (default 10; needs --eval-every)")
     add_pbt_flags(t)
     add_config_flags(t)
 
@@ -116,6 +121,7 @@ def cmd_train(args) -> int:
     n_members = math.prod(len(v) for v in grid.values()) if grid else 1
     config = validate(config_from_args(args))
     init_from = _check_init_from(args, config, seeds)
+    evaluation = _eval_flags(args, config)
     check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work
     if args.run_dir:
         if list_checkpoints(os.path.join(args.run_dir, "checkpoints")) or os.path.exists(
@@ -161,7 +167,7 @@ def cmd_train(args) -> int:
                             chunk_updates=args.chunk or 25, program=program, on_chunk=on_chunk,
                             checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
                             loggers=_loggers(args, run_dir, config, n_members), init_from=init_from,
-                            run_info={"reference": args.reference} if args.reference else None)
+                            run_info={"reference": args.reference} if args.reference else None, **evaluation)
     finally:
         close()
     return _report(res, run_dir, seeds)
@@ -183,6 +189,25 @@ def _check_counts(args, seeds=None) -> None:
                     ("--stop-after", args.stop_after)):
         if v is not None and v < 1:
             raise UserError(f"{flag}={v} must be >= 1")
+
+
+def _eval_flags(args, config) -> dict:
+    """``--eval-every``/``--eval-episodes`` checked before any work -> ``train_chunked`` keywords."""
+    if args.eval_every is None:
+        if args.eval_episodes is not None:
+            raise UserError("--eval-episodes needs --eval-every N (how often to evaluate, in updates)")
+        return {}
+    if args.pbt is not None:
+        raise UserError("--eval-every is not available with --pbt yet; evaluate a PBT run afterwards with "
+                        "`python -m purejaxppo eval RUN_DIR`")
+    from .eval_program import check_eval
+
+    episodes = 10 if args.eval_episodes is None else args.eval_episodes
+    if episodes > MAX_EPISODES:
+        raise UserError(f"--eval-episodes={episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of all "
+                        "runs play in parallel, in memory)")
+    check_eval(args.eval_every, episodes, config.num_updates)
+    return {"eval_every": args.eval_every, "eval_episodes": episodes}
 
 
 def _distinct_sweeps(specs: list) -> list:
@@ -232,7 +257,8 @@ def cmd_resume(args) -> int:
                              ("--reference", args.reference),
                              ("--search", args.search), ("--pbt-interval", args.pbt_interval),
                              ("--pbt-quantile", args.pbt_quantile), ("--init-from", args.init_from),
-                             ("--member", args.member)) if v is not None]
+                             ("--member", args.member), ("--eval-every", args.eval_every),
+                             ("--eval-episodes", args.eval_episodes)) if v is not None]
     if given:
         raise UserError(f"--resume continues {run_dir!r} with its saved config and seeds, so {', '.join(given)} "
                         "cannot be changed; drop them, or start a new run with another --run-dir")

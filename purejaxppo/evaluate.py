@@ -6,6 +6,8 @@ plays ``num_episodes`` episodes in parallel (one per env copy) with the determin
 return and length. The env is the training env without the normalisation wrappers:
 returns are raw environment returns, and if the run normalised observations the policy
 sees them normalised with the run's final statistics, frozen (``obs_stats``).
+:func:`make_episodes` is the same evaluation for ONE run (no seed axis), pure: the
+evaluation during training (:mod:`purejaxppo.eval_program`) vmaps it over the runs axis.
 Recurrent (``network="gru"``) policies carry their hidden state from step to step and
 reset it after each episode's end, as in training (:func:`policy_step`); the GIF
 rollout (:func:`episode_states`) does the same.
@@ -70,20 +72,19 @@ def policy_step(agent) -> tuple[Callable, Callable]:
     return agent.initial_carry, act
 
 
-def make_evaluator(config: PPOConfig, agent, num_episodes: int, deterministic: bool = True,
-                   max_steps: Optional[int] = None) -> Callable:
-    """Jitted ``evaluate(key, params [S, ...], obs_stats [S, ...] | None) -> (returns [S, N], lengths [S, N])``.
-
-    ``N = num_episodes`` env copies each play one episode from a reset of their own
-    (keys split per seed); a copy whose episode is still running after ``max_steps``
-    (default: the env's time limit, so every episode ends) reports NaN."""
+def make_episodes(config: PPOConfig, agent, num_episodes: int, deterministic: bool = True,
+                  max_steps: Optional[int] = None) -> Callable:
+    """Pure ``play(key, params, obs_stats | None) -> (returns [N], lengths [N])`` for ONE run
+    (no seed axis; wrap it in ``vmap``/``jit``): ``N = num_episodes`` env copies each play one
+    episode from a reset of their own; a copy whose episode is still running after
+    ``max_steps`` (default: the env's time limit, so every episode ends) reports NaN."""
     if num_episodes < 1:
         raise ConfigError(f"--episodes={num_episodes} must be >= 1")
     venv = _eval_env(config, num_episodes)
     horizon = int(max_steps or venv.spec.max_episode_steps)
     init_memory, act = policy_step(agent)
 
-    def one_seed(key, params, obs_stats):
+    def play(key, params, obs_stats=None):
         k_reset, k_run = jax.random.split(key)
         prep = _obs_transform(config, obs_stats)
         obs, state = venv.reset(k_reset)
@@ -103,6 +104,16 @@ def make_evaluator(config: PPOConfig, agent, num_episodes: int, deterministic: b
                 jnp.full(num_episodes, jnp.nan, jnp.float32), jnp.zeros(num_episodes, jnp.int32))
         (*_, finished, ret, length), _ = jax.lax.scan(body, init, jax.random.split(k_run, horizon))
         return jnp.where(finished, ret, jnp.nan), length
+
+    return play
+
+
+def make_evaluator(config: PPOConfig, agent, num_episodes: int, deterministic: bool = True,
+                   max_steps: Optional[int] = None) -> Callable:
+    """Jitted ``evaluate(key, params [S, ...], obs_stats [S, ...] | None) -> (returns [S, N], lengths [S, N])``.
+
+    :func:`make_episodes` vmapped over seeds, with ``key`` split per seed."""
+    one_seed = make_episodes(config, agent, num_episodes, deterministic, max_steps)
 
     @jax.jit
     def evaluate(key, params, obs_stats=None):

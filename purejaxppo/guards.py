@@ -22,7 +22,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-MAY_BE_NAN = ("episode_return", "episode_length")  # NaN by design when no episode finished
+# NaN by design: when no episode finished; evaluation columns at updates without an evaluation
+MAY_BE_NAN = ("episode_return", "episode_length", "eval_return", "eval_episodes")
 
 
 class NonFiniteError(RuntimeError):

@@ -82,6 +82,8 @@ def train_chunked(
     run_info: Optional[dict] = None,
     init_from=None,
     init_member: Optional[int] = None,
+    eval_every: Optional[int] = None,
+    eval_episodes: int = 10,
 ) -> RunResult:
     """Train ``R`` runs in chunks of ``chunk_updates`` updates; returns a :class:`RunResult`.
 
@@ -108,22 +110,31 @@ def train_chunked(
     member of a sweep/PBT source) starts the runs from that run's params, optimizer and
     normaliser state with this config's own schedule (:mod:`purejaxppo.warm_start`); the
     source is recorded in ``config.json`` as ``init_from`` (that record is also accepted here).
+
+    ``eval_every=N``: after every ``N`` updates each run plays ``eval_episodes`` greedy
+    episodes (:class:`~purejaxppo.eval_program.EvalProgram`, keys apart from training's, so
+    the training numbers do not change); chunks stop at those updates, and ``metrics.csv`` gets
+    ``eval_return`` and ``eval_episodes`` columns (NaN at the other updates).
     """
     prog = program if program is not None else Program(config, ppo=ppo, num_devices=num_devices, split=split)
     if prog.config != config:
         raise ConfigError("program= was built for another config; build Program(config) for this one")
     members = None if members is None else [dict(m) for m in members]
+    evaluator = _evaluator(config, prog, eval_every, eval_episodes)
+    chunk_updates = chunk_size(eval_every if evaluator else config.num_updates, chunk_updates)
     info = {"kind": "run" if members is None else "sweep", "config": config.to_dict(), "seed": seed,
-            "num_seeds": num_seeds, "members": members, "chunk_updates": chunk_size(config.num_updates, chunk_updates),
+            "num_seeds": num_seeds, "members": members, "chunk_updates": chunk_updates,
             "num_devices": prog.num_devices, "split": prog.split, "checkpoint_every": checkpoint_every,
-            **getattr(prog, "run_info", {}), **(run_info or {})}  # e.g. PBT: its kind and settings
+            **getattr(prog, "run_info", {}), **(run_info or {}),  # e.g. PBT: its kind and settings
+            **({"eval_every": eval_every, "eval_episodes": eval_episodes} if evaluator else {})}
     if init_from is not None:  # checked (JSON only) before any folder is made
         info["init_from"] = (init_from if isinstance(init_from, dict) else
                              warm_start.describe(init_from, init_member, config, num_seeds, info["kind"]))
     if resume and not run_dir:
         raise ConfigError("resume=True needs the run_dir of the run to continue")
     note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
-    args = (config, prog, info, members, run_dir, resume, stop_after, on_chunk, keep_checkpoints, loggers, note)
+    args = (config, prog, info, members, run_dir, resume, stop_after, on_chunk, keep_checkpoints, loggers, note,
+            evaluator)
     if not run_dir:
         return _train(*args)
     if resume:
@@ -139,7 +150,19 @@ def train_chunked(
         return _train(*args)
 
 
-def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, keep_checkpoints, loggers, note):
+def _evaluator(config, prog, every, episodes):
+    if every is None:
+        return None
+    if getattr(prog, "run_info", {}).get("kind") == "pbt":
+        raise ConfigError("--eval-every is not available for PBT runs yet; evaluate a PBT run afterwards with "
+                          "`python -m purejaxppo eval RUN_DIR`")
+    from .eval_program import EvalProgram
+
+    return EvalProgram(config, prog.ppo.agent, every, episodes, getattr(prog, "shard", 1))
+
+
+def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, keep_checkpoints, loggers, note,
+           evaluator=None):
     n_total, chunk, num_seeds = config.num_updates, info["chunk_updates"], info["num_seeds"]
     checkpoint_every = info["checkpoint_every"]
     ckpt_root = os.path.join(run_dir, rf.CHECKPOINTS) if run_dir else None
@@ -162,13 +185,16 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
         if run_dir and not idle:
             rf.write_info(run_dir, info, resumed_from=done if resume else None)
         if not idle:
-            prog.compile(min(chunk, max(n_total - done, 1)), runner, configs)
+            first = min(chunk, max(n_total - done, 1), evaluator.updates_to_next(done) if evaluator else chunk)
+            prog.compile(first, runner, configs)
+            if evaluator:
+                evaluator.compile(inputs[0], runner)
         compile_s = time.perf_counter() - t0  # init (+ restore) and the first chunk's compile
         sinks = ([CSVLogger(os.path.join(run_dir, rf.METRICS), num_seeds, members is not None, resume)]
                  if run_dir else []) + list(loggers)
     except OSError as e:
         raise _write_error(e, run_dir, ckpt_root) from None
-    runs, start, run_s, chunks, since = len(jax.tree.leaves(runner)[0]), done, 0.0, [], 0
+    runs, start, run_s, chunks, since, eval_s = len(jax.tree.leaves(runner)[0]), done, 0.0, [], 0, 0.0
     watch = DivergenceWatch()
 
     def checkpoint(state, update):
@@ -187,12 +213,20 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
         with sigterm_as_interrupt():
             while done < stop_at:
                 n = min(chunk, stop_at - done)
+                if evaluator:  # a chunk ends at every evaluation point
+                    n = min(n, evaluator.updates_to_next(done))
                 compile_s += prog.compile(n, runner, configs)  # a remainder chunk: outside the timed run
                 t = time.perf_counter()
                 (new_runner, metrics), finite = prog.chunk(n, runner, configs)
                 metrics, finite = jax.device_get((metrics, finite))
                 run_s += time.perf_counter() - t
                 metrics = {k: np.asarray(v) for k, v in metrics.items()}
+                evaluated = None
+                if evaluator:  # a separate program on the state after this chunk: training is untouched
+                    t = time.perf_counter()
+                    evaluated = evaluator(inputs[0], done + n, new_runner) if evaluator.due(done + n) else None
+                    eval_s += time.perf_counter() - t
+                    metrics.update(evaluator.columns(evaluated, runs, n))
                 for sink in sinks:
                     sink.write(metrics, done)
                 check = getattr(prog, "check_finite", first_non_finite)  # PBT replaces non-finite members
@@ -217,7 +251,8 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
                     on_chunk({"updates": done, "num_updates": n_total, "env_steps": done * config.batch_size,
                               "run_s": run_s, "compile_s": compile_s, "start_update": start,
                               "steps_per_s": (done - start) * config.batch_size * runs / max(run_s, 1e-9),
-                              "episode_return": metrics["episode_return"]})
+                              "episode_return": metrics["episode_return"],
+                              "eval_return": None if evaluated is None else evaluated["eval_return"]})
             checkpoint(runner, done)
     except NonFiniteError:
         raise
@@ -241,7 +276,8 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
         metrics = {k: np.concatenate([prev[k].astype(v.dtype), v], axis=1) for k, v in metrics.items()} or prev
     ret = metrics.get("episode_return", np.full((runs, 1), np.nan))
     result = RunResult(config, run_dir, runner, metrics, compile_s, run_s, (done - start) * config.batch_size * runs,
-                       rf.final_returns(ret), updates_done=done, finished=done >= n_total, members=members)
+                       rf.final_returns(ret), updates_done=done, finished=done >= n_total, members=members,
+                       extra={"eval_s": eval_s} if evaluator else {})
     summary_path = os.path.join(run_dir, rf.SUMMARY) if run_dir else None
     if run_dir and result.finished and not (done == start and os.path.exists(summary_path)):
         try:
@@ -279,7 +315,8 @@ def resume_run(run_dir: str, **kwargs) -> RunResult:
     opts = dict(seed=info["seed"], num_seeds=info["num_seeds"], members=info.get("members"),
                 chunk_updates=info.get("chunk_updates", 25), num_devices=info.get("num_devices", 1),
                 split=info.get("split", "seeds"), checkpoint_every=info.get("checkpoint_every", 10),
-                init_from=info.get("init_from"))
+                init_from=info.get("init_from"), eval_every=info.get("eval_every"),
+                eval_episodes=info.get("eval_episodes", 10))
     opts.update(kwargs)
     if info.get("kind") == "pbt" and "program" not in opts:
         from .pbt_program import PBTProgram, PBTSettings

@@ -4,7 +4,10 @@ Each run's ``metrics.csv`` (one row per update per run, see :mod:`purejaxppo.run
 gives one line: the mean over seeds of ``metric`` (default ``episode_return``) at each
 update, with a band from the min to the max over seeds. A ``member`` column (population
 runs) splits a run into one line per member. Updates in which no episode finished are
-NaN; they are carried forward from the last finite value so lines have no gaps.
+NaN; they are carried forward from the last finite value so lines have no gaps. A sparse
+metric (``eval_return``: only at the updates where ``--eval-every`` evaluated) is drawn
+through its points, with markers; when the episode return is plotted, a run's greedy
+evaluation is drawn on top of it (dashed, same colour).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 from typing import Optional, Sequence
 
 import numpy as np
+
+SPARSE = ("eval_return", "eval_episodes")  # metrics.csv columns set only at some updates (--eval-every)
 
 
 def _ffill(a: np.ndarray) -> np.ndarray:
@@ -79,18 +84,15 @@ def plot_runs(run_dirs: Sequence[str], out: str, metric: str = "episode_return",
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run_dir in run_dirs:
-        for c in load_curves(run_dir, metric):
+        curves = load_curves(run_dir, metric)
+        evals = _eval_curves(run_dir, len(curves)) if metric == "episode_return" else [None] * len(curves)
+        for c, e in zip(curves, evals):
             v = _ffill(c["values"]) if metric in ("episode_return", "episode_length") else c["values"]
-            with np.errstate(all="ignore"):
-                import warnings
-
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    mean, lo, hi = np.nanmean(v, 0), np.nanmin(v, 0), np.nanmax(v, 0)
             n = c["values"].shape[0]
-            (line,) = ax.plot(c["env_steps"], mean, label=f"{c['label']} ({n} seed{'s' if n > 1 else ''})")
-            if n > 1:
-                ax.fill_between(c["env_steps"], lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+            color = _draw(ax, c["env_steps"], v, f"{c['label']} ({n} seed{'s' if n > 1 else ''})",
+                          marker="o" if metric in SPARSE else None)
+            if e is not None:
+                _draw(ax, e["env_steps"], e["values"], f"{c['label']} greedy eval", color, "--", "o")
     ax.set_xlabel("env steps (per seed)")
     ax.set_ylabel(metric.replace("_", " "))
     ax.set_title(title or f"{metric.replace('_', ' ')}: mean over seeds, band = min..max")
@@ -101,6 +103,30 @@ def plot_runs(run_dirs: Sequence[str], out: str, metric: str = "episode_return",
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
+
+
+def _eval_curves(run_dir: str, n: int) -> list:
+    """The run's ``eval_return`` curves (one per member), or ``None`` each if it has none."""
+    try:
+        curves = load_curves(run_dir, "eval_return")
+    except KeyError:
+        return [None] * n
+    return [c if np.isfinite(c["values"]).any() else None for c in curves]
+
+
+def _draw(ax, steps: np.ndarray, values: np.ndarray, label: str, color=None, style: str = "-", marker=None):
+    """Mean over seeds (line) and min..max band of ``values [S, U]``; updates where every seed is
+    NaN are left out (so a sparse metric's points are joined). Returns the line's colour."""
+    import warnings
+
+    keep = np.isfinite(values).any(axis=0)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean, lo, hi = (f(values[:, keep], 0) for f in (np.nanmean, np.nanmin, np.nanmax))
+    (line,) = ax.plot(steps[keep], mean, style, color=color, marker=marker, markersize=3, label=label)
+    if values.shape[0] > 1:
+        ax.fill_between(steps[keep], lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
+    return line.get_color()
 
 
 def plot_schedules(run_dir: str, out: str, best: Optional[int] = None) -> str:

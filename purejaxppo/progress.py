@@ -1,4 +1,4 @@
-"""The CLI's progress bar: updates done/total, env steps, return, steps/s, ETA (tqdm)."""
+"""The CLI's progress bar: updates done/total, env steps, return, greedy eval return, steps/s, ETA (tqdm)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 def progress_bar(quiet: bool, label: str):
     """``(on_chunk, close)``: ``on_chunk(info)`` is the chunk loop's callback (see
     :func:`purejaxppo.loop.train_chunked`); the bar appears with the first chunk."""
-    state = {"bar": None}
+    state = {"bar": None, "eval": ""}
 
     def on_chunk(info):
         if quiet:
@@ -28,7 +28,11 @@ def progress_bar(quiet: bool, label: str):
         ret = np.asarray(info["episode_return"], np.float64)
         finite, last = ret[np.isfinite(ret)], ret[:, -1][np.isfinite(ret[:, -1])]
         latest = last.mean() if last.size else (finite.mean() if finite.size else float("nan"))
-        bar.set_postfix_str(f"steps {info['env_steps']:,} | return {latest:.1f} | {info['steps_per_s']:,.0f} steps/s")
+        if info.get("eval_return") is not None:  # the latest evaluation (--eval-every), kept until the next
+            ev = np.asarray(info["eval_return"], np.float64)
+            state["eval"] = f" | eval {ev[np.isfinite(ev)].mean() if np.isfinite(ev).any() else float('nan'):.1f}"
+        bar.set_postfix_str(f"steps {info['env_steps']:,} | return {latest:.1f}{state['eval']} | "
+                            f"{info['steps_per_s']:,.0f} steps/s")
 
     def close():
         if state["bar"] is not None:
