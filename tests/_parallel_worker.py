@@ -6,8 +6,9 @@ of measured differences, which the test asserts on. The references are single-de
 programs (``jax.jit(jax.vmap(train))``, ``jax.jit(make_ppo(cfg).train)``, the CLI with
 ``--devices 1``), never the code under test.
 
-Usage: XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/_parallel_worker.py CHECK
-with CHECK in {runs, split_envs, errors, cli}.
+Usage: XLA_FLAGS=--xla_force_host_platform_device_count=4 python tests/_parallel_worker.py CHECK[:PART]
+with CHECK in {runs, pbt, split_envs, errors, cli}; a PART runs one piece of a check (one option
+of ``split_envs``, one variant of ``cli``), so the pieces can run in parallel test workers.
 """
 
 from __future__ import annotations
@@ -65,16 +66,17 @@ def check_runs():
     got = shard_runs(train, 2)(keys, configs)
     return {"runs_vs_ref": max_rel_diff(got, ref), "out_devices": len(jax.tree.leaves(got)[0].sharding.device_set),
             "members_differ": max_rel_diff(ref[0].train.params, jax.tree.map(lambda x: x[::-1], ref[0].train.params)),
-            "finite": bool(np.all(np.isfinite(np.asarray(ref[1]["actor_loss"])))), **check_pbt(base)}
+            "finite": bool(np.all(np.isfinite(np.asarray(ref[1]["actor_loss"]))))}
 
 
-def check_pbt(base):
+def check_pbt():
     """PBT members on 2 devices (exploit over an all_gather) vs the one-device program."""
     from purejaxppo.pbt import parse_search, search_space
     from purejaxppo.pbt_program import PBTProgram, PBTSettings
     from purejaxppo.pbt_run import initial_members
     from purejaxppo.run_folder import run_inputs
 
+    base = PPOConfig(**SMALL)
     space = search_space(base, parse_search(["lr=loguniform:1e-4:3e-1"]))
     keys, configs = run_inputs(base, 0, 1, initial_members(space, 8, 0))
     out = {}
@@ -92,10 +94,13 @@ def check_pbt(base):
             "pbt_out_devices": len(jax.tree.leaves(s2)[0].sharding.device_set)}
 
 
-def check_split_envs():
+def check_split_envs(part):
+    """``part``: one of ``OPTIONS`` (that option, 1 vs 2 devices), or ``rest`` (sensitivity,
+    chunked, vmapped seeds)."""
     out = {}
     key = jax.random.PRNGKey(3)
-    for name, kw in OPTIONS.items():
+    if part != "rest":
+        name, kw = part, OPTIONS[part]
         cfg = PPOConfig(**{**SMALL, **kw})
         ref = jax.jit(make_ppo(cfg).train)(key)
         got = jax.jit(split_envs(cfg, 2).train)(key)
@@ -104,6 +109,7 @@ def check_split_envs():
         out[f"{name}_obs"] = max_rel_diff(got[0].obs, ref[0].obs)
         if "target_kl" in name:
             out["target_kl_min_taken"] = float(np.min(ref[1]["minibatches_taken"]))
+        return out
     cfg = PPOConfig(**SMALL)
     ref = jax.jit(make_ppo(cfg).train)(key)
     dp = split_envs(cfg, 2)
@@ -158,8 +164,9 @@ def _cli_metrics(argv):
     return rc, log.getvalue() + err.getvalue(), rows, text.splitlines()[0]
 
 
-def check_cli():
-    """``train --devices 2 --split envs`` (and a 2-device sweep) equal ``--devices 1`` in metrics.csv."""
+def check_cli(part):
+    """``train --devices 2 --split envs`` (``part``: one of its variants) or a 2-device sweep
+    (``part == "sweep"``) equal ``--devices 1`` in metrics.csv."""
     tiny = ["train", "--env", "CartPole-v1", "--num-envs", "8", "--num-steps", "16", "--total-timesteps",
             str(8 * 16 * 3), "--update-epochs", "2", "--num-minibatches", "2"]
     variants = {"default": [],
@@ -167,17 +174,16 @@ def check_cli():
                                                        "--normalize-obs", "true"],
                 "gru": ["--network", "gru", "--gru-size", "16"]}
     out = {}
-    for name, extra in variants.items():
-        rc1, log1, one, h1 = _cli_metrics(tiny + extra + ["--devices", "1"])
-        rc2, log2, two, h2 = _cli_metrics(tiny + extra + ["--devices", "2", "--split", "envs"])
-        out[f"{name}_rc"] = [rc1, rc2]
-        out[f"{name}_diff"] = max_rel_diff(two, one) if one is not None and two is not None else None
-        out[f"{name}_metrics"] = one
+    if part != "sweep":
+        rc1, log1, one, h1 = _cli_metrics(tiny + variants[part] + ["--devices", "1"])
+        rc2, log2, two, h2 = _cli_metrics(tiny + variants[part] + ["--devices", "2", "--split", "envs"])
+        out.update(rc=[rc1, rc2], diff=max_rel_diff(two, one) if one is not None and two is not None else None)
+        if part != "default" and one is not None:  # sensitivity: the options change the numbers
+            base = _cli_metrics(tiny + ["--devices", "1"])[2]
+            out["options_change_metrics"] = None if base is None else max_rel_diff(one, base)
         if rc1 or rc2:
-            out[f"{name}_log"] = (log1 + log2)[-2000:]
-    one, other = out.pop("default_metrics"), out.pop("critic_lr_unsafe_rbg_normalize_obs_metrics")
-    out.pop("gru_metrics")
-    out["options_change_metrics"] = max_rel_diff(other, one) if one is not None and other is not None else None
+            out["log"] = (log1 + log2)[-2000:]
+        return out
     sweep = tiny + ["--sweep", "lr=1e-3,3e-3", "--seeds", "2"]
     rc1, log1, one, h1 = _cli_metrics(sweep + ["--devices", "1"])
     rc2, log2, two, h2 = _cli_metrics(sweep + ["--devices", "2"])
@@ -196,7 +202,9 @@ if __name__ == "__main__":
         from purejaxppo.compile_cache import enable
 
         enable(os.environ["PUREJAXPPO_CACHE_DIR"])
-    check = sys.argv[1]
+    check, _, part = sys.argv[1].partition(":")
     assert len(jax.devices()) >= 4, f"expected 4 forced host devices, got {jax.devices()}"
-    result = {"runs": check_runs, "split_envs": check_split_envs, "errors": check_errors, "cli": check_cli}[check]()
+    checks = {"runs": check_runs, "pbt": check_pbt, "errors": check_errors, "split_envs": check_split_envs,
+              "cli": check_cli}
+    result = checks[check](part) if part else checks[check]()
     print("RESULT " + json.dumps(result))

@@ -14,6 +14,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 _OWNER = "PUREJAXPPO_TEST_CACHE_OWNER"
 if os.environ.get(_OWNER) is None:
     _cache = tempfile.mkdtemp(prefix="purejaxppo-test-xla-")
@@ -25,3 +27,34 @@ _cache = os.environ["PUREJAXPPO_CACHE_DIR"]
 from purejaxppo.compile_cache import enable  # noqa: E402
 
 enable(_cache)
+
+
+# --- parallel test workers (pytest-xdist, ``--dist loadgroup`` in pyproject.toml) ------------
+# A module whose tests share a module-scoped fixture (a compiled program, a trained run) runs
+# on ONE worker, so the fixture is built once; tests without shared state spread over the
+# workers one by one. The slowest work goes first (longest-first keeps both cores busy to the
+# end); the order changes no result, every test is independent of the others' order.
+_FIRST = ("test_parallel_split", "test_parallel_cli", "test_parallel", "test_pbt", "test_cli", "test_recurrent",
+          "test_learning", "test_rlhf_toy", "test_faults", "test_driver", "test_population", "test_train")
+
+
+def _module(item) -> str:
+    return item.module.__name__.rsplit(".", 1)[-1] if getattr(item, "module", None) else ""
+
+
+def _shares_module_state(item) -> bool:
+    defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}) or {}
+    return any(d.scope in ("module", "package", "class") for ds in defs.values() for d in ds)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    modules = {}
+    for item in items:
+        modules.setdefault(_module(item), []).append(item)
+    for name, its in modules.items():
+        if any(_shares_module_state(i) for i in its):
+            for i in its:
+                i.add_marker(pytest.mark.xdist_group(name))
+    rank = {m: k for k, m in enumerate(_FIRST)}
+    items.sort(key=lambda i: rank.get(_module(i), len(_FIRST)))
