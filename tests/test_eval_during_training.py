@@ -164,3 +164,14 @@ def test_resume_keeps_the_runs_evaluation_settings(sweep_runs, capsys):
     with_eval, _ = sweep_runs
     assert main(["train", "--resume", with_eval, "--eval-every", "1"]) == 2
     assert "--eval-every" in capsys.readouterr().err
+
+
+def test_library_resume_with_other_evaluation_settings_is_refused(sweep_runs):
+    from purejaxppo.config import ConfigError
+    from purejaxppo.loop import resume_run
+
+    with_eval, without = sweep_runs
+    with pytest.raises(ConfigError, match="eval_every=2"):
+        resume_run(with_eval, eval_every=None)
+    with pytest.raises(ConfigError, match="eval_every=None"):
+        resume_run(without, eval_every=3)
