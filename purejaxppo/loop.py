@@ -139,6 +139,10 @@ def train_chunked(
         return _train(*args)
     if resume:
         rf.check_resumable(run_dir, info)  # the wrong kind or setup is refused before anything is written
+        saved = rf.load_run_info(run_dir)
+        if any(saved.get(k) != info.get(k) for k in ("eval_every", "eval_episodes")):  # metrics.csv's columns
+            raise ConfigError(f"{run_dir!r} was trained with eval_every={saved.get('eval_every')}, eval_episodes="
+                              f"{saved.get('eval_episodes')}; resume it with the same (resume_run does by default)")
     else:
         os.makedirs(run_dir, exist_ok=True)
     with run_lock.hold(run_dir):  # one writer per folder; a second process is refused

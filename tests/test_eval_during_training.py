@@ -21,10 +21,10 @@ from purejaxppo.evaluate import make_episodes
 from purejaxppo.run_folder import load_run, read_metrics
 
 # test_cli.py's sweep (2 members x 2 seeds, 6 updates in chunks of 2: the same compiled training
-# chunk, shared through the session's compile cache), with a checkpoint after every chunk
+# chunk, shared through the session's compile cache)
 SWEEP = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", str(4 * 16 * 6),
          "--update-epochs", "1", "--num-minibatches", "2", "--seeds", "2", "--devices", "1", "--chunk", "2",
-         "--quiet", "--sweep", "lr=1e-3,3e-3", "--checkpoint-every", "1"]
+         "--quiet", "--sweep", "lr=1e-3,3e-3"]
 K = 3
 
 
@@ -48,7 +48,8 @@ def hand_eval(play, params, stats, seed_keys, update):
 def sweep_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("evaltrain")
     with_eval, without = str(root / "with"), str(root / "without")
-    assert main(["train", *SWEEP, "--eval-every", "2", "--eval-episodes", str(K), "--run-dir", with_eval]) == 0
+    assert main(["train", *SWEEP, "--eval-every", "2", "--eval-episodes", str(K), "--checkpoint-every", "1",
+                 "--run-dir", with_eval]) == 0
     assert main(["train", *SWEEP, "--run-dir", without]) == 0
     return with_eval, without
 
@@ -96,8 +97,9 @@ def test_gru_with_observation_normalisation():
                     num_minibatches=1, total_timesteps=2 * 4 * 3, normalize_obs=True)
     agent = make_agent(cfg, make_env(cfg).spec)
     seed_keys = jax.random.split(jax.random.PRNGKey(3), 2)
-    params = jax.device_get(jax.jit(jax.vmap(agent.init))(seed_keys))  # jitted: eager Flax init compiles per op
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(4)  # random params of the agent's shapes (no init to compile)
+    shapes = jax.eval_shape(jax.vmap(agent.init), seed_keys)
+    params = jax.tree.map(lambda x: (0.5 * rng.normal(size=x.shape)).astype(x.dtype), shapes)
     stats = RunningStats(np.full((2,), 100.0, np.float32), (0.3 * rng.normal(size=(2, 4))).astype(np.float32),
                          rng.uniform(0.05, 2.0, size=(2, 4)).astype(np.float32))
     runner = RunnerState(TrainState(params, ()), ObsNormState((), stats), None, None, None)  # what evaluation reads
@@ -162,3 +164,14 @@ def test_resume_keeps_the_runs_evaluation_settings(sweep_runs, capsys):
     with_eval, _ = sweep_runs
     assert main(["train", "--resume", with_eval, "--eval-every", "1"]) == 2
     assert "--eval-every" in capsys.readouterr().err
+
+
+def test_library_resume_with_other_evaluation_settings_is_refused(sweep_runs):
+    from purejaxppo.config import ConfigError
+    from purejaxppo.loop import resume_run
+
+    with_eval, without = sweep_runs
+    with pytest.raises(ConfigError, match="eval_every=2"):
+        resume_run(with_eval, eval_every=None)
+    with pytest.raises(ConfigError, match="eval_every=None"):
+        resume_run(without, eval_every=3)
