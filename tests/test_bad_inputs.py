@@ -122,7 +122,7 @@ CASES = [
     (["train", "--resume", "RUN", "--split", "envs"], "--split"),
     (["train", "--resume", "RUN", "--stop-after", "0"], "--stop-after=0 must be >= 1"),
     (["train", "--resume", "RUN", "--chunk", "0"], "--chunk=0 must be >= 1"),
-    (["train", "--resume", "PBT"], "holds a 'pbt' folder"),
+    (["train", "--resume", "PBT"], "a PBT folder without its 'pbt' settings"),
     (["train", "--resume", "BADJSON"], "is damaged"),
     (["train", "--resume", "NOMETRICS"], "metrics.csv is missing"),
     (["train", "--resume", "DAMAGED"], "line 3 is damaged"),

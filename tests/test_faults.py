@@ -114,11 +114,11 @@ def test_a_sweep_folder_is_not_resumed_as_a_single_run(half, tmp_path, capsys):
         train_chunked(CFG, seed=0, num_seeds=1, run_dir=run, resume=True, chunk_updates=4)
     assert _tree_digest(run) == before
     info = json.load(open(os.path.join(run, "config.json")))
-    json.dump(dict(info, kind="pbt"), open(os.path.join(run, "config.json"), "w"))  # a kind this command cannot resume
+    json.dump(dict(info, kind="lm"), open(os.path.join(run, "config.json"), "w"))  # a kind this command cannot resume
     before = _tree_digest(run)
     assert main(["train", "--resume", run, "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "holds a 'pbt' folder" in err and "Traceback" not in err, err
+    assert "holds a 'lm' folder" in err and "Traceback" not in err, err
     assert _tree_digest(run) == before
 
 
