@@ -124,6 +124,8 @@ def load_run_info(run_dir: str) -> dict:
         with open(path) as f:
             info = json.load(f)
         info["config"] = PPOConfig.from_dict(info["config"])
+        if info.get("kind") == "pbt" and not isinstance(info.get("pbt"), dict):
+            raise KeyError("a PBT folder without its 'pbt' settings")
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed or evaluated") from None
     return info
