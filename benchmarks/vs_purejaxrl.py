@@ -132,8 +132,9 @@ def config_differences(cfg, script: str, theirs: dict) -> list[str]:
     return diffs
 
 
-def build_row(name: str, pjr, scale: float):
-    """``(ours PPOConfig, script, theirs config dict, seeds)`` for a row."""
+def build_row(name: str, pjr, scale: float, seeds_override=None, num_envs=None):
+    """``(ours PPOConfig, script, theirs config dict, seeds)`` for a row; ``seeds_override`` and
+    ``num_envs`` change the row's seeds / envs on both sides (e.g. 1024 seeds on a GPU)."""
     from purejaxppo import PPOConfig
     from purejaxppo.presets import preset_config
 
@@ -160,6 +161,12 @@ def build_row(name: str, pjr, scale: float):
     else:
         raise SystemExit(f"unknown row {name!r}; rows: {', '.join(ROWS)}")
     theirs = {**theirs, "DEBUG": False, "TOTAL_TIMESTEPS": int(theirs["TOTAL_TIMESTEPS"])}
+    if seeds_override:
+        seeds = seeds_override
+    if num_envs:
+        cfg = cfg.replace(num_envs=num_envs, total_timesteps=max(cfg.total_timesteps, num_envs * cfg.num_steps))
+        theirs["NUM_ENVS"] = num_envs
+        theirs["TOTAL_TIMESTEPS"] = cfg.total_timesteps
     if scale != 1.0:
         total = max(cfg.batch_size, int(cfg.total_timesteps * scale))
         cfg = cfg.replace(total_timesteps=total)
@@ -223,6 +230,9 @@ def main(argv=None):
     p.add_argument("--compile-rounds", type=int, default=1,
                    help="fresh compiles per side (median reported; in-memory caches cleared before each)")
     p.add_argument("--devices", type=int, default=2, help="host devices for ours' sharded seed variant")
+    p.add_argument("--seeds", type=int, default=None, help="override every row's number of vmapped seeds")
+    p.add_argument("--num-envs", type=int, default=None,
+                   help="override every row's envs per seed, both sides (the budget is raised to >= 1 update)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = p.parse_args(argv)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -260,7 +270,7 @@ def main(argv=None):
     warm_up()
     results = []
     for name in rows:
-        cfg, script, theirs, seeds = build_row(name, pjr, args.total_timesteps_scale)
+        cfg, script, theirs, seeds = build_row(name, pjr, args.total_timesteps_scale, args.seeds, args.num_envs)
         mod = getattr(pjr, script)
         if mod is None:
             print(f"\n[{name}] skipped: PureJaxRL {script}.py did not import ({pjr.errors.get(script)})")

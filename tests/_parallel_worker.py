@@ -94,25 +94,31 @@ def check_pbt():
             "pbt_out_devices": len(jax.tree.leaves(s2)[0].sharding.device_set)}
 
 
+SPLIT_PARTS = {"a": ("default", "critic_lr_target_kl_batch_adv"), "b": ("unsafe_rbg_normalize_obs_reward",
+                                                                       "gru_pendulum_norm")}
+
+
 def check_split_envs(part):
-    """``part``: one of ``OPTIONS`` (that option, 1 vs 2 devices), or ``rest`` (sensitivity,
-    chunked, vmapped seeds)."""
-    out = {}
+    """``part`` ``a`` or ``b``: its ``OPTIONS`` (1 vs 2 devices each); ``a`` also checks
+    sensitivity to the key, the chunked run and vmapped seeds."""
+    out, built = {}, {}
     key = jax.random.PRNGKey(3)
-    if part != "rest":
-        name, kw = part, OPTIONS[part]
+    for name in SPLIT_PARTS[part]:
+        kw = OPTIONS[name]
         cfg = PPOConfig(**{**SMALL, **kw})
-        ref = jax.jit(make_ppo(cfg).train)(key)
-        got = jax.jit(split_envs(cfg, 2).train)(key)
+        ppo, dp = make_ppo(cfg), split_envs(cfg, 2)
+        ref = jax.jit(ppo.train)(key)
+        got = jax.jit(dp.train)(key)
+        built[name] = (ppo, dp, ref)
         out[f"{name}_metrics"] = max_rel_diff(got[1], ref[1])
         out[f"{name}_params"] = max_rel_diff(got[0].train.params, ref[0].train.params)
         out[f"{name}_obs"] = max_rel_diff(got[0].obs, ref[0].obs)
         if "target_kl" in name:
             out["target_kl_min_taken"] = float(np.min(ref[1]["minibatches_taken"]))
+    if part == "b":
         return out
     cfg = PPOConfig(**SMALL)
-    ref = jax.jit(make_ppo(cfg).train)(key)
-    dp = split_envs(cfg, 2)
+    ppo, dp, ref = built["default"]
     # sensitivity: a different key changes the result (so the equalities can fail)
     out["other_key_params"] = max_rel_diff(jax.jit(dp.train)(jax.random.PRNGKey(4))[0].train.params,
                                            ref[0].train.params)
@@ -125,7 +131,7 @@ def check_split_envs(part):
     out["env_state_sharded_over"] = len(jax.tree.leaves(runner.env_state)[0].sharding.device_set)
     # seeds vmapped on top of the env split equal separate single-device runs
     keys = jax.random.split(jax.random.PRNGKey(5), 2)
-    seeds_ref = jax.jit(jax.vmap(make_ppo(cfg).train))(keys)
+    seeds_ref = jax.jit(jax.vmap(ppo.train))(keys)
     out["vmapped_seeds_params"] = max_rel_diff(jax.jit(jax.vmap(dp.train))(keys)[0].train.params,
                                                seeds_ref[0].train.params)
     return out
@@ -150,7 +156,8 @@ def check_errors():
 
 
 def _cli_metrics(argv):
-    """Run the CLI; return (exit code, output, metrics.csv as a float array, header)."""
+    """Run the CLI; return (exit code, output, metrics.csv as a float array, header, the
+    ``(num_devices, split)`` its config.json records)."""
     from purejaxppo.cli import main
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -158,40 +165,35 @@ def _cli_metrics(argv):
             rc = main(argv + ["--run-dir", f"{tmp}/run", "--quiet"])
         try:
             text = open(f"{tmp}/run/metrics.csv").read()
+            info = json.load(open(f"{tmp}/run/config.json"))
         except OSError:
-            return rc, log.getvalue() + err.getvalue(), None, None
+            return rc, log.getvalue() + err.getvalue(), None, None, None
     rows = np.array([[float(x) for x in line.split(",")] for line in text.splitlines()[1:]])
-    return rc, log.getvalue() + err.getvalue(), rows, text.splitlines()[0]
+    return rc, log.getvalue() + err.getvalue(), rows, text.splitlines()[0], [info["num_devices"], info["split"]]
 
 
 def check_cli(part):
-    """``train --devices 2 --split envs`` (``part``: one of its variants) or a 2-device sweep
-    (``part == "sweep"``) equal ``--devices 1`` in metrics.csv."""
+    """The CLI on 2 devices equals ``--devices 1`` in metrics.csv. ``part``: ``default`` (``--split
+    envs``, then a 2-member x 2-seed sweep with its runs split over the devices) or ``gru``
+    (``--split envs`` of a GRU agent: minibatches of whole env sequences). Every option of the
+    split step is checked against one device at library level (``split_envs``); here each run
+    also reports the devices and split its config.json records, so a split that silently ran
+    on one device fails."""
     tiny = ["train", "--env", "CartPole-v1", "--num-envs", "8", "--num-steps", "16", "--total-timesteps",
             str(8 * 16 * 3), "--update-epochs", "2", "--num-minibatches", "2"]
-    variants = {"default": [],
-                "critic_lr_unsafe_rbg_normalize_obs": ["--critic-lr", "1e-2", "--rollout-rng", "unsafe_rbg",
-                                                       "--normalize-obs", "true"],
-                "gru": ["--network", "gru", "--gru-size", "16"]}
-    out = {}
-    if part != "sweep":
-        rc1, log1, one, h1 = _cli_metrics(tiny + variants[part] + ["--devices", "1"])
-        rc2, log2, two, h2 = _cli_metrics(tiny + variants[part] + ["--devices", "2", "--split", "envs"])
-        out.update(rc=[rc1, rc2], diff=max_rel_diff(two, one) if one is not None and two is not None else None)
-        if part != "default" and one is not None:  # sensitivity: the options change the numbers
-            base = _cli_metrics(tiny + ["--devices", "1"])[2]
-            out["options_change_metrics"] = None if base is None else max_rel_diff(one, base)
-        if rc1 or rc2:
-            out["log"] = (log1 + log2)[-2000:]
-        return out
-    sweep = tiny + ["--sweep", "lr=1e-3,3e-3", "--seeds", "2"]
-    rc1, log1, one, h1 = _cli_metrics(sweep + ["--devices", "1"])
-    rc2, log2, two, h2 = _cli_metrics(sweep + ["--devices", "2"])
-    out.update(sweep_rc=[rc1, rc2], sweep_same_header=h1 == h2,
-               sweep_rows=None if one is None else int(one.shape[0]),
-               sweep_diff=max_rel_diff(two, one) if one is not None and two is not None else None)
-    if rc1 or rc2:
-        out["sweep_log"] = (log1 + log2)[-2000:]
+    extra = {"default": [], "gru": ["--network", "gru", "--gru-size", "16"]}[part]
+    rc1, log1, one, _, _ = _cli_metrics(tiny + extra + ["--devices", "1"])
+    rc2, log2, two, _, used = _cli_metrics(tiny + extra + ["--devices", "2", "--split", "envs"])
+    out = dict(rc=[rc1, rc2], diff=max_rel_diff(two, one) if one is not None and two is not None else None,
+               used=used, log=(log1 + log2)[-2000:] if rc1 or rc2 else None)
+    if part == "default":
+        sweep = tiny + ["--sweep", "lr=1e-3,3e-3", "--seeds", "2"]
+        rc1, log1, one, h1, _ = _cli_metrics(sweep + ["--devices", "1"])
+        rc2, log2, two, h2, used = _cli_metrics(sweep + ["--devices", "2"])
+        out.update(sweep_rc=[rc1, rc2], sweep_same_header=h1 == h2, sweep_used=used,
+                   sweep_rows=None if one is None else int(one.shape[0]),
+                   sweep_diff=max_rel_diff(two, one) if one is not None and two is not None else None,
+                   sweep_log=(log1 + log2)[-2000:] if rc1 or rc2 else None)
     return out
 
 
