@@ -31,7 +31,7 @@ from .config import ConfigError, PPOConfig
 from .guards import first_non_finite
 from .parallel import device_mesh
 from .pbt import SearchSpace, exploit_explore, window_score
-from .train import PPO, RunnerState, make_ppo
+from .train import PPO, RunnerState, make_ppo, strong_types
 
 PBT_SALT = 0x9B7  # folded into seed key 0: the exploit/explore key, apart from every member's own keys
 
@@ -122,8 +122,8 @@ class PBTProgram:
                             axis=1)
         key = jnp.broadcast_to(jax.random.fold_in(keys[0], PBT_SALT), (n,) + keys.shape[1:])
         zeros = jnp.zeros((n,), jnp.float32)
-        # strong dtypes: a checkpoint restores none as weak, and a weak leaf would retrace the chunk
-        return jax.tree.map(lambda x: jnp.asarray(x, x.dtype), PBTState(runner, hparams, zeros, zeros, key))
+        # strong dtypes, as ppo.init's (a checkpoint restores none as weak; a weak leaf would retrace)
+        return strong_types(PBTState(runner, hparams, zeros, zeros, key))
 
     def init(self, keys, configs=None) -> PBTState:
         if configs is None:
