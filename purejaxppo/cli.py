@@ -105,7 +105,7 @@ def cmd_train(args) -> int:
     import math
     import time
 
-    from .checkpoint import list_checkpoints
+    from .run_folder import refuse_existing_run
     from .config import validate
     from .devices import choose_devices, set_devices
     from .outputs import check_run_dir
@@ -124,10 +124,7 @@ def cmd_train(args) -> int:
     evaluation = _eval_flags(args, config)
     check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work
     if args.run_dir:
-        if list_checkpoints(os.path.join(args.run_dir, "checkpoints")) or os.path.exists(
-                os.path.join(args.run_dir, "metrics.csv")):
-            raise UserError(f"run folder {args.run_dir!r} already holds a run; continue it with "
-                            f"`python -m purejaxppo train --resume {args.run_dir}` or choose another --run-dir")
+        refuse_existing_run(args.run_dir)
     _check_sinks(args)
     split = args.split or "seeds"
     # count the devices before JAX starts (it reads XLA_FLAGS once)

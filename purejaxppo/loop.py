@@ -23,7 +23,7 @@ import numpy as np
 
 from . import run_folder as rf
 from . import run_lock, warm_start
-from .checkpoint import SaveError, clean_partial, latest_checkpoint, list_checkpoints, save_checkpoint
+from .checkpoint import SaveError, clean_partial, latest_checkpoint, save_checkpoint
 from .config import ConfigError, PPOConfig
 from .guards import (DivergenceWatch, NonFiniteError, RunFolderWriteError, TrainingInterrupted, first_non_finite,
                      sigterm_as_interrupt)
@@ -146,11 +146,9 @@ def train_chunked(
     else:
         os.makedirs(run_dir, exist_ok=True)
     with run_lock.hold(run_dir):  # one writer per folder; a second process is refused
-        root = os.path.join(run_dir, rf.CHECKPOINTS)
-        if not resume and (list_checkpoints(root) or os.path.exists(os.path.join(run_dir, rf.METRICS))):
-            raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with "
-                              f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
-        clean_partial(root)  # .tmp-* folders of interrupted saves and prunes
+        if not resume:
+            rf.refuse_existing_run(run_dir)
+        clean_partial(os.path.join(run_dir, rf.CHECKPOINTS))  # .tmp-* folders of interrupted saves and prunes
         return _train(*args)
 
 

@@ -47,16 +47,14 @@ def check_pbt_flags(args) -> None:
 
 def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers) -> int:
     """Train (``args`` parsed, ``config`` validated, ``devices`` set before JAX started)."""
-    from .checkpoint import list_checkpoints
+    from .run_folder import refuse_existing_run
     from .pbt_program import PBTProgram
     from .pbt_run import train_pbt
 
     settings = pbt_settings(args, config)
     program = PBTProgram(config, settings, num_devices=devices)  # unknown envs etc. fail here, before any folder
     run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(':', '-')}-pbt-{time.strftime('%Y%m%d-%H%M%S')}")
-    if list_checkpoints(os.path.join(run_dir, "checkpoints")) or os.path.exists(os.path.join(run_dir, "metrics.csv")):
-        raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with "
-                          f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
+    refuse_existing_run(run_dir)
     if not args.quiet:
         print(f"purejaxppo: PBT of {args.pbt} members on {config.env_name} ({', '.join(settings.space.names)}; "
               f"exploit every {settings.interval or 'never'} updates) in one compile on {devices} device(s) | "

@@ -34,7 +34,7 @@ import numpy as np
 
 from .checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, place_like, read_meta,
                          restore_checkpoint)
-from .config import PPOConfig
+from .config import ConfigError, PPOConfig
 from .metrics_file import complete_updates, lead_columns, load_rows, read_metrics, truncate_metrics  # noqa: F401
 from .population import runs, seed_keys
 
@@ -98,6 +98,14 @@ def _write_json(path: str, obj) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def refuse_existing_run(run_dir: str) -> None:
+    """A new run must not write into a folder that already holds one (checkpoints or
+    metrics): raise :class:`ConfigError` with the command that continues it instead."""
+    if list_checkpoints(os.path.join(run_dir, CHECKPOINTS)) or os.path.exists(os.path.join(run_dir, METRICS)):
+        raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with "
+                          f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
 
 
 def folder_kind(info: dict) -> str:
