@@ -43,8 +43,11 @@ CONFIG, METRICS, CHECKPOINTS, SUMMARY, RESULTS = "config.json", "metrics.csv", "
 
 def versions() -> dict:
     import flax
-    import gymnax
     import optax
+
+    from .envs.gymnax_suite import import_gymnax
+
+    gymnax = import_gymnax()
 
     from . import __version__
 

@@ -8,6 +8,10 @@ bounds (the policy's UNclipped sample is what PPO stores and scores).
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.util
+import sys
+import types
 from typing import Callable, Optional
 
 import jax
@@ -17,10 +21,43 @@ from ..config import ConfigError
 from .core import EnvSpec, VecEnv, box_action_fields, default_env_keys
 
 
-def registered_envs() -> list[str]:
-    import gymnax
+# gymnax's package import loads every env module, and a few of them import plotting libraries
+# for their render functions only (pong: seaborn -> scipy, pandas; catch, rooms: pyplot): about
+# 3 of the CLI's seconds before any work. While gymnax imports, those names are bound to
+# placeholder modules that import the real one on first attribute use (rendering a GIF); the
+# placeholders leave sys.modules right after, so any other `import seaborn` gets the real module.
+_RENDER_ONLY_MODULES = ("matplotlib.pyplot", "seaborn")
 
-    return list(gymnax.registered_envs)
+
+class _ImportOnFirstUse(types.ModuleType):
+    """Stands in for module ``__name__``; the first missing attribute imports the real module."""
+
+    def __getattr__(self, attr):
+        if attr.startswith("__"):  # import machinery probing (__path__, __file__, ...): not a use
+            raise AttributeError(attr)
+        real = importlib.import_module(self.__name__)
+        self.__dict__.update(real.__dict__)
+        return getattr(real, attr)
+
+
+def import_gymnax():
+    """``import gymnax``, with its render-only plotting imports deferred to first use."""
+    if "gymnax" in sys.modules:
+        return sys.modules["gymnax"]
+    placed = [n for n in _RENDER_ONLY_MODULES if n not in sys.modules and importlib.util.find_spec(n) is not None]
+    for name in placed:
+        sys.modules[name] = _ImportOnFirstUse(name)
+    try:
+        import gymnax
+    finally:
+        for name in placed:
+            if isinstance(sys.modules.get(name), _ImportOnFirstUse):
+                del sys.modules[name]
+    return gymnax
+
+
+def registered_envs() -> list[str]:
+    return list(import_gymnax().registered_envs)
 
 
 def _is_gymnasium_id(name: str) -> Optional[bool]:
@@ -42,7 +79,7 @@ def _bridge_howto(name: str) -> str:
 
 def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs):
     """``(env, env_params, spec)`` for a registered gymnax name; clear errors otherwise."""
-    import gymnax
+    gymnax = import_gymnax()
     from gymnax.environments import spaces
 
     names = registered_envs()
