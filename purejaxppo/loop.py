@@ -211,17 +211,27 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
             return f"seed {r}"
         return f"member {r // num_seeds} ({', '.join(f'{k}={v:g}' for k, v in members[r // num_seeds].items())}), seed {r % num_seeds}"
 
+    def launch(state, at):
+        """Dispatch the chunk that starts at update ``at`` (compiling its length once) and
+        return at once: JAX dispatch is asynchronous, so it runs while the host works."""
+        n = min(chunk, stop_at - at)
+        if evaluator:  # a chunk ends at every evaluation point
+            n = min(n, evaluator.updates_to_next(at))
+        c = prog.compile(n, state, configs)  # a remainder chunk: outside the timed run
+        return n, c, prog.chunk(n, state, configs)
+
     try:
         with sigterm_as_interrupt():
-            while done < stop_at:
-                n = min(chunk, stop_at - done)
-                if evaluator:  # a chunk ends at every evaluation point
-                    n = min(n, evaluator.updates_to_next(done))
-                compile_s += prog.compile(n, runner, configs)  # a remainder chunk: outside the timed run
-                t = time.perf_counter()
-                (new_runner, metrics), finite = prog.chunk(n, runner, configs)
+            loop_t0, loop_compile = time.perf_counter(), 0.0
+            pending = launch(runner, done) if done < stop_at else None
+            while pending is not None:
+                n, c, ((new_runner, metrics), finite) = pending
+                compile_s, loop_compile = compile_s + c, loop_compile + c
                 metrics, finite = jax.device_get((metrics, finite))
-                run_s += time.perf_counter() - t
+                # the next chunk starts from this one's state before the host writes this one's
+                # metrics and checkpoint, so the device never waits on the host (one chunk in
+                # flight at most; after a stop it is discarded, nothing of it is written)
+                pending = launch(new_runner, done + n) if done + n < stop_at else None
                 metrics = {k: np.asarray(v) for k, v in metrics.items()}
                 evaluated = None
                 if evaluator:  # a separate program on the state after this chunk: training is untouched
@@ -245,6 +255,9 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
                     note(warning)
                 chunks.append(metrics)
                 runner, done, since = new_runner, done + n, since + 1
+                # wall time of the loop so far, less compiles and evaluations: the host's work is
+                # inside it where it did not overlap a chunk
+                run_s = time.perf_counter() - loop_t0 - loop_compile - eval_s
                 good = (runner, done)
                 if since >= checkpoint_every and done < stop_at:
                     checkpoint(runner, done)
