@@ -24,6 +24,7 @@ from flax import struct
 ACTIVATIONS = ("tanh", "relu", "gelu", "elu", "swish")
 ADV_NORMS = ("minibatch", "batch", "none")
 NETWORKS = ("mlp", "cnn", "gru")
+ACTION_STDS = ("param", "softplus")  # Gaussian policy scale: see networks.ActorCritic
 ROLLOUT_RNGS = ("threefry", "unsafe_rbg", "rbg")
 
 
@@ -48,6 +49,10 @@ class PPOConfig:
     activation: str = static("tanh")
     network: str = static("mlp")
     shared_torso: bool = static(False)
+    # Gaussian (Box) actions: "param" = a learned state-independent log-std (std 1 at init);
+    # "softplus" = std softplus(dense(features)) + 0.001 from the actor torso (about 0.7 at init), as
+    # gymnax-blines' PPO agents have it
+    action_std: str = static("param")
     anneal_lr: bool = static(True)
     clip_value: bool = static(True)
     adv_norm: str = static("minibatch")
@@ -200,6 +205,11 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         raise ConfigError(f"rollout_rng={cfg.rollout_rng!r} is unknown; choose one of {ROLLOUT_RNGS}")
     if cfg.network not in NETWORKS:
         raise ConfigError(f"network={cfg.network!r} is unknown; choose one of {NETWORKS}")
+    if cfg.action_std not in ACTION_STDS:
+        raise ConfigError(f"action_std={cfg.action_std!r} is unknown; choose one of {ACTION_STDS}")
+    if cfg.action_std != "param" and cfg.network == "gru":
+        raise ConfigError("action_std='softplus' is for the feed-forward networks; the GRU agent has a "
+                          "state-independent log-std (action_std='param')")
     for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward", "freeze_obs_norm",
                  "bootstrap_truncated"):
         if not isinstance(getattr(cfg, name), bool):

@@ -135,6 +135,7 @@ class ActorCritic(nn.Module):
     torso: str = "mlp"
     shared_torso: bool = False
     torso_fn: Any = None  # zero-arg factory of a custom torso module: obs [..., *] -> features [..., F]
+    action_std: str = "param"  # Gaussian scale: "param" (state-independent) or "softplus" (state-dependent)
 
     def setup(self):
         if self.torso_fn is not None:
@@ -147,13 +148,18 @@ class ActorCritic(nn.Module):
         self.critic_torso = self.actor_torso if self.shared_torso else make()
         self.policy_head = _dense(self.num_actions, 0.01)
         self.value_head = _dense(1, 1.0)
-        if not self.discrete:
+        if not self.discrete and self.action_std == "softplus":
+            self.std_head = _dense(self.num_actions, 0.01)  # softplus(~0) + 0.001: std about 0.69 at init
+        elif not self.discrete:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
 
     def actor(self, obs):
-        out = self.policy_head(self.actor_torso(obs))
+        features = self.actor_torso(obs)
+        out = self.policy_head(features)
         if self.discrete:
             return out
+        if self.action_std == "softplus":
+            return out, jnp.log(jax.nn.softplus(self.std_head(features)) + 0.001)
         return out, jnp.broadcast_to(self.log_std, out.shape)
 
     def critic(self, obs):
@@ -207,6 +213,7 @@ def make_network(
     torso: str = "mlp",
     shared_torso: bool = False,
     torso_fn: Optional[Callable[[], nn.Module]] = None,
+    action_std: str = "param",
 ) -> Network:
     """Build the feed-forward actor-critic for an :class:`~purejaxppo.envs.EnvSpec`.
 
@@ -222,6 +229,7 @@ def make_network(
         torso=torso,
         shared_torso=shared_torso,
         torso_fn=torso_fn,
+        action_std=action_std,
     )
     prepare = observation_adapter(spec, flatten=torso_fn is None)
     dummy, _ = prepare(dummy_observation(spec))

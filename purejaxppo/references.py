@@ -28,11 +28,13 @@ Their yaml fields and how they map:
 * time limits: their GAE multiplies by ``1 - done`` with gymnax 0.x's single ``done``,
   so a time-limit end is treated as terminal: ``bootstrap_truncated=False``.
 
+* Gaussian policies (Box actions): their state-dependent scale ``softplus(dense(x)) + 0.001``
+  on the actor's features, ``action_std="softplus"`` (our default is a state-independent log-std).
+
 Not reproduced (the code has no such knobs; see experiments/RESULTS.md): their
 initialisation (flax's default lecun-normal kernels, biases uniform in [0, 0.05]; ours is
-orthogonal with zero biases), their Gaussian policy's state-dependent scale
-(``softplus(dense(x)) + 0.001``; ours is a state-independent log-std), and their reuse of one
-shuffling key for every update. FourRooms-misc is left out: it needs env kwargs.
+orthogonal with zero biases), and their reuse of one shuffling key for every update.
+FourRooms-misc is left out: it needs env kwargs.
 
 ``EVAL_PROTOCOLS["gymnax-blines"]``: their reported figure is ``batch_evaluate``: the mean
 return of 164 parallel episodes (each copy's first episode) of the final policy with
@@ -84,7 +86,7 @@ def _gymnax_blines(env_name: str) -> dict:
         clip_eps=y["clip_eps"], clip_value=True, vf_clip_eps=y["clip_eps"], vf_coef=y["critic_coeff"],
         ent_coef=y["ent"], max_grad_norm=y["grad"], adam_eps=1e-5, adv_norm="minibatch",
         lr=lr_begin, anneal_lr=False, **schedule, normalize_obs=False, normalize_reward=False,
-        bootstrap_truncated=False,
+        bootstrap_truncated=False, action_std="softplus",
     )
 
 

@@ -176,7 +176,7 @@ def make_agent(config: PPOConfig, spec: envs_lib.EnvSpec, network: Optional[Netw
                           f"{spec.obs_shape}; use network='mlp'")
     return feed_forward(make_network(spec, config.hidden_sizes, config.activation,
                                      torso="cnn" if config.network == "cnn" else "mlp",
-                                     shared_torso=config.shared_torso))
+                                     shared_torso=config.shared_torso, action_std=config.action_std))
 
 
 def strong_types(tree):

@@ -30,6 +30,7 @@ def test_breakout_reference_is_gymnax_blines_yaml():
     assert (c.max_grad_norm, c.lr, c.anneal_lr, c.lr_end, c.adam_eps) == (0.5, 5e-4, False, None, 1e-5)
     assert c.num_updates == 1211 and c.total_timesteps == 1211 * 64 * 128
     assert c.bootstrap_truncated is False and not c.normalize_obs and not c.normalize_reward
+    assert c.action_std == "softplus"  # their Gaussian scale (unused by Breakout's discrete actions)
 
 
 def test_reference_flags_override_and_errors():
@@ -108,13 +109,13 @@ def test_truncation_bootstraps_or_ends_the_return():
 
 
 def test_checkpoints_older_than_new_config_fields_still_resume():
-    """A checkpoint written before bootstrap_truncated/lr_end/lr_ramp_steps existed had their
+    """A checkpoint written before bootstrap_truncated/lr_end/lr_ramp_steps/action_std existed had their
     default behaviour: it compares equal to a config with the defaults, and unequal otherwise."""
     from purejaxppo.checkpoint import CheckpointError
     from purejaxppo.run_folder import check_same_setup
 
     old = PPOConfig(env_name="Acrobot-v1").to_dict()
-    for name in ("bootstrap_truncated", "lr_end", "lr_ramp_steps"):
+    for name in ("bootstrap_truncated", "lr_end", "lr_ramp_steps", "action_std"):
         del old[name]
     meta = {"config": old, "seed": 0, "num_seeds": 2, "members": None}
     info = {"config": PPOConfig(env_name="Acrobot-v1").to_dict(), "seed": 0, "num_seeds": 2, "members": None}

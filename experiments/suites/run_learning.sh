@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Learning runs of the env suites (issue 12), 4 vmapped seeds each, CPU; the exact commands behind the
+# "Learning runs" section of RESULTS.md. Run from the repo root with the suites venv
+# (pip install -e ".[dev,suites]"). Outputs go to $OUT (default /tmp/suites_runs); plots to this folder.
+# On the shared 2-core machine everything ran under `nice -n 19`, one process at a time.
+set -u
+PY=${PY:-python}
+OUT=${OUT:-/tmp/suites_runs}
+HERE=experiments/suites
+mkdir -p "$OUT"
+export PYTHONPATH=${PYTHONPATH:-$PWD}
+
+train() {  # train NAME ENV FLAGS...
+  local name=$1 env=$2; shift 2
+  rm -rf "$OUT/$name"
+  nice -n 19 timeout 660 $PY -m purejaxppo train --env "$env" --seeds 4 --run-dir "$OUT/$name" --quiet "$@" \
+    > "$OUT/$name.log" 2>&1
+  echo "$env rc=$?"; tail -3 "$OUT/$name.log"
+}
+bench() {  # bench NAME ENV NUM_ENVS NUM_STEPS: training steps/s and env-only / env+actor limits
+  # `python -m purejaxppo bench --env ...` fails (argparse REMAINDER drops leading options), so the
+  # module is run directly; it is the same code.
+  nice -n 19 timeout 600 $PY -m purejaxppo.bench --env "$2" --num-envs "$3" --num-steps "$4" \
+    --total-timesteps 32768 --seeds 4 --repeats 1 --json "$OUT/bench-$1.json" 2>&1 | grep -E "steps_per_s|ratio|compile"
+}
+envonly() {  # envonly NAME ENV NUM_ENVS: env-only limit from a plain jitted scan (obs kept in the output)
+  nice -n 19 timeout 600 $PY $HERE/env_only_sps.py --env "$2" --num-envs "$3" --seeds 4 --steps 256 \
+    2>&1 | tail -1 | tee "$OUT/envonly-$1.txt"
+}
+plot() {  # plot NAME
+  nice -n 19 $PY -m purejaxppo plot "$OUT/$1" -o "$HERE/learning-$1.png"
+}
+
+# 1. navix
+train navix navix:Navix-Empty-5x5-v0 --total-timesteps 200000 --num-envs 16 --num-steps 128
+bench navix navix:Navix-Empty-5x5-v0 16 128
+
+# 2. xminigrid
+train xminigrid xminigrid:MiniGrid-Empty-6x6 --total-timesteps 1000000 --num-envs 32 --num-steps 128
+bench xminigrid xminigrid:MiniGrid-Empty-6x6 32 128
+
+# 3. brax (config borrowed from the Brax notebook's inverted_pendulum entry: normalised obs, gamma 0.97, lr 3e-4)
+train brax brax:inverted_pendulum --total-timesteps 400000 --num-envs 32 --num-steps 64 \
+  --normalize-obs True --gamma 0.97 --lr 3e-4
+bench brax brax:inverted_pendulum 32 64   # its env-only figure is optimised away (constant reward): use envonly
+envonly brax brax:inverted_pendulum 32
+
+# 4. playground. First try (no learning in 2e5 steps/seed, kept for the record):
+#   train playground-try1 playground:CartpoleBalance --total-timesteps 200000 --num-envs 32 --num-steps 64 --normalize-obs True
+train playground playground:CartpoleBalance --total-timesteps 1000000 --num-envs 32 --num-steps 64 \
+  --normalize-obs True --normalize-reward True --gamma 0.995 --lr 1e-3 --update-epochs 8 --num-minibatches 8
+envonly playground playground:CartpoleBalance 32
+
+# 5. pgx 2048 (masked actions)
+train pgx pgx:2048 --total-timesteps 300000 --num-envs 32 --num-steps 64
