@@ -79,8 +79,11 @@ def main() -> None:
     rows = [run_env(env, args.seeds, args.kind) for env in args.envs.split(",")]
     out = OUT if args.kind == "reference" else PRESET_OUT
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(rows, f, indent=2)
+    path = os.path.join(out, "results.json")
+    kept = json.load(open(path)) if os.path.exists(path) else []  # other envs' rows stay
+    rows_all = [r for r in kept if r["env"] not in {x["env"] for x in rows}] + rows
+    with open(path, "w") as f:
+        json.dump(rows_all, f, indent=2)
     for r in rows:
         print(row(r))
 
