@@ -38,9 +38,12 @@ def curves(run_dir: str, smooth: int = 1) -> tuple[np.ndarray, np.ndarray]:
     cs = load_curves(run_dir)
     r = np.concatenate([c["values"] for c in cs])  # [members or seeds, U]
     r = np.stack([_ffill(x) for x in r])
-    if smooth > 1:
-        c = np.nancumsum(np.pad(r, ((0, 0), (smooth, 0))), axis=1)
-        r = (c[:, smooth:] - c[:, :-smooth]) / smooth
+    if smooth > 1:  # mean of the finite values in the window (NaN before the first episode ends)
+        ok = np.isfinite(r)
+        c = np.cumsum(np.pad(np.where(ok, r, 0.0), ((0, 0), (smooth, 0))), axis=1)
+        k = np.cumsum(np.pad(ok, ((0, 0), (smooth, 0))), axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = (c[:, smooth:] - c[:, :-smooth]) / (k[:, smooth:] - k[:, :-smooth])
     return cs[0]["env_steps"], r
 
 
