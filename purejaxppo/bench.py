@@ -105,7 +105,10 @@ def main(argv=None):
                 k1, k2 = jax.random.split(k)
                 a, extra = act(k1, obs)
                 obs, state, r, *_ = venv.step(k2, state, a)
-                return (state, obs), r + extra
+                # the observation is part of the output: with only the reward (constant in some envs,
+                # e.g. Brax's inverted_pendulum) XLA would drop the physics and report a false limit
+                seen = sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(obs))
+                return (state, obs), jnp.sum(r + extra) + seen
 
             return jax.lax.scan(body, (state, obs), jax.random.split(key, n_iter), unroll=cfg.rollout_unroll)[1].sum()
         return run

@@ -455,6 +455,12 @@ class UserError(Exception):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # its own flags, passed on as they are (argparse.REMAINDER drops leading options)
+        from .bench import main as bench_main
+
+        bench_main(argv[1:])
+        return 0
     parser = build_parser()
     args = parser.parse_args(argv)
     from .checkpoint import CheckpointError
@@ -470,12 +476,6 @@ def main(argv=None) -> int:
             return cmd_plot(args)
         if args.command == "envs":
             return cmd_envs(args)
-        if args.command == "bench":
-            sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-            from .bench import main as bench_main
-
-            bench_main(args.rest)
-            return 0
     except (ConfigError, UserError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -181,3 +181,15 @@ def test_train_flags_reach_the_loop(monkeypatch, tmp_path):
     assert calls[-1]["members"] == [{"lr": 1e-3, "clip_eps": 0.1}, {"lr": 1e-3, "clip_eps": 0.3},
                                     {"lr": 2e-3, "clip_eps": 0.1}, {"lr": 2e-3, "clip_eps": 0.3}]
     assert (tmp_path / "b" / "results.md").read_text().count("\n") == 2 + 4  # header, rule, 4 members
+
+
+def test_bench_subcommand_takes_its_own_flags(tmp_path, capsys):
+    """`python -m purejaxppo bench --env ...` reaches the benchmark with its flags (argparse's
+    REMAINDER used to drop a leading option: "unrecognized arguments: --env")."""
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "8", "--total-timesteps", "64",
+                 "--repeats", "1", "--json", str(out)]) == 0
+    res = json.load(open(out))
+    assert (res["env"], res["num_envs"], res["num_steps"], res["total_timesteps"]) == ("CartPole-v1", 2, 8, 64)
+    assert res["train_steps_per_s"] > 0 and res["env_only_steps_per_s"] > 0
+    assert "train_steps_per_s" in capsys.readouterr().out
