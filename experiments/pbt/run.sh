@@ -1,7 +1,8 @@
 #!/bin/bash
 # PBT vs the same population without exploitation (--pbt-interval 0) vs the preset (4 seeds), at
 # equal env steps per member. One env per call, repetitions = PBT seeds (each draws its own population).
-# Usage: OUT=/tmp/pbt_runs bash experiments/pbt/run.sh ENV "0 1 2 3"
+# Usage: OUT=/tmp/pbt_runs [DEVICES=2] bash experiments/pbt/run.sh ENV "0 1 2 3"
+#   (DEVICES: members sharded over that many devices; the numbers equal --devices 1, tests/test_parallel.py)
 #   ENV: CartPole-v1 | Pendulum-v1 | Breakout-MinAtar     then: python experiments/pbt/summarize.py OUT
 set -e
 OUT=${OUT:-/tmp/pbt_runs}
@@ -19,7 +20,7 @@ case $ENV in
     ARGS="--preset --total-timesteps 1000000"; SEARCH="--search lr=loguniform:1e-5:1e-2";;
   *) echo "unknown env $ENV"; exit 2;;
 esac
-COMMON="--env $ENV $ARGS --devices 1 --quiet"
+COMMON="--env $ENV $ARGS --devices ${DEVICES:-1} --quiet"
 for seed in ${2:-0 1 2 3}; do
   for interval in $INTERVAL 0; do
     dir=$OUT/$TAG-pbt$MEMBERS-i$interval-s$seed
