@@ -17,12 +17,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run_suite import REFERENCE, bootstrap_ci, iqm  # noqa: E402
+from run_suite import REFERENCE, bootstrap_ci, iqm, train_once  # noqa: E402
 
 OUT = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))  # relative paths in the JSONs
 PRESET_OUT = os.path.relpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "preset"))
@@ -43,16 +42,8 @@ def run_env(env: str, seeds: int, kind: str = "reference") -> dict:
     """``kind`` "reference" (``--reference gymnax-blines``, into experiments/reference/ENV) or
     "preset" (``--preset``, into experiments/preset/ENV): trained once, evaluated both ways."""
     run_dir = os.path.join(OUT if kind == "reference" else PRESET_OUT, env)
-    if not os.path.exists(os.path.join(run_dir, "summary.json")):
-        how = ["--reference", "gymnax-blines"] if kind == "reference" else ["--preset"]
-        cmd = [sys.executable, "-m", "purejaxppo", "train", "--env", env, *how,
-               "--seeds", str(seeds), "--run-dir", run_dir, "--quiet"]
-        print(" ".join(cmd), flush=True)
-        t = time.perf_counter()
-        subprocess.run(cmd, check=True)
-        print(f"{env}: {time.perf_counter() - t:.0f}s", flush=True)
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
+    how = ["--reference", "gymnax-blines"] if kind == "reference" else ["--preset"]
+    summary = train_once(env, run_dir, how + ["--seeds", str(seeds)])
     train = np.asarray(summary["final_return_per_seed"], np.float64)
     protocol = np.asarray(_cached_eval(run_dir, "eval_protocol.json", ["--protocol", "gymnax-blines"])["per_seed_mean"])
     greedy = np.asarray(_cached_eval(run_dir, "eval.json", ["--episodes", "64"])["per_seed_mean"])

@@ -42,19 +42,25 @@ def bootstrap_ci(x: np.ndarray, stat, n: int = 2000, seed: int = 0) -> tuple[flo
     return float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5))
 
 
-def run_env(env: str, seeds: int, total: int | None, out_dir: str, extra: list[str]) -> dict:
-    run_dir = os.path.join(out_dir, env)
+def train_once(env: str, run_dir: str, flags: list[str]) -> dict:
+    """``python -m purejaxppo train --env ENV FLAGS --run-dir RUN_DIR --quiet`` unless RUN_DIR
+    already holds a finished run; returns its summary.json."""
     if os.path.exists(os.path.join(run_dir, "summary.json")):
         print(f"{env}: reusing {run_dir}")
     else:
-        cmd = [sys.executable, "-m", "purejaxppo", "train", "--env", env, "--preset", "--seeds", str(seeds),
-               "--run-dir", run_dir, "--quiet"] + (["--total-timesteps", str(total)] if total else []) + extra
+        cmd = [sys.executable, "-m", "purejaxppo", "train", "--env", env, *flags, "--run-dir", run_dir, "--quiet"]
         print(" ".join(cmd), flush=True)
         t = time.perf_counter()
         subprocess.run(cmd, check=True)
         print(f"{env}: {time.perf_counter() - t:.0f}s", flush=True)
     with open(os.path.join(run_dir, "summary.json")) as f:
-        summary = json.load(f)
+        return json.load(f)
+
+
+def run_env(env: str, seeds: int, total: int | None, out_dir: str, extra: list[str]) -> dict:
+    run_dir = os.path.join(out_dir, env)
+    summary = train_once(env, run_dir, ["--preset", "--seeds", str(seeds)]
+                         + (["--total-timesteps", str(total)] if total else []) + extra)
     with open(os.path.join(run_dir, "config.json")) as f:
         cfg = json.load(f)["config"]
     finals = np.asarray(summary["final_return_per_seed"], np.float64)
