@@ -44,11 +44,14 @@ def bootstrap_ci(x: np.ndarray, stat, n: int = 2000, seed: int = 0) -> tuple[flo
 
 def train_once(env: str, run_dir: str, flags: list[str]) -> dict:
     """``python -m purejaxppo train --env ENV FLAGS --run-dir RUN_DIR --quiet`` unless RUN_DIR
-    already holds a finished run; returns its summary.json."""
+    already holds a finished run; a run that was stopped (killed, machine gone) is resumed from
+    its last checkpoint with ``train --resume``. Returns its summary.json."""
     if os.path.exists(os.path.join(run_dir, "summary.json")):
         print(f"{env}: reusing {run_dir}")
     else:
         cmd = [sys.executable, "-m", "purejaxppo", "train", "--env", env, *flags, "--run-dir", run_dir, "--quiet"]
+        if os.path.exists(os.path.join(run_dir, "config.json")):
+            cmd = [sys.executable, "-m", "purejaxppo", "train", "--resume", run_dir, "--quiet"]
         print(" ".join(cmd), flush=True)
         t = time.perf_counter()
         subprocess.run(cmd, check=True)
