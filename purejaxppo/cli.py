@@ -138,7 +138,7 @@ def cmd_train(args) -> int:
                 else f"--seeds={seeds}")
         devices = choose_devices(args.devices, n_members * seeds, runs)
     set_devices(devices)
-    _compile_cache(args)
+    cache = _compile_cache(args)
     if args.pbt is not None:
         from .pbt_cli import cmd_train_pbt
 
@@ -149,7 +149,8 @@ def cmd_train(args) -> int:
     from .program import Program
 
     members = make_population(config, grid, num_seeds=seeds).members if grid else None
-    program = Program(config, num_devices=devices, split=split)  # unknown envs etc. fail here, before any folder
+    program = Program(config, num_devices=devices, split=split,  # unknown envs etc. fail here, before any folder
+                      executables=cache)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(':', '-')}-{'sweep-' if grid else ''}{stamp}")
     if not args.quiet:
@@ -229,15 +230,18 @@ def _check_sinks(args) -> None:
         require_wandb()
 
 
-def _compile_cache(args) -> None:
+def _compile_cache(args):
+    """Turn on the compile caches (unless opted out): JAX's persistent cache, and the folder of
+    whole executables inside it (:mod:`purejaxppo.executable_cache`) that is returned; or None."""
     if getattr(args, "no_compile_cache", False) or os.environ.get("PUREJAXPPO_NO_COMPILE_CACHE"):
-        return
+        return None
     from .compile_cache import announce_once, enable
 
     path = enable()
     notice = announce_once(path) if path else None
     if notice and not args.quiet:
         print(notice, flush=True)
+    return os.path.join(path, "executables") if path else None
 
 
 def cmd_resume(args) -> int:
@@ -271,7 +275,7 @@ def cmd_resume(args) -> int:
     devices = info.get("num_devices", 1)
     choose_devices(str(devices), devices, "")  # still available?
     set_devices(devices)
-    _compile_cache(args)
+    cache = _compile_cache(args)
     if not args.quiet:
         what = f"{len(members)} members x {seeds} seed(s)" if members else f"{seeds} seed(s)"
         print(f"purejaxppo: resuming {run_dir} ({config.env_name}, {what}, {config.num_updates} updates) "
@@ -287,6 +291,11 @@ def cmd_resume(args) -> int:
     if pbt:
         from .pbt_cli import report
         from .pbt_run import resume_pbt
+    else:
+        from .program import Program
+
+        kw["program"] = Program(config, num_devices=devices, split=info.get("split", "seeds"),
+                                executables=cache)
     try:
         res = resume_pbt(run_dir, **kw) if pbt else resume_run(run_dir, **kw)
     finally:

@@ -5,6 +5,8 @@ of one PPO, vmapped over runs and sharded over devices by ``parallel.shard_runs`
 (``split="seeds"``), or with every run's envs split over devices (``split="envs"``,
 ``parallel.split_envs``; runs vmapped on top). A config is either bound into the functions
 (one config, broadcast to every run) or passed stacked to ``[R]`` (a sweep).
+With ``executables=FOLDER`` (the CLI's compile cache) the compiled ``init`` and chunks are
+kept whole on disk (:mod:`purejaxppo.executable_cache`), so a repeated run skips tracing.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from . import parallel
+from . import executable_cache, parallel
 from .config import ConfigError, PPOConfig
 from .train import PPO, make_ppo
 
@@ -28,14 +30,18 @@ class Program:
     ``split="seeds"``: runs sharded over ``num_devices``; ``split="envs"``: every run's envs
     split over ``num_devices`` (``parallel.split_envs``), runs vmapped on top."""
 
-    def __init__(self, config: PPOConfig, *, ppo: Optional[PPO] = None, num_devices: int = 1, split: str = "seeds"):
+    def __init__(self, config: PPOConfig, *, ppo: Optional[PPO] = None, num_devices: int = 1, split: str = "seeds",
+                 executables: Optional[str] = None):
         if split not in ("seeds", "envs"):
             raise ConfigError(f"split={split!r} must be 'seeds' (runs over devices) or 'envs' (each run's envs)")
+        # only a program built here from the config can be keyed without tracing it
+        self.executables = (executable_cache.for_program(executables, config, num_devices=num_devices, split=split)
+                            if ppo is None else None)
         if ppo is None:
             ppo = parallel.split_envs(config, num_devices) if split == "envs" else make_ppo(config)
         self.config, self.ppo, self.num_devices, self.split = config, ppo, num_devices, split
         self.shard = num_devices if split == "seeds" else 1
-        self._fns, self._compiled = {}, set()
+        self._fns, self._compiled, self._loaded = {}, set(), {}
 
     def _fn(self, n: Optional[int], stacked: bool):
         if (n, stacked) not in self._fns:
@@ -54,24 +60,38 @@ class Program:
 
     def init(self, keys, configs=None):
         """``keys [R]`` (and stacked ``configs [R]``, placed by :meth:`place`) -> runner ``[R, ...]``."""
-        return self._fn(None, configs is not None)(*((keys,) if configs is None else (keys, configs)))
+        args = (keys,) if configs is None else (keys, configs)
+        fn = self._fn(None, configs is not None)
+        if self.executables is None:
+            return fn(*args)
+        args = fn.place(*args)
+        return self.executables.get(("init", configs is not None), fn.jitted, args)(*args)
 
     def compile(self, n: int, runner, configs=None) -> float:
         """Compile the ``n``-update chunk for these inputs (once); returns the seconds it took."""
         args = (runner,) if configs is None else (runner, configs)
-        sig = (n, str(jax.tree.structure(args)),  # weak types and committed-ness compile separately too
-               tuple((x.shape, str(x.dtype), getattr(x, "weak_type", False), str(getattr(x, "sharding", "")),
-                      getattr(x, "committed", None)) for x in jax.tree.leaves(args)))
+        sig = (n, executable_cache.signature(args))  # weak types and committed-ness compile separately too
         if sig in self._compiled:
             return 0.0
         t = time.perf_counter()
-        self._fn(n, configs is not None).lower(*args).compile()  # the call below reuses it
+        fn = self._fn(n, configs is not None)
+        if self.executables is None:
+            fn.lower(*args).compile()  # the call in chunk() reuses it
+        else:
+            args = fn.place(*args)
+            self._loaded[sig] = self.executables.get(("chunk", n, configs is not None), fn.jitted, args)
         self._compiled.add(sig)
         return time.perf_counter() - t
 
     def chunk(self, n: int, runner, configs=None):
         """``n`` updates of every run -> ``((runner, metrics {name: [R, n]}), finite [R])``."""
-        return self._fn(n, configs is not None)(*((runner,) if configs is None else (runner, configs)))
+        args = (runner,) if configs is None else (runner, configs)
+        fn = self._fn(n, configs is not None)
+        if self._loaded:
+            compiled = self._loaded.get((n, executable_cache.signature(args)))
+            if compiled is not None:
+                return compiled(*fn.place(*args))
+        return fn(*args)
 
 
 def _tree_finite(tree) -> jax.Array:
