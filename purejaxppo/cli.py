@@ -241,7 +241,9 @@ def _compile_cache(args):
     notice = announce_once(path) if path else None
     if notice and not args.quiet:
         print(notice, flush=True)
-    return os.path.join(path, "executables") if path else None
+    if not path or os.environ.get("PUREJAXPPO_NO_EXECUTABLE_CACHE"):  # JAX's cache alone (benchmarks compare)
+        return None
+    return os.path.join(path, "executables")
 
 
 def cmd_resume(args) -> int:

@@ -14,7 +14,9 @@ key computed WITHOUT tracing, from everything that decides the program:
   versions of jax, jaxlib, flax, optax, gymnax and of the env's suite package, JAX's
   config values (PRNG implementation, x64, ...), ``XLA_FLAGS`` and the devices.
 
-A changed config, flag, library or source file therefore compiles anew. Only programs that
+A changed config, flag, library or source file therefore compiles anew, in full: programs
+saved here are compiled without JAX's persistent cache (see ``_without_persistent_cache``), so
+that cache neither serves nor keeps them; it still serves every other program (evaluation, PBT). Only programs that
 :class:`~purejaxppo.program.Program` builds from a config use it (a PPO passed in from
 outside, e.g. with a custom env object, is not keyed and always traces). Any failure to
 read or write an entry (a corrupt or foreign file, a full disk) falls back to compiling:
