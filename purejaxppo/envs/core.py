@@ -84,25 +84,29 @@ def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Ca
     episode ended, the env is reset and its observation and state replaced, and the
     PRE-reset observation is kept in ``info["final_observation"]``. (Suites' own
     auto-reset wrappers, e.g. Brax's, overwrite that observation; this one cannot.)
-    The reset is computed for every env and selected where done: ``vmap`` turns a
-    branch into the same select anyway."""
+    The resets of all envs are computed only on steps where some env's episode ended
+    (``lax.cond`` on ``any(done)``), then selected where done: a reset can cost far more
+    than a step (Craftax generates a world), and most steps end no episode. Under an outer
+    ``vmap`` (seeds) the cond becomes a select of both branches, as before; the numbers are
+    the same either way."""
     env_keys = env_keys if env_keys is not None else default_env_keys(num_envs)
+    reset_all = jax.vmap(lambda k: reset1(raw_key(k)))
 
     def reset(key):
-        return jax.vmap(lambda k: reset1(raw_key(k)))(env_keys(key))
-
-    def one(key, state, action):
-        k_step, k_reset = jax.random.split(key)
-        obs, state, reward, term, trunc = step1(raw_key(k_step), state, action)
-        obs0, state0 = reset1(raw_key(k_reset))
-        done = jnp.logical_or(term, trunc)
-        pick = lambda new, old: jnp.where(done, new, old)
-        return (jax.tree.map(pick, obs0, obs), jax.tree.map(pick, state0, state), reward.astype(jnp.float32),
-                term, trunc, obs)
+        return reset_all(env_keys(key))
 
     def step(key, state, action):
-        obs, state, reward, term, trunc, final = jax.vmap(one)(env_keys(key), state, action)
-        return obs, state, reward, term, trunc, {"final_observation": final}
+        k_step, k_reset = jnp.moveaxis(jax.vmap(jax.random.split)(env_keys(key)), 1, 0)
+        obs, new, reward, term, trunc = jax.vmap(lambda k, s, a: step1(raw_key(k), s, a))(k_step, state, action)
+        done = jnp.logical_or(term, trunc)
+
+        def with_resets(_):
+            obs0, state0 = reset_all(k_reset)
+            pick = lambda fresh, old: jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), fresh, old).astype(old.dtype)
+            return jax.tree.map(pick, obs0, obs), jax.tree.map(pick, state0, new)
+
+        next_obs, next_state = jax.lax.cond(jnp.any(done), with_resets, lambda _: (obs, new), None)
+        return next_obs, next_state, reward.astype(jnp.float32), term, trunc, {"final_observation": obs}
 
     return VecEnv(spec, num_envs, reset, step)
 
