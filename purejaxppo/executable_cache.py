@@ -63,8 +63,7 @@ def _version(dist: str) -> str:
 def environment(env_name: str) -> dict:
     """What besides the config decides a compiled program: code, versions, JAX flags, devices."""
     suite = env_name.split(":", 1)[0] if ":" in env_name else "gymnax"
-    dists = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "gymnax",
-             {"playground": "playground", "brax": "brax"}.get(suite, suite))
+    dists = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "gymnax", suite)  # each suite's extra names its package
     return {"source": _source_hash(), "versions": {d: _version(d) for d in dists},
             "jax_config": sorted((k, repr(v)) for k, v in jax.config.values.items() if "cache" not in k),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -125,17 +124,15 @@ class ExecutableCache:
         self.misses += 1
         with _without_persistent_cache():
             compiled = jitted.lower(*args).compile()
+        tmp = f"{path}.{os.getpid()}.tmp"
         try:
             os.makedirs(self.folder, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "wb") as f:
                 pickle.dump(serialize(compiled), f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, path)  # readers see a whole entry or none
         except Exception:  # not serializable, disk full, read-only: this run simply is not cached
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(tmp)
-            except (OSError, UnboundLocalError):
-                pass
         return compiled
 
 
