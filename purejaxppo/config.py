@@ -57,6 +57,9 @@ class PPOConfig:
     clip_value: bool = static(True)
     adv_norm: str = static("minibatch")
     max_episode_steps: Optional[int] = static(None)  # override the env's time limit
+    # suites with expensive resets (Craftax): one fresh start per group of this many envs per step
+    # ("optimistic" resets; exact while at most one episode per group ends on a step), 1 = every env its own
+    reset_ratio: int = static(1)
     obs_keep: Optional[tuple] = static(None)  # keep only these flat obs indices, e.g. (0, 2): CartPole without velocities
     gru_size: int = static(128)  # GRU hidden size (network="gru")
     normalize_obs: bool = static(False)
@@ -189,6 +192,10 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         )
     if cfg.max_episode_steps is not None:
         _check_int(cfg, "max_episode_steps")
+    _check_int(cfg, "reset_ratio")
+    if cfg.num_envs % cfg.reset_ratio:
+        raise ConfigError(f"reset_ratio={cfg.reset_ratio} must divide num_envs={cfg.num_envs} (resets are shared "
+                          "within groups of reset_ratio consecutive envs); choose a divisor of num_envs")
     _check_int(cfg, "gru_size")
     if cfg.obs_keep is not None and (not isinstance(cfg.obs_keep, tuple) or not cfg.obs_keep or not all(
             isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0 for i in cfg.obs_keep)):

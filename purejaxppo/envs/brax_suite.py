@@ -30,7 +30,7 @@ def env_names() -> list[str]:
 
 
 def from_brax_env(env, name: str, num_envs: int, episode_length: int, env_keys: Optional[Callable] = None,
-                  action_repeat: int = 1) -> VecEnv:
+                  action_repeat: int = 1, reset_ratio: int = 1) -> VecEnv:
     """Wrap a Brax-interface ``env`` (unwrapped) with Brax's ``EpisodeWrapper`` and our auto-reset."""
     from brax.envs.wrappers.training import EpisodeWrapper
 
@@ -50,13 +50,14 @@ def from_brax_env(env, name: str, num_envs: int, episode_length: int, env_keys: 
 
     spec = EnvSpec(name=name, max_episode_steps=int(episode_length), **box_action_fields((dim,), -1.0, 1.0),
                    **spec_fields_of_obs(obs0))
-    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys)
+    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys, reset_ratio)
 
 
 def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, **env_kwargs) -> VecEnv:
+                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
     from brax import envs
 
     check_name(name, env_names(), "brax")
     env = envs.get_environment(name, **env_kwargs)
-    return from_brax_env(env, f"brax:{name}", num_envs, max_episode_steps or DEFAULT_EPISODE_LENGTH, env_keys)
+    return from_brax_env(env, f"brax:{name}", num_envs, max_episode_steps or DEFAULT_EPISODE_LENGTH, env_keys,
+                         reset_ratio=reset_ratio)

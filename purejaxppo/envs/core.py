@@ -75,7 +75,8 @@ def default_env_keys(num_envs: int) -> Callable[[jax.Array], jax.Array]:
 
 
 def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Callable,
-                       env_keys: Optional[Callable[[jax.Array], jax.Array]] = None) -> VecEnv:
+                       env_keys: Optional[Callable[[jax.Array], jax.Array]] = None,
+                       reset_ratio: int = 1) -> VecEnv:
     """A VecEnv from ONE env's pure functions that do NOT reset by themselves.
 
     ``reset1(key) -> (obs, state)``; ``step1(key, state, action) -> (obs, state, reward,
@@ -84,16 +85,38 @@ def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Ca
     episode ended, the env is reset and its observation and state replaced, and the
     PRE-reset observation is kept in ``info["final_observation"]``. (Suites' own
     auto-reset wrappers, e.g. Brax's, overwrite that observation; this one cannot.)
-    The resets of all envs are computed only on steps where some env's episode ended
-    (``lax.cond`` on ``any(done)``), then selected where done: a reset can cost far more
-    than a step (Craftax generates a world), and most steps end no episode. Under an outer
-    ``vmap`` (seeds) the cond becomes a select of both branches, as before; the numbers are
-    the same either way."""
+
+    A reset can cost far more than a step (Craftax generates a world) and most steps end
+    no episode, so resets are computed only on steps where some env's episode ended
+    (``lax.cond`` on ``any(done)``). Under an outer ``vmap`` (seeds) that cond becomes a
+    select of both branches; ``reset_ratio`` is what saves work there:
+
+    * ``reset_ratio=1`` (default): every env that finished starts from its own fresh reset.
+    * ``reset_ratio=R > 1`` ("optimistic" resets): ONE fresh start is computed per group of
+      ``R`` consecutive envs, with the reset key of the group's first finished env: ``R`` times
+      fewer resets. Numbers equal ``reset_ratio=1`` on every step where at most one episode
+      per group ends; where more do, the group's other finished envs start from a copy of
+      that start (same state; their own step keys from then on). Groups never straddle
+      devices (``num_envs`` per device must be a multiple of ``R``), so sharding does not
+      change the numbers.
+    """
+    if isinstance(reset_ratio, bool) or not isinstance(reset_ratio, int) or reset_ratio < 1 or num_envs % reset_ratio:
+        raise ConfigError(f"reset_ratio={reset_ratio!r} must be a positive int dividing the {num_envs} envs of "
+                          f"{spec.name} per device (1: a fresh reset for every finished env)")
     env_keys = env_keys if env_keys is not None else default_env_keys(num_envs)
     reset_all = jax.vmap(lambda k: reset1(raw_key(k)))
+    groups = num_envs // reset_ratio
 
     def reset(key):
         return reset_all(env_keys(key))
+
+    def fresh_starts(done, k_reset):
+        """(obs, state) ``[E, ...]``: a fresh start for every env (used where done)."""
+        if reset_ratio == 1:
+            return reset_all(k_reset)
+        first = jnp.argmax(done.reshape(groups, reset_ratio), axis=1)  # 0 where none finished (start unused)
+        keys = k_reset.reshape((groups, reset_ratio) + k_reset.shape[1:])[jnp.arange(groups), first]
+        return jax.tree.map(lambda x: jnp.repeat(x, reset_ratio, axis=0), reset_all(keys))
 
     def step(key, state, action):
         k_step, k_reset = jnp.moveaxis(jax.vmap(jax.random.split)(env_keys(key)), 1, 0)
@@ -101,7 +124,7 @@ def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Ca
         done = jnp.logical_or(term, trunc)
 
         def with_resets(_):
-            obs0, state0 = reset_all(k_reset)
+            obs0, state0 = fresh_starts(done, k_reset)
             pick = lambda fresh, old: jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), fresh, old).astype(old.dtype)
             return jax.tree.map(pick, obs0, obs), jax.tree.map(pick, state0, new)
 

@@ -25,7 +25,7 @@ def env_names() -> list[str]:
 
 
 def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, **env_kwargs) -> VecEnv:
+                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
     from craftax.craftax_env import make_craftax_env_from_name
 
     check_name(name, NAMES, "craftax")
@@ -48,4 +48,4 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
         trunc = jnp.logical_and(done, state.timestep >= limit)
         return as_float(obs), state, reward, jnp.logical_and(done, jnp.logical_not(trunc)), trunc
 
-    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys)
+    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys, reset_ratio)

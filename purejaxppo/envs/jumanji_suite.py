@@ -58,7 +58,7 @@ def _action_fields(spec, name: str) -> dict:
 
 
 def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, **env_kwargs) -> VecEnv:
+                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
     import jumanji
     from jumanji.types import StepType
 
@@ -91,4 +91,4 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
         term = jnp.logical_and(last, ts.discount == 0)
         return observation(ts.observation), state, ts.reward, term, jnp.logical_and(last, ts.discount != 0)
 
-    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys)
+    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys, reset_ratio)

@@ -23,7 +23,7 @@ def env_names() -> list[str]:
 
 
 def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, **env_kwargs) -> VecEnv:
+                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
     import navix
 
     check_name(name, env_names(), "navix")
@@ -42,4 +42,4 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
         ts = env._step(ts, action)
         return as_float(ts.observation), ts, ts.reward, ts.step_type == 2, ts.step_type == 1
 
-    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys)
+    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys, reset_ratio)

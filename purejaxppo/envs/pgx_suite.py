@@ -29,7 +29,7 @@ def env_names() -> list[str]:
 
 
 def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, **env_kwargs) -> VecEnv:
+                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
     import pgx
 
     check_name(name, env_names(), "pgx")
@@ -56,4 +56,4 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
         trunc = jnp.logical_and(jnp.logical_or(state.truncated, t >= limit), jnp.logical_not(term))
         return observe(state), (state, t), state.rewards[0], term, trunc
 
-    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys)
+    return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys, reset_ratio)

@@ -23,7 +23,7 @@ def env_names() -> list[str]:
 
 
 def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, **config_overrides) -> VecEnv:
+                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **config_overrides) -> VecEnv:
     from mujoco_playground import registry
 
     check_name(name, env_names(), "playground")
@@ -32,4 +32,4 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     env = registry.load(name, config_overrides=overrides)
     length = max_episode_steps or int(config.episode_length)
     return from_brax_env(env, f"playground:{name}", num_envs, length, env_keys,
-                         action_repeat=int(config.get("action_repeat", 1)))
+                         action_repeat=int(config.get("action_repeat", 1)), reset_ratio=reset_ratio)

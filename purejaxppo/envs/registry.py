@@ -68,15 +68,21 @@ def env_names(suite: str) -> list[str]:
 
 
 def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable[[jax.Array], jax.Array]] = None, **env_kwargs) -> VecEnv:
+                 env_keys: Optional[Callable[[jax.Array], jax.Array]] = None, reset_ratio: int = 1,
+                 **env_kwargs) -> VecEnv:
     """Vectorise env ``name`` (``SUITE:NAME`` or a gymnax name) over ``num_envs`` copies.
 
     Every suite meets the same contract (auto-reset; ``terminated`` / ``truncated`` apart;
     ``info["final_observation"]`` the pre-reset observation). ``env_keys(key) ->
     [num_envs]`` keys derives the per-env keys of a reset/step (default:
     ``split(key, num_envs)``); data-parallel training passes one device's slice of the
-    global split so that sharded rollouts equal the single-device one."""
+    global split so that sharded rollouts equal the single-device one. ``reset_ratio > 1``
+    computes one fresh start per group of that many envs per step ("optimistic" resets, for
+    suites whose reset is expensive: :func:`~purejaxppo.envs.core.auto_reset_vec_env`)."""
     suite, rest = split_name(name)
     if suite == "gymnax":
+        if reset_ratio != 1:
+            raise ConfigError(f"reset_ratio={reset_ratio!r} is for the suites whose auto-reset purejaxppo computes "
+                              f"({', '.join(SUITES)}); gymnax's own step resets {name} (cheaply): use reset_ratio=1")
         return make_gymnax_vec_env(rest, num_envs, max_episode_steps, env_keys=env_keys, **env_kwargs)
-    return adapter(suite).make_vec_env(rest, num_envs, max_episode_steps, env_keys, **env_kwargs)
+    return adapter(suite).make_vec_env(rest, num_envs, max_episode_steps, env_keys, reset_ratio, **env_kwargs)
