@@ -87,6 +87,6 @@ def test_cli_preset_applies_per_env_defaults(monkeypatch):
 
     args = cli.build_parser().parse_args(["train", "--env", "Pendulum-v1", "--preset", "--lr", "5e-4"])
     cfg = cli.config_from_args(args)
-    assert cfg.gamma == 0.9 and cfg.update_epochs == 10 and cfg.lr == 5e-4  # preset + override
+    assert cfg.gamma == 0.98 and cfg.update_epochs == 10 and cfg.lr == 5e-4  # preset + override
     plain = cli.config_from_args(cli.build_parser().parse_args(["train", "--env", "Pendulum-v1"]))
     assert plain.gamma == 0.99
