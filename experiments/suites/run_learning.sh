@@ -15,7 +15,7 @@ export PYTHONPATH=${PYTHONPATH:-$PWD}
 train() {  # train NAME ENV FLAGS...
   local name=$1 env=$2; shift 2
   rm -rf "$OUT/$name"
-  nice -n 19 timeout 660 $PY -m purejaxppo train --env "$env" --seeds 4 --run-dir "$OUT/$name" --quiet "$@" \
+  nice -n 19 timeout ${TIMEOUT:-660} $PY -m purejaxppo train --env "$env" --seeds 4 --run-dir "$OUT/$name" --quiet "$@" \
     > "$OUT/$name.log" 2>&1
   echo "$env rc=$?"; tail -3 "$OUT/$name.log"
 }
@@ -59,6 +59,9 @@ train pgx-try1 pgx:2048 --total-timesteps 300000 --num-envs 32 --num-steps 64
 # so this run has no summary.json (RESULTS.md takes its final returns from metrics.csv)
 train pgx pgx:2048 --total-timesteps 1000000 --num-envs 32 --num-steps 128 --hidden-sizes 256,256 --activation relu
 envonly pgx pgx:2048 32
+# third try (2026-11-30): normalised rewards learn; the control without the flag does not
+TIMEOUT=900 train pgx-2048-normrew-2M pgx:2048 --total-timesteps 2000000 --num-envs 32 --num-steps 128 --normalize-reward true
+TIMEOUT=900 train pgx-2048-plain-2M pgx:2048 --total-timesteps 2000000 --num-envs 32 --num-steps 128
 
 # 6a. jumanji Snake (masked actions); 500-step episode cap so that episodes end at all
 train jumanji jumanji:Snake-v1 --total-timesteps 200000 --num-envs 32 --num-steps 64 --max-episode-steps 500
@@ -79,5 +82,5 @@ nice -n 19 timeout 200 $PY $HERE/env_only_sps.py --env craftax:Craftax-Classic-S
 # curves (the committed PNGs were then shrunk to 2/3 size, 64-colour palette, with PIL)
 plot navix; plot xminigrid; plot brax; plot craftax
 nice -n 19 $PY -m purejaxppo plot "$OUT/playground" "$OUT/playground-try1" -o $HERE/learning-playground.png
-nice -n 19 $PY -m purejaxppo plot "$OUT/pgx" "$OUT/pgx-try1" -o $HERE/learning-pgx.png
+nice -n 19 $PY -m purejaxppo plot "$OUT/pgx-2048-normrew-2M" "$OUT/pgx-2048-plain-2M" "$OUT/pgx" -o $HERE/learning-pgx.png
 nice -n 19 $PY -m purejaxppo plot "$OUT/jumanji-long" "$OUT/jumanji" -o $HERE/learning-jumanji.png
