@@ -179,7 +179,8 @@ def test_suite_episode_ends_and_bootstrap_match_the_suite(package, name, limit, 
         action = _action(spec, obs, t)
         nobs, nstate, reward, term, trunc, info = step(key, state, action)
         final = info["final_observation"]
-        refs = [hand(jax.tree.map(lambda x: x[e], state), action[e], k) for e, k in enumerate(_keys(key))]
+        host_state, host_action = jax.device_get((state, action))  # slice on the host: no tiny compiles per leaf
+        refs = [hand(jax.tree.map(lambda x: x[e], host_state), host_action[e], k) for e, k in enumerate(_keys(key))]
         ref_obs = jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float32) for x in xs]), *[r[0] for r in refs])
         np.testing.assert_array_equal(np.asarray(term), [r[1] for r in refs], err_msg=f"terminated at t={t}")
         np.testing.assert_array_equal(np.asarray(trunc), [r[2] for r in refs], err_msg=f"truncated at t={t}")
@@ -187,6 +188,9 @@ def test_suite_episode_ends_and_bootstrap_match_the_suite(package, name, limit, 
                      final, ref_obs)
         rec["v"].append(value(obs)), rec["v_next_ours"].append(value(final)), rec["v_next_ref"].append(value(ref_obs))
         rec["r"].append(np.asarray(reward)), rec["term"].append(np.asarray(term)), rec["trunc"].append(np.asarray(trunc))
+        if t == 0:  # reset and step give the same types (weak types too): jit(step) compiles once
+            typ = lambda tree: (jax.tree.structure(tree), [(x.shape, x.dtype, x.weak_type) for x in jax.tree.leaves(tree)])
+            assert typ((nobs, nstate)) == typ((obs, state)), "reset's types differ from step's"
         obs, state = nobs, nstate
     R = {k: np.stack(v) for k, v in rec.items()}
     assert (R["term"] | R["trunc"]).any(), "the short time limit must end some episodes"

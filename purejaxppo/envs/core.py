@@ -108,7 +108,7 @@ def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Ca
     groups = num_envs // reset_ratio
 
     def reset(key):
-        return reset_all(env_keys(key))
+        return _strong(reset_all(env_keys(key)))
 
     def fresh_starts(done, k_reset):
         """(obs, state) ``[E, ...]``: a fresh start for every env (used where done)."""
@@ -129,9 +129,17 @@ def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Ca
             return jax.tree.map(pick, obs0, obs), jax.tree.map(pick, state0, new)
 
         next_obs, next_state = jax.lax.cond(jnp.any(done), with_resets, lambda _: (obs, new), None)
+        next_obs, next_state = _strong((next_obs, next_state))
         return next_obs, next_state, reward.astype(jnp.float32), term, trunc, {"final_observation": obs}
 
     return VecEnv(spec, num_envs, reset, step)
+
+
+def _strong(tree):
+    """``tree`` with weak types made strong (values and dtypes unchanged). Suites mix them
+    (Craftax's reset leaves ``player_direction`` weak, Brax's step makes ``done`` weak), and a
+    state whose types differ between reset and step recompiles ``jit(step)`` at its second call."""
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), tree)
 
 
 # --- wrappers ---------------------------------------------------------------------------
