@@ -54,9 +54,9 @@ def _eval_env(config: PPOConfig, num_envs: int):
 def _obs_transform(config: PPOConfig, obs_stats):
     if not config.normalize_obs or obs_stats is None:
         return lambda obs: obs
-    from .normalize import apply_stats
+    from .normalize import apply_obs_stats
 
-    return lambda obs: apply_stats(obs_stats, obs)
+    return lambda obs: apply_obs_stats(obs_stats, obs)
 
 
 def policy_step(agent) -> tuple[Callable, Callable]:

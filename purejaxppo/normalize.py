@@ -22,8 +22,8 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from .config import ConfigError
 from .envs import VecEnv
+from .observation import MaskedObs
 
 
 class RunningStats(NamedTuple):
@@ -65,7 +65,33 @@ def apply_stats(stats: RunningStats, x: jax.Array, clip: float = 10.0, eps: floa
 # --- observations: an env wrapper ----------------------------------------------------------
 class ObsNormState(NamedTuple):
     env_state: Any
-    obs_stats: RunningStats
+    obs_stats: Any  # RunningStats, or a pytree of them shaped like a structured observation
+
+
+def _normalised_part(obs):
+    """The part of an observation that is normalised, and how to put it back: an action mask
+    (``MaskedObs``) travels unchanged."""
+    if isinstance(obs, MaskedObs):
+        return obs.obs, lambda x: obs._replace(obs=x)
+    return obs, lambda x: x
+
+
+def init_obs_stats(obs) -> Any:
+    """Placeholder statistics for a batch of observations ``[E, ...]`` (array or pytree): one
+    :class:`RunningStats` per leaf, shaped like one env's leaf."""
+    return jax.tree.map(lambda x: init_stats(x.shape[1:]), _normalised_part(obs)[0])
+
+
+def update_obs_stats(stats, obs, axis_name: Optional[str] = None) -> Any:
+    """Merge a batch of observations ``[E, ...]`` into ``stats``, leaf by leaf."""
+    return jax.tree.map(lambda x, st: update_stats(st, x, axis_name), _normalised_part(obs)[0], stats)
+
+
+def apply_obs_stats(stats, obs, clip: float = 10.0) -> Any:
+    """Normalise every leaf of ``obs`` with its statistics (:func:`apply_stats`); an action
+    mask is kept as it is."""
+    part, put_back = _normalised_part(obs)
+    return put_back(jax.tree.map(lambda x, st: apply_stats(st, x, clip), part, stats))
 
 
 def normalize_observation(venv: VecEnv, frozen: bool = False, clip: float = 10.0,
@@ -77,22 +103,23 @@ def normalize_observation(venv: VecEnv, frozen: bool = False, clip: float = 10.0
     with the SAME updated statistics. ``frozen=True`` keeps the statistics as they are
     (evaluation, or fine-tuning with fixed statistics). ``axis_name``: the envs are split
     over that device axis and the statistics are merged over all of them.
+
+    Structured observations (dicts, named tuples) get statistics per leaf; an action mask
+    is not normalised (Jumanji's Snake: the grid and the raw step counter, up to the
+    episode cap, each scaled by their own statistics).
     """
-    if venv.spec.obs_structure is not None or venv.spec.action_mask:
-        raise ConfigError(f"normalize_obs works on plain array observations; {venv.spec.name} observes a "
-                          "structure or carries an action mask; drop --normalize-obs")
-    shape = venv.spec.obs_shape
 
     def reset(key):
         obs, state = venv.reset(key)
-        stats = init_stats(shape) if frozen else update_stats(init_stats(shape), obs, axis_name)
-        return apply_stats(stats, obs, clip), ObsNormState(state, stats)
+        stats = init_obs_stats(obs)
+        stats = stats if frozen else update_obs_stats(stats, obs, axis_name)
+        return apply_obs_stats(stats, obs, clip), ObsNormState(state, stats)
 
     def step(key, state, action):
         obs, env_state, reward, term, trunc, info = venv.step(key, state.env_state, action)
-        stats = state.obs_stats if frozen else update_stats(state.obs_stats, obs, axis_name)
-        info = {**info, "final_observation": apply_stats(stats, info["final_observation"], clip)}
-        return apply_stats(stats, obs, clip), ObsNormState(env_state, stats), reward, term, trunc, info
+        stats = state.obs_stats if frozen else update_obs_stats(state.obs_stats, obs, axis_name)
+        info = {**info, "final_observation": apply_obs_stats(stats, info["final_observation"], clip)}
+        return apply_obs_stats(stats, obs, clip), ObsNormState(env_state, stats), reward, term, trunc, info
 
     return venv._replace(reset=reset, step=step)
 
