@@ -79,8 +79,25 @@ nice -n 19 timeout 600 $PY -m purejaxppo train --env craftax:Craftax-Classic-Sym
 nice -n 19 timeout 200 $PY $HERE/env_only_sps.py --env craftax:Craftax-Classic-Symbolic-v1 --num-envs 32 --seeds 4 \
   --steps 64 2>&1 | tail -1 | tee "$OUT/envonly-craftax.txt"
 
+# 6c. craftax again (2026-12-01), with optimistic resets (one fresh world per 32 envs per step) and the
+# weak-type fix (reset and step give the same types, so nothing recompiles): 250k steps/seed in 5.4 min,
+# then a 1M-steps/seed run with settings nearer Craftax's baselines (256x256, GAE lambda 0.8, lr 2e-4,
+# 8 minibatches); the second shared the CPU with a full test run for its first third
+TIMEOUT=3900 train craftax-r32-250k craftax:Craftax-Classic-Symbolic-v1 --total-timesteps 250000 --num-envs 32 \
+  --num-steps 64 --max-episode-steps 1000 --reset-ratio 32
+TIMEOUT=2400 train craftax-1m-baselinelike craftax:Craftax-Classic-Symbolic-v1 --total-timesteps 1000000 \
+  --num-envs 32 --num-steps 64 --max-episode-steps 1000 --reset-ratio 32 --hidden-sizes 256,256 --gae-lambda 0.8 \
+  --lr 2e-4 --num-minibatches 8
+# 6d. Snake with observation normalisation (per leaf since 2026-12-01: the raw step counter got its own scale)
+TIMEOUT=1500 train snake-normobs jumanji:Snake-v1 --total-timesteps 600000 --num-envs 32 --num-steps 64 \
+  --max-episode-steps 500 --hidden-sizes 128,128 --normalize-obs true
+TIMEOUT=1500 train snake-normobs-lr1e-3 jumanji:Snake-v1 --total-timesteps 600000 --num-envs 32 --num-steps 64 \
+  --max-episode-steps 500 --hidden-sizes 128,128 --normalize-obs true --lr 1e-3
+
 # curves (the committed PNGs were then shrunk to 2/3 size, 64-colour palette, with PIL)
-plot navix; plot xminigrid; plot brax; plot craftax
+plot navix; plot xminigrid; plot brax
+nice -n 19 $PY -m purejaxppo plot "$OUT/craftax-1m-baselinelike" "$OUT/craftax-r32-250k" "$OUT/craftax" -o $HERE/learning-craftax.png
 nice -n 19 $PY -m purejaxppo plot "$OUT/playground" "$OUT/playground-try1" -o $HERE/learning-playground.png
 nice -n 19 $PY -m purejaxppo plot "$OUT/pgx-2048-normrew-2M" "$OUT/pgx-2048-plain-2M" "$OUT/pgx" -o $HERE/learning-pgx.png
-nice -n 19 $PY -m purejaxppo plot "$OUT/jumanji-long" "$OUT/jumanji" -o $HERE/learning-jumanji.png
+nice -n 19 $PY -m purejaxppo plot "$OUT/snake-normobs" "$OUT/snake-normobs-lr1e-3" "$OUT/jumanji-long" "$OUT/jumanji" \
+  -o $HERE/learning-jumanji.png
