@@ -29,6 +29,51 @@ from purejaxppo.compile_cache import enable  # noqa: E402
 enable(_cache)
 
 
+# --- XLA optimisation: little by default, full where a test needs it -------------------------
+# Most tests run a few updates of tiny configs, so their time is XLA compile time, and what
+# they check -- agreement with a NumPy reference, shapes, errors, episode ends, one path
+# against another compiled the same way -- does not depend on how hard XLA optimises.
+# ``jax_disable_most_optimizations`` (XLA backend optimisation level 0) halves those compiles.
+# Tests marked ``optimised`` compile as users do: the learning checks (whose time is run
+# time) and the user-facing promises of bitwise-equal numbers (CLI resume and sweeps,
+# crash recovery, chunked == one call, seeds vmapped == apart). Equality of two DIFFERENT
+# programs to the last bit is XLA's doing as much as ours and can hold at one optimisation
+# level and not at another, so those promises are checked at the level users get.
+# Set in the environment as well, so that CLI subprocesses compile the same way.
+import jax  # noqa: E402
+
+_LITTLE = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+os.environ[_LITTLE] = "1"
+jax.config.update("jax_disable_most_optimizations", True)
+
+
+def _set_optimisation(full: bool):
+    jax.config.update("jax_disable_most_optimizations", not full)
+    os.environ[_LITTLE] = "0" if full else "1"
+
+
+def _module_marked(module) -> bool:
+    marks = getattr(module, "pytestmark", [])
+    return any(m.name == "optimised" for m in (marks if isinstance(marks, list) else [marks]))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _module_optimisation(request):
+    """A module marked ``optimised`` (``pytestmark``) builds its module fixtures at full optimisation."""
+    _set_optimisation(_module_marked(request.module))
+    yield
+    _set_optimisation(False)
+
+
+@pytest.fixture(autouse=True)
+def _test_optimisation(request):
+    """A test marked ``optimised`` compiles at full optimisation (it must not use module
+    fixtures of an unmarked module: those were compiled at the other level)."""
+    _set_optimisation(request.node.get_closest_marker("optimised") is not None)
+    yield
+    _set_optimisation(_module_marked(request.module))
+
+
 # --- parallel test workers (pytest-xdist, ``--dist loadgroup`` in pyproject.toml) ------------
 # A module whose tests share a module-scoped fixture (a compiled program, a trained run) runs
 # on ONE worker, so the fixture is built once; tests without shared state spread over the

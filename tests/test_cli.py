@@ -15,6 +15,9 @@ from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.cli import main
 from purejaxppo.run_folder import load_run, read_metrics
 
+# the CLI's promises of bitwise-equal numbers (resume, sweeps) hold at the optimisation users get
+pytestmark = pytest.mark.optimised
+
 TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "32", "--total-timesteps", str(4 * 32 * 8),
         "--update-epochs", "2", "--num-minibatches", "2", "--seeds", "2", "--devices", "1", "--chunk", "2", "--quiet"]
 

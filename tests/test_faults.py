@@ -20,6 +20,9 @@ from purejaxppo.config import PPOConfig
 from purejaxppo.guards import DivergenceWatch
 from purejaxppo.metrics_file import complete_updates, load_rows
 
+# crash recovery promises byte-equal folders at the optimisation users get (tests/conftest.py)
+pytestmark = pytest.mark.optimised
+
 TINY = ["--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "8", "--total-timesteps", "256",
         "--update-epochs", "1", "--num-minibatches", "1", "--seeds", "2", "--devices", "1", "--chunk", "4",
         "--checkpoint-every", "1", "--quiet"]

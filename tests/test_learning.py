@@ -2,9 +2,12 @@
 
 import jax
 import numpy as np
+import pytest
 
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.driver import final_returns
+
+pytestmark = pytest.mark.optimised  # run-bound: compiled as users compile (tests/conftest.py)
 
 
 def _train(cfg, seeds, seed=0):

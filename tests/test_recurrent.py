@@ -217,6 +217,7 @@ def test_options_continuous_target_kl_batch_norm_no_value_clip_critic_lr():
         make_ppo(SMALL.replace(num_envs=6, num_minibatches=4, num_steps=32))
 
 
+@pytest.mark.optimised  # a learning check: its time is run time
 def test_gru_beats_mlp_on_position_only_cartpole():
     """A GRU can infer the hidden velocities; a reactive MLP cannot. Same budget, 2 seeds each."""
     base = PPOConfig(env_name="CartPole-v1", obs_keep=(0, 2), num_envs=16, num_steps=64,

@@ -38,6 +38,7 @@ def test_vmap_over_seeds_equals_separate_runs(ppo):
             np.testing.assert_allclose(batched[k][i], single[k], rtol=2e-5, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.optimised  # bitwise equality of two programs: at the level users get (tests/conftest.py)
 def test_chunked_driver_equals_single_train_call(ppo):
     keys = jax.random.split(jax.random.PRNGKey(7), 2)
     whole_state, whole = jax.jit(jax.vmap(ppo.train))(keys)
