@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from .agent import Agent
+from .gru import fuse, gru_cell, gru_sequence, input_projection
 from .distributions import CATEGORICAL, GAUSSIAN, Distribution
 from .networks import ACTIVATION_FNS, MLPTorso, orthogonal
 from .rollout import Batch, Transition
@@ -54,8 +55,10 @@ class GRUActorCritic(nn.Module):
     ``__call__(carry [..., G], obs [..., *obs_shape], reset [...])`` is ONE time step:
     the carry is zeroed where ``reset`` before the cell runs. Returns
     ``(new_carry [..., G], dist_params, value [...])``. The three parts are also methods
-    (``embed``, ``cell``, ``heads``) so that a sequence runs only the cell inside its time
-    scan and the feed-forward parts batched over all ``T*B`` steps (:func:`make_recurrent_network`).
+    (``embed``, ``cell``, ``heads``; ``sequence`` is the cell over time) so that a sequence
+    runs only the recurrent part inside its time loop and the feed-forward parts batched
+    over all ``T*B`` steps (:func:`make_recurrent_network`). The cell is flax's
+    ``GRUCell`` (its parameters), computed fused by :mod:`purejaxppo.gru`.
     """
 
     num_actions: int
@@ -83,7 +86,19 @@ class GRUActorCritic(nn.Module):
 
     def cell(self, carry, x, reset):
         carry = jnp.where(reset[..., None], jnp.zeros_like(carry), carry)
-        return self.gru(carry, x)
+        if self.is_initializing():  # creates flax GRUCell's parameters (names, shapes, inits)
+            return self.gru(carry, x)
+        w = fuse(self.gru.variables["params"])  # the same cell, fused (purejaxppo.gru)
+        carry = gru_cell(w, carry, input_projection(w, x))
+        return carry, carry
+
+    def sequence(self, carry, x, reset):
+        """The cell over time: ``x [T, B, H]`` (embedded), ``reset [T, B]`` -> ``(final carry
+        [B, G], outputs [T, B, G])``; one input matmul for all steps and its own backward
+        pass (:func:`purejaxppo.gru.gru_sequence`)."""
+        w = fuse(self.gru.variables["params"])
+        ys = gru_sequence(w, carry, input_projection(w, x), reset)
+        return ys[-1], ys
 
     def heads(self, y):
         act = ACTIVATION_FNS[self.activation]
@@ -108,7 +123,7 @@ class RecurrentNetwork(NamedTuple):
       one time step (reset applied to the incoming carry first).
     * ``apply(params, carry [B, G], obs [T, B, ...], reset [T, B]) -> (final carry [B, G],
       dist_params [T, B, ...], value [T, B])``: ``step`` over time, with the torso and heads
-      batched over all ``T*B`` steps and only the GRU cell inside the time scan.
+      batched over all ``T*B`` steps and only the GRU's recurrent matmul inside the time loop.
     * ``dist``: categorical or diagonal Gaussian, by the env spec.
     """
 
@@ -138,11 +153,7 @@ def make_recurrent_network(spec, gru_size: int = 128, hidden_sizes: Sequence[int
 
     def apply(params, carry, obs, reset):
         x = module.apply(params, obs, method=GRUActorCritic.embed)  # [T, B, H], batched
-
-        def body(c, xr):
-            return module.apply(params, c, *xr, method=GRUActorCritic.cell)
-
-        carry, ys = jax.lax.scan(body, carry, (x, reset))
+        carry, ys = module.apply(params, carry, x, reset, method=GRUActorCritic.sequence)
         dist_params, values = module.apply(params, ys, method=GRUActorCritic.heads)
         return carry, dist_params, values
 
