@@ -68,8 +68,10 @@ def _module_optimisation(request):
 @pytest.fixture(autouse=True)
 def _test_optimisation(request):
     """A test marked ``optimised`` compiles at full optimisation (it must not use module
-    fixtures of an unmarked module: those were compiled at the other level)."""
-    _set_optimisation(request.node.get_closest_marker("optimised") is not None)
+    fixtures of an unmarked module: those were compiled at the other level);
+    ``optimised(False)`` takes one test of a marked module back to little optimisation."""
+    mark = request.node.get_closest_marker("optimised")
+    _set_optimisation(mark is not None and (mark.args[0] if mark.args else True))
     yield
     _set_optimisation(_module_marked(request.module))
 

@@ -186,6 +186,7 @@ def test_train_flags_reach_the_loop(monkeypatch, tmp_path):
     assert (tmp_path / "b" / "results.md").read_text().count("\n") == 2 + 4  # header, rule, 4 members
 
 
+@pytest.mark.optimised(False)  # checks flags only: little optimisation (tests/conftest.py)
 def test_bench_subcommand_takes_its_own_flags(tmp_path, capsys):
     """`python -m purejaxppo bench --env ...` reaches the benchmark with its flags (argparse's
     REMAINDER used to drop a leading option: "unrecognized arguments: --env")."""

@@ -21,3 +21,9 @@ def test_unmarked_tests_compile_with_little_optimisation():
 def test_marked_tests_compile_as_users_do():
     assert not _compiled_with_little_optimisation()
     assert os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "0"
+
+
+@pytest.mark.optimised(False)
+def test_optimised_false_takes_a_test_back_to_little_optimisation():
+    assert _compiled_with_little_optimisation()
+    assert os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] == "1"
