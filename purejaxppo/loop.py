@@ -227,18 +227,24 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
             while pending is not None:
                 n, c, ((new_runner, metrics), finite) = pending
                 compile_s, loop_compile = compile_s + c, loop_compile + c
+                # the next chunk is dispatched on this one's (future) state before the host waits
+                # for this one's metrics, so the device never idles between chunks while the host
+                # fetches, writes and checks (one chunk ahead at most; after a stop it is discarded,
+                # nothing of it is written). An evaluation at this boundary goes first instead, so
+                # that its time is its own.
+                evaluating = evaluator is not None and evaluator.due(done + n)
+                more = done + n < stop_at
+                pending = launch(new_runner, done + n) if more and not evaluating else None
                 metrics, finite = jax.device_get((metrics, finite))
-                # the next chunk starts from this one's state before the host writes this one's
-                # metrics and checkpoint, so the device never waits on the host (one chunk in
-                # flight at most; after a stop it is discarded, nothing of it is written)
-                pending = launch(new_runner, done + n) if done + n < stop_at else None
                 metrics = {k: np.asarray(v) for k, v in metrics.items()}
                 evaluated = None
                 if evaluator:  # a separate program on the state after this chunk: training is untouched
                     t = time.perf_counter()
-                    evaluated = evaluator(inputs[0], done + n, new_runner) if evaluator.due(done + n) else None
+                    evaluated = evaluator(inputs[0], done + n, new_runner) if evaluating else None
                     eval_s += time.perf_counter() - t
                     metrics.update(evaluator.columns(evaluated, runs, n))
+                    if evaluating and more:
+                        pending = launch(new_runner, done + n)
                 for sink in sinks:
                     sink.write(metrics, done)
                 check = getattr(prog, "check_finite", first_non_finite)  # PBT replaces non-finite members
