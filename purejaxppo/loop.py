@@ -23,7 +23,7 @@ import numpy as np
 
 from . import run_folder as rf
 from . import run_lock, warm_start
-from .checkpoint import SaveError, clean_partial, latest_checkpoint, save_checkpoint
+from .checkpoint import SaveError, clean_partial, latest_checkpoint, preload, save_checkpoint
 from .config import ConfigError, PPOConfig
 from .guards import (DivergenceWatch, NonFiniteError, RunFolderWriteError, TrainingInterrupted, first_non_finite,
                      sigterm_as_interrupt)
@@ -168,6 +168,8 @@ def _train(config, prog, info, members, run_dir, resume, stop_after, on_chunk, k
     n_total, chunk, num_seeds = config.num_updates, info["chunk_updates"], info["num_seeds"]
     checkpoint_every = info["checkpoint_every"]
     ckpt_root = os.path.join(run_dir, rf.CHECKPOINTS) if run_dir else None
+    if ckpt_root:
+        preload()  # orbax's import overlaps init and compile instead of stalling the first save
     t0 = time.perf_counter()
     inputs = prog.place(*(x for x in rf.run_inputs(config, info["seed"], num_seeds, members) if x is not None))
     configs = inputs[1] if members is not None else None
