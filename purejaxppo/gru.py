@@ -57,20 +57,20 @@ def input_projection(w: GRUWeights, x: jax.Array) -> jax.Array:
     return x @ w.wi + w.bi
 
 
-def _gates(w: GRUWeights, h, xi):
+def _gates(wh, bhn, h, xi):
     """One step from ``h [B, G]`` and projected input ``xi [B, 3G]``: ``(h', (r, z, n, hn))``."""
     g = h.shape[-1]
-    hh = h @ w.wh
+    hh = h @ wh
     r = jax.nn.sigmoid(xi[..., :g] + hh[..., :g])
     z = jax.nn.sigmoid(xi[..., g:2 * g] + hh[..., g:2 * g])
-    hn = hh[..., 2 * g:] + w.bhn
+    hn = hh[..., 2 * g:] + bhn
     n = jnp.tanh(xi[..., 2 * g:] + r * hn)
     return (1.0 - z) * n + z * h, (r, z, n, hn)
 
 
 def gru_cell(w: GRUWeights, h: jax.Array, xi: jax.Array) -> jax.Array:
     """One GRU step: ``h [..., G]``, ``xi = input_projection(w, x)`` ``[..., 3G]`` -> ``h' [..., G]``."""
-    return _gates(w, h, xi)[0]
+    return _gates(w.wh, w.bhn, h, xi)[0]
 
 
 def _reset(h, reset):
@@ -93,12 +93,10 @@ def _sequence(wh, bhn, h0, xi, reset):
 
 
 def _forward(wh, bhn, h0, xi, reset):
-    w = GRUWeights(None, None, wh, bhn)
-
     def step(h, inputs):
         x, rs = inputs
         h_in = _reset(h, rs)
-        h, gates = _gates(w, h_in, x)
+        h, gates = _gates(wh, bhn, h_in, x)
         return h, (h, h_in, gates)
 
     _, (hs, h_in, gates) = jax.lax.scan(step, h0, (xi, reset))

@@ -42,8 +42,8 @@ import jax
 import jax.numpy as jnp
 
 from .agent import Agent
-from .gru import fuse, gru_cell, gru_sequence, input_projection
 from .distributions import CATEGORICAL, GAUSSIAN, Distribution
+from .gru import fuse, gru_cell, gru_sequence, input_projection
 from .networks import ACTIVATION_FNS, MLPTorso, orthogonal
 from .rollout import Batch, Transition
 

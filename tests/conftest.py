@@ -36,7 +36,7 @@ enable(_cache)
 # ``jax_disable_most_optimizations`` (XLA backend optimisation level 0) halves those compiles.
 # Tests marked ``optimised`` compile as users do: the learning checks (whose time is run
 # time) and the user-facing promises of bitwise-equal numbers (CLI resume and sweeps,
-# crash recovery, chunked == one call, seeds vmapped == apart). Equality of two DIFFERENT
+# crash recovery, chunked == one call). Equality of two DIFFERENT
 # programs to the last bit is XLA's doing as much as ours and can hold at one optimisation
 # level and not at another, so those promises are checked at the level users get.
 # Set in the environment as well, so that CLI subprocesses compile the same way.
