@@ -32,6 +32,11 @@ Seed keys: ``jax.random.split(jax.random.PRNGKey(0), seeds)`` for both (one seed
 With more than one seed, ours is also timed with ``purejaxppo.parallel.shard_runs(ppo.train, 2)``:
 this script sets ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` before JAX starts when no
 count is forced (single-device programs, PureJaxRL's included, run on device 0 as before).
+Ours is then also timed on ONE device with one device's share of the seeds (``ours_8seeds`` for 16
+seeds on 2 devices): when the sharded run takes as long as its share alone, the devices share the
+CPU perfectly and the 2-device ratio is 2 x ours' 1-device ratio. ``cores`` is the process's CPU
+seconds over the run's wall seconds (XLA:CPU runs independent ops of one program concurrently, so
+one device already uses more than one core).
 Config differences that remain between the two sides are printed per row and saved in the JSON.
 PureJaxRL needs runtime shims on current gymnax/flax; see ``benchmarks/_purejaxrl_shims.py``.
 """
@@ -201,6 +206,12 @@ def warm_up():
     jax.jit(f).lower(jax.random.PRNGKey(0), jnp.ones((8, 8))).compile()
 
 
+def cpu_seconds() -> float:
+    """This process's user + system CPU seconds (all threads)."""
+    t = os.times()
+    return t.user + t.system
+
+
 def ours_per_update(out):
     return out[1]["episode_return"]
 
@@ -302,8 +313,13 @@ def main(argv=None):
             if len(jax.devices()) >= args.devices > 1 and seeds % args.devices == 0:
                 runs = shard_runs(ppo.train, args.devices)
                 variants.append((f"ours_{args.devices}dev", runs, runs.place(keys), ours_steps, ours_per_update))
+                # one device's share of that run, alone: t(share, 1 device) / t(all, D devices) is how
+                # well D devices share the CPU (1.0 = perfectly), apart from how fast ours is per seed
+                share = seeds // args.devices
+                variants.append((f"ours_{share}seeds", jax.jit(jax.vmap(ppo.train)), (keys[:share],),
+                                 ours_steps // args.devices, ours_per_update))
 
-        rec = {label: {"compiles": [], "times": [], "steps": steps} for label, _, _, steps, _ in variants}
+        rec = {label: {"compiles": [], "times": [], "cores": [], "steps": steps} for label, _, _, steps, _ in variants}
         for _ in range(max(1, args.compile_rounds)):
             for label, fn, a, steps, _ in variants:
                 jax.clear_caches()
@@ -315,15 +331,17 @@ def main(argv=None):
             v["compile_s"] = statistics.median(v["compiles"])
         for r in range(args.rounds):
             for label, _, a, steps, per_update in variants:
-                t0 = time.perf_counter()
+                c0, t0 = cpu_seconds(), time.perf_counter()
                 out = rec[label]["compiled"](*a)
                 jax.block_until_ready(out)
                 dt = time.perf_counter() - t0
                 rec[label]["times"].append(dt)
+                rec[label]["cores"].append((cpu_seconds() - c0) / dt)
                 if r == 0:
                     rec[label]["first"], rec[label]["final"] = window_returns(per_update(out))
                 del out
-                print(f"  round {r + 1} {label:<12} {dt:.2f} s  {fmt_k(steps / dt)} steps/s", flush=True)
+                print(f"  round {r + 1} {label:<12} {dt:.2f} s  {fmt_k(steps / dt)} steps/s  "
+                      f"{rec[label]['cores'][-1]:.2f} cores", flush=True)
 
         row = {"row": name, "env": cfg.env_name, "seeds": seeds, "script": script,
                "ours_config": cfg.to_dict(), "purejaxrl_config": theirs, "config_differences": diffs,
@@ -338,6 +356,7 @@ def main(argv=None):
             res = {"compile_s": round(v["compile_s"], 3), "compile_s_all": [round(t, 3) for t in v["compiles"]],
                    "run_s": [round(t, 3) for t in v["times"]],
                    "run_s_median": round(med, 3), "env_steps": steps, "steps_per_s": round(sps, 1),
+                   "cores_used": round(statistics.median(v["cores"]), 2),
                    "final_return_mean": float(np.nanmean(fin)), "final_return_min": float(np.nanmin(fin)),
                    "final_return_per_seed": [round(float(x), 2) for x in fin],
                    "first_return_mean": float(np.nanmean(v["first"]))}
@@ -348,8 +367,8 @@ def main(argv=None):
         results.append(row)
 
     # --- table -------------------------------------------------------------------------------------
-    head = (f"{'row':<22}{'impl':<14}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'first ret':>10}{'final ret':>10}"
-            f"{'(min)':>9}{'speed x':>9}{'compile x':>11}")
+    head = (f"{'row':<22}{'impl':<14}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'cores':>7}{'first ret':>10}"
+            f"{'final ret':>10}{'(min)':>9}{'speed x':>9}{'compile x':>11}")
     print("\n" + head + "\n" + "-" * len(head))
     for row in results:
         first = True
@@ -359,11 +378,13 @@ def main(argv=None):
             ratio = f"{v['speed_ratio']:.2f}x" if "speed_ratio" in v else ""
             cratio = f"{v['compile_ratio']:.2f}x" if "compile_ratio" in v else ""
             print(f"{row['row'] if first else '':<22}{label:<14}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
-                  f"{fmt_k(v['steps_per_s']):>10}{v['first_return_mean']:>10.1f}{v['final_return_mean']:>10.1f}{v['final_return_min']:>9.1f}"
+                  f"{fmt_k(v['steps_per_s']):>10}{v['cores_used']:>7.2f}{v['first_return_mean']:>10.1f}{v['final_return_mean']:>10.1f}{v['final_return_min']:>9.1f}"
                   f"{ratio:>9}{cratio:>11}")
             first = False
     print("first/final ret: mean over seeds of the first/last 5% of updates' mean episode return; (min): worst "
-          "seed's final\nspeed x = ours / PureJaxRL env-steps/s; compile x = PureJaxRL / ours compile seconds")
+          "seed's final\nspeed x = ours / PureJaxRL env-steps/s; compile x = PureJaxRL / ours compile seconds; "
+          "cores: process CPU seconds / wall seconds of the run\nours_Nseeds: one device's share of the "
+          "sharded run, alone on one device (its run s next to ours_Ddev's is how well the devices share the CPU)")
 
     if args.json:
         out = {"rows": results, "device_kind": hw["device_kind"], "jax": jax.__version__,
