@@ -1,20 +1,31 @@
 """Where one training run's time goes: rollout (+ values and GAE) versus the update.
 
-Times three compiled programs over the same number of updates as ``train`` (median of
+Times compiled programs over the same number of updates as ``train`` (median of
 ``--repeats``, after compile): the whole ``run`` (rollout, targets, update: the real
 step), the rollout-and-targets part alone (the same step with ``update_epochs`` worth of
 minibatch steps removed: params stay at init), and the update alone (``update_epochs`` x
 ``num_minibatches`` steps on one fixed batch, repeated ``num_updates`` times). The two
-parts need not add up exactly to the whole (XLA schedules the step as one program).
+parts need not add up exactly to the whole (XLA schedules the step as one program, and
+runs independent ops of it concurrently: ``cores`` is CPU seconds over wall seconds).
+
+For the MLP, a fourth program is the update's matrix products ALONE: every minibatch step's
+forward ``x @ W``, weight gradient ``x.T @ dy`` and input gradient ``dy @ W.T`` (none for
+the first layer) at the real shapes, chained so that XLA can neither hoist nor drop them,
+and nothing else (no activations, loss, clipping or Adam). Its time is the floor that XLA's
+own matmuls put under the update; the rest of the update is everything else.
+
+With ``--seeds S`` every program is vmapped over ``S`` seeds (as ``jax.vmap(ppo.train)``).
 
     python benchmarks/profile_step.py --env CartPole-v1
-    python benchmarks/profile_step.py --preset gru
+    python benchmarks/profile_step.py --env CartPole-v1 --seeds 16 --total-timesteps 125000
+    python benchmarks/profile_step.py --network gru
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -25,6 +36,7 @@ def main(argv=None):
     p.add_argument("--network", default="mlp", choices=("mlp", "gru"))
     p.add_argument("--total-timesteps", type=int, default=500_000)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=1, help="vmap every program over this many seeds")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
 
@@ -40,7 +52,8 @@ def main(argv=None):
     cfg = PPOConfig(env_name=args.env, network=args.network, total_timesteps=args.total_timesteps, **kw)
     ppo = make_ppo(cfg)
     agent, venv = ppo.agent, ppo.venv
-    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
+    runner = jax.jit(jax.vmap(ppo.init))(keys) if args.seeds > 1 else jax.jit(ppo.init)(keys[0])
 
     def rollout_part(runner):
         def body(r, _):
@@ -86,21 +99,60 @@ def main(argv=None):
             return state, m["grad_norm"]
         return jax.lax.scan(body, runner.train, jax.random.split(runner.rng, cfg.num_updates))
 
+    steps = cfg.num_updates * cfg.update_epochs * cfg.num_minibatches  # minibatch gradient steps per seed
+
+    def update_matmuls(runner):
+        """The update's matrix products alone, at its shapes (see the module docstring)."""
+        import jax.numpy as jnp
+
+        # actor and critic: each a chain of Dense layers (torso in key order, then its head)
+        p = runner.train.params["params"]
+        kernels = lambda sub: [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(sub)
+                               if getattr(path[-1], "key", None) == "kernel"]
+        chains = [kernels(p["actor_torso"]) + kernels(p["policy_head"]),
+                  kernels(p["critic_torso"]) + kernels(p["value_head"])]
+        x0 = runner.obs.reshape(-1, runner.obs.shape[-1])[:1].repeat(cfg.minibatch_size, 0)
+
+        def body(chains, _):
+            new = []
+            for ws in chains:
+                acts, h = [], x0
+                for w in ws:  # forward
+                    acts.append(h)
+                    h = h @ w
+                dy, grads = h, []
+                for i in reversed(range(len(ws))):  # backward
+                    grads.append(acts[i].T @ dy)
+                    if i:
+                        dy = dy @ ws[i].T
+                new.append([w - 1e-6 * g for w, g in zip(ws, reversed(grads))])
+            return new, None
+
+        return jax.lax.scan(body, chains, None, length=steps)[0]
+
     programs = {"whole_run": lambda r: ppo.run(r), "rollout_targets": rollout_part, "update": update_part}
-    res = {"env": args.env, "network": args.network, "num_updates": cfg.num_updates, "batch": cfg.batch_size}
+    if args.network == "mlp" and not cfg.shared_torso:
+        programs["update_matmuls"] = update_matmuls
+    res = {"env": args.env, "network": args.network, "seeds": args.seeds, "num_updates": cfg.num_updates,
+           "batch": cfg.batch_size}
     for name, fn in programs.items():
         t = time.perf_counter()
-        compiled = jax.jit(fn).lower(runner).compile()
+        compiled = jax.jit(jax.vmap(fn) if args.seeds > 1 else fn).lower(runner).compile()
         res[f"{name}_compile_s"] = round(time.perf_counter() - t, 2)
-        times = []
+        times, cores = [], []
         for _ in range(args.repeats):
-            t = time.perf_counter()
+            c, t = os.times(), time.perf_counter()
             jax.block_until_ready(compiled(runner))
             times.append(time.perf_counter() - t)
+            cores.append((os.times().user + os.times().system - c.user - c.system) / times[-1])
         res[f"{name}_s"] = round(statistics.median(times), 3)
+        res[f"{name}_cores"] = round(statistics.median(cores), 2)
     res["rollout_share"] = round(res["rollout_targets_s"] / res["whole_run_s"], 3)
     res["update_share"] = round(res["update_s"] / res["whole_run_s"], 3)
-    res["ms_per_minibatch_step"] = round(1e3 * res["update_s"] / (cfg.num_updates * cfg.update_epochs * cfg.num_minibatches), 3)
+    res["ms_per_minibatch_step"] = round(1e3 * res["update_s"] / steps, 3)
+    if "update_matmuls_s" in res:
+        res["matmuls_share_of_update"] = round(res["update_matmuls_s"] / res["update_s"], 3)
+        res["ms_per_minibatch_step_matmuls"] = round(1e3 * res["update_matmuls_s"] / steps, 3)
     for k, v in res.items():
         print(f"{k:<26} {v}")
     if args.json:
