@@ -51,9 +51,11 @@ if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os
 
 import argparse  # noqa: E402
 import ast  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
@@ -206,6 +208,25 @@ def warm_up():
     jax.jit(f).lower(jax.random.PRNGKey(0), jnp.ones((8, 8))).compile()
 
 
+@contextlib.contextmanager
+def hang_warning(what: str, after_s: float):
+    """Warn on stderr if the block has not finished after ``after_s`` seconds (it is not stopped).
+
+    XLA:CPU (jax 0.10.2) has been seen to hang PureJaxRL's vmapped 16-seed program at a tiny budget
+    (``--total-timesteps-scale 0.02``: in 3 of 6 runs ``block_until_ready`` never returned, at 0% CPU,
+    with 1 or 2 host devices; ours ran 40 of 40 at that config), never at the table's budgets."""
+    timer = threading.Timer(after_s, lambda: print(
+        f"  WARNING: {what} has not returned after {after_s:.0f} s and uses no CPU if it hangs; XLA:CPU has "
+        "hung PureJaxRL's vmapped program at tiny budgets: interrupt it and use a larger "
+        "--total-timesteps-scale", file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def cpu_seconds() -> float:
     """This process's user + system CPU seconds (all threads)."""
     t = os.times()
@@ -245,6 +266,8 @@ def main(argv=None):
     p.add_argument("--num-envs", type=int, default=None,
                    help="override every row's envs per seed, both sides (the budget is raised to >= 1 update)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--hang-warning-s", type=float, default=600.0,
+                   help="warn on stderr when one timed run has not returned after this many seconds")
     args = p.parse_args(argv)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -332,8 +355,9 @@ def main(argv=None):
         for r in range(args.rounds):
             for label, _, a, steps, per_update in variants:
                 c0, t0 = cpu_seconds(), time.perf_counter()
-                out = rec[label]["compiled"](*a)
-                jax.block_until_ready(out)
+                with hang_warning(f"round {r + 1} of {label}", args.hang_warning_s):
+                    out = rec[label]["compiled"](*a)
+                    jax.block_until_ready(out)
                 dt = time.perf_counter() - t0
                 rec[label]["times"].append(dt)
                 rec[label]["cores"].append((cpu_seconds() - c0) / dt)
