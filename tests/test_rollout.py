@@ -100,6 +100,36 @@ def test_truncated_bootstraps_from_final_observation_terminated_from_zero():
     np.testing.assert_allclose(values, f(tr.obs), rtol=1e-5, atol=1e-5)
 
 
+def test_critic_values_against_numpy_vmapped_and_pytree_obs():
+    """V(s_t) and V(s'_t) are the critic of every observation and of every true next state
+    (the pre-reset final observation where an episode ended), against NumPy; the same under
+    vmap over rollouts whose episodes end at different steps, and for a pytree observation."""
+    tr, _, _ = _rollout()
+    assert (tr.truncated & ~tr.terminated).sum() > 8 and tr.terminated.any()
+    w = np.array([0.3, -1.2, 2.0, 0.7], np.float32)
+    f = lambda o: np.tanh(o @ w) + 2.0
+    critic = lambda o: jnp.tanh(o @ w) + 2.0
+    values, next_values = jax.jit(critic_values, static_argnums=0)(critic, tr)
+    np.testing.assert_allclose(values, f(tr.obs), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(next_values, f(tr.next_obs), rtol=1e-6, atol=1e-6)
+
+    tr2, _, _ = _rollout(num_steps=200, num_envs=8)
+    tr2 = tr2._replace(obs=tr2.obs[::-1], next_obs=tr2.next_obs[::-1], terminated=tr2.terminated[::-1],
+                       truncated=np.roll(tr2.truncated, 5, axis=0))
+    both = jax.tree.map(lambda a, b: np.stack([a, b]), tr, tr2)
+    vv, nv = jax.jit(jax.vmap(lambda t: critic_values(critic, t)))(both)
+    for i, t in enumerate((tr, tr2)):
+        np.testing.assert_allclose(vv[i], f(t.obs), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(nv[i], f(t.next_obs), rtol=1e-6, atol=1e-6)
+
+    tree = tr._replace(obs={"a": tr.obs[..., :2], "b": tr.obs[..., 2:]},
+                       next_obs={"a": tr.next_obs[..., :2], "b": tr.next_obs[..., 2:]})
+    tree_critic = lambda o: critic(jnp.concatenate([o["a"], o["b"]], axis=-1))
+    tv, tn = critic_values(tree_critic, tree)
+    np.testing.assert_allclose(tv, values, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(tn, next_values, rtol=1e-6, atol=1e-6)
+
+
 def test_continuous_actions_clipped_only_for_the_env():
     venv = make_vec_env("Pendulum-v1", 2)
     obs, state = venv.reset(jax.random.PRNGKey(0))

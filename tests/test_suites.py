@@ -5,7 +5,8 @@ skipped; `pip install -e ".[dev]"` (what CI runs) installs all seven.
 Per suite, with a short time limit: at every step and env, our ``terminated`` /
 ``truncated`` equal the suite's own flags and ``info["final_observation"]`` equals the
 observation the suite itself returns for that step (stepping its env by hand from our
-pre-step state, with the same key); then GAE with a fixed critic bootstraps a truncated
+pre-step state, with the same key) and, where the episode goes on, our next observation;
+then GAE with a fixed critic bootstraps a truncated
 step from V of that observation and a terminal step from 0 (NumPy reference).
 """
 
@@ -197,6 +198,11 @@ def test_suite_episode_ends_and_bootstrap_match_the_suite(package, name, limit, 
         np.testing.assert_array_equal(np.asarray(trunc), [r[2] for r in refs], err_msg=f"truncated at t={t}")
         jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a, np.float32), b, rtol=1e-5, atol=1e-5),
                      final, ref_obs)
+        # where the episode goes on, the final observation IS the next one (the VecEnv contract)
+        going_on = ~(np.asarray(term) | np.asarray(trunc))
+        jax.tree.map(lambda f, n: np.testing.assert_array_equal(np.asarray(f)[going_on], np.asarray(n)[going_on],
+                                                                err_msg=f"final != next observation at t={t}"),
+                     final, nobs)
         rec["v"].append(value(obs)), rec["v_next_ours"].append(value(final)), rec["v_next_ref"].append(value(ref_obs))
         rec["r"].append(np.asarray(reward)), rec["term"].append(np.asarray(term)), rec["trunc"].append(np.asarray(trunc))
         if t == 0:  # reset and step give the same types (weak types too): jit(step) compiles once
