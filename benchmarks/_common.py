@@ -7,6 +7,13 @@ import platform
 import sys
 
 
+def cpu_seconds() -> float:
+    """This process's user + system CPU seconds (all threads): over a run's wall seconds, the
+    cores it used."""
+    t = os.times()
+    return t.user + t.system
+
+
 def hardware() -> dict:
     """CPU model, core count, load average and library versions, for the JSON outputs."""
     model = platform.processor() or "?"

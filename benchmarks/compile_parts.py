@@ -55,7 +55,7 @@ def main(argv=None):
         for _ in range(args.rounds):
             for name, f in fns.items():
                 jax.clear_caches()
-                jitted, call = (jax.jit(f), (keys[0],)) if seeds == 1 else (jax.jit(jax.vmap(f)), (keys,))
+                jitted, call = jit_over_seeds(f, keys)
                 t0 = time.perf_counter()
                 lowered = jitted.lower(*call)
                 t1 = time.perf_counter()
@@ -70,9 +70,16 @@ def main(argv=None):
         if args.phases:
             for name, f in fns.items():
                 jax.clear_caches()
-                jitted, call = (jax.jit(f), (keys[0],)) if seeds == 1 else (jax.jit(jax.vmap(f)), (keys,))
+                jitted, call = jit_over_seeds(f, keys)
                 phases = xla_phases(jitted.lower(*call))
                 print(f"{row:22s} {name:14s} " + "   ".join(f"{k} {v:5.2f} s" for k, v in phases.items()), flush=True)
+
+
+def jit_over_seeds(f, keys):
+    """``(jax.jit(f), (key,))`` for one seed, ``(jax.jit(jax.vmap(f)), (keys,))`` for several."""
+    import jax
+
+    return (jax.jit(f), (keys[0],)) if len(keys) == 1 else (jax.jit(jax.vmap(f)), (keys,))
 
 
 # XLA:CPU's trace events (jax 0.10 / XLA 2026) that split one compile, and how they are named here

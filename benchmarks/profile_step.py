@@ -27,7 +27,11 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cpu_seconds  # noqa: E402
 
 
 def main(argv=None):
@@ -141,11 +145,10 @@ def main(argv=None):
         res[f"{name}_compile_s"] = round(time.perf_counter() - t, 2)
         times, cores = [], []
         for _ in range(args.repeats):
-            c0, t = os.times(), time.perf_counter()
+            c0, t = cpu_seconds(), time.perf_counter()
             out = jax.block_until_ready(compiled(runner))
             times.append(time.perf_counter() - t)
-            c1 = os.times()
-            cores.append((c1.user + c1.system - c0.user - c0.system) / times[-1])
+            cores.append((cpu_seconds() - c0) / times[-1])
         if name == "update_matmuls":  # its weights must stay finite and normal, or it times other arithmetic
             mags = [float(abs(w).max()) for w in jax.tree.leaves(out)]
             res["update_matmuls_weight_range"] = [min(mags), max(mags)]

@@ -227,12 +227,6 @@ def hang_warning(what: str, after_s: float):
         timer.cancel()
 
 
-def cpu_seconds() -> float:
-    """This process's user + system CPU seconds (all threads)."""
-    t = os.times()
-    return t.user + t.system
-
-
 def ours_per_update(out):
     return out[1]["episode_return"]
 
@@ -283,7 +277,7 @@ def main(argv=None):
         pass
 
     import _purejaxrl_shims
-    from _common import hardware
+    from _common import cpu_seconds, hardware
     from purejaxppo import make_ppo
     from purejaxppo.parallel import shard_runs
 

@@ -113,9 +113,9 @@ def test_critic_values_against_numpy_vmapped_and_pytree_obs():
     np.testing.assert_allclose(values, f(tr.obs), rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(next_values, f(tr.next_obs), rtol=1e-6, atol=1e-6)
 
-    tr2, _, _ = _rollout(num_steps=200, num_envs=8)
-    tr2 = tr2._replace(obs=tr2.obs[::-1], next_obs=tr2.next_obs[::-1], terminated=tr2.terminated[::-1],
-                       truncated=np.roll(tr2.truncated, 5, axis=0))
+    # a second rollout whose episodes end elsewhere: the first one reversed in time, truncations moved
+    tr2 = tr._replace(obs=tr.obs[::-1], next_obs=tr.next_obs[::-1], terminated=tr.terminated[::-1],
+                      truncated=np.roll(tr.truncated, 5, axis=0))
     both = jax.tree.map(lambda a, b: np.stack([a, b]), tr, tr2)
     vv, nv = jax.jit(jax.vmap(lambda t: critic_values(critic, t)))(both)
     for i, t in enumerate((tr, tr2)):

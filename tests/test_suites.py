@@ -6,8 +6,8 @@ Per suite, with a short time limit: at every step and env, our ``terminated`` /
 ``truncated`` equal the suite's own flags and ``info["final_observation"]`` equals the
 observation the suite itself returns for that step (stepping its env by hand from our
 pre-step state, with the same key) and, where the episode goes on, our next observation;
-then GAE with a fixed critic bootstraps a truncated
-step from V of that observation and a terminal step from 0 (NumPy reference).
+then GAE with a fixed critic bootstraps a truncated step from V of that observation and a
+terminal step from 0 (NumPy reference).
 """
 
 import jax
