@@ -42,8 +42,8 @@ from _common import hardware  # noqa: E402
 
 from purejaxppo import envs as envs_lib  # noqa: E402
 from purejaxppo.config import PPOConfig  # noqa: E402
-from purejaxppo.networks import ACTIVATION_FNS, Network, distribution_for, orthogonal  # noqa: E402
-from purejaxppo.train import make_train  # noqa: E402
+from purejaxppo.agents.networks import ACTIVATION_FNS, Network, distribution_for, orthogonal  # noqa: E402
+from purejaxppo.step.train import make_train  # noqa: E402
 
 
 def fused_network(spec, hidden_sizes=(64, 64), activation="tanh") -> Network:

@@ -12,7 +12,7 @@ python benchmarks/throughput.py --env CartPole-v1 --json "$out/throughput_cartpo
 python benchmarks/throughput.py --env CartPole-v1 --seeds 1024 --json "$out/throughput_cartpole_1024seeds.json"
 # scaling curves (envs 4..4096, seeds 1..1024), CartPole and Breakout-MinAtar
 python benchmarks/scaling.py --envs 4,64,1024,4096,16384 --seeds 1,16,256,1024 --repeats 2 --out "$out/scaling"
-# the GRU's sequence gradient three ways (flax cell in scan, fused, purejaxppo.gru), 1 and 256 sequences
+# the GRU's sequence gradient three ways (flax cell in scan, fused, purejaxppo.agents.gru), 1 and 256 sequences
 python benchmarks/gru_sequence.py --json "$out/gru_sequence_b1.json"
 python benchmarks/gru_sequence.py --batch 256 --iters 50 --json "$out/gru_sequence_b256.json"
 # side by side with PureJaxRL (a checkout you supply: PUREJAXRL_DIR=/path/to/purejaxrl), same process,

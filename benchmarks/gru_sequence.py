@@ -5,8 +5,8 @@
 * ``flax cell in scan``: ``flax.linen.GRUCell`` applied per step in ``lax.scan`` (six matmuls a
   step), differentiated by JAX -- how PureJaxRL's ``ppo_rnn.py`` and our earlier GRU did it;
 * ``fused, autodiff``: the input projections of all steps as one matmul before the loop and one
-  recurrent matmul a step (:mod:`purejaxppo.gru`'s forward), differentiated by JAX;
-* ``purejaxppo.gru``: the same forward with its hand-written backward pass (the recurrent
+  recurrent matmul a step (:mod:`purejaxppo.agents.gru`'s forward), differentiated by JAX;
+* ``purejaxppo.agents.gru``: the same forward with its hand-written backward pass (the recurrent
   kernel's gradient as one matmul after the loop).
 
 The default shape is a minibatch of PureJaxRL's GRU CartPole (``ppo_rnn.py``: 4 envs, 4
@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from purejaxppo.gru import _forward, fuse, gru_sequence, input_projection
+from purejaxppo.agents.gru import _forward, fuse, gru_sequence, input_projection
 
 
 def main(argv=None):
@@ -58,7 +58,7 @@ def main(argv=None):
         return gru_sequence(w, h0, input_projection(w, xs), reset)
 
     rows, ref = [], None
-    for name, f in (("flax cell in scan", flax_scan), ("fused, autodiff", fused_autodiff), ("purejaxppo.gru", ours)):
+    for name, f in (("flax cell in scan", flax_scan), ("fused, autodiff", fused_autodiff), ("purejaxppo.agents.gru", ours)):
         grad = jax.jit(jax.grad(lambda p, xs: jnp.sum(f(p, xs) * out_w), argnums=(0, 1)))
         t0 = time.perf_counter()
         out = jax.block_until_ready(grad(params, x))

@@ -27,8 +27,8 @@ def run_pjp(task: str, total: int, native: bool) -> dict:
     import numpy as np
 
     from purejaxppo import PPOConfig, envs, make_ppo
-    from purejaxppo.run_folder import final_returns
-    from purejaxppo.gymnasium_bridge import gymnasium_vec_env
+    from purejaxppo.run.run_folder import final_returns
+    from purejaxppo.envs.gymnasium_bridge import gymnasium_vec_env
 
     cfg = PPOConfig(env_name=task, total_timesteps=total)
     venv = None if native else envs.episode_statistics(gymnasium_vec_env(task, cfg.num_envs))

@@ -47,10 +47,10 @@ def main(argv=None):
     import jax
 
     from purejaxppo import PPOConfig, make_ppo
-    from purejaxppo.gae import gae
-    from purejaxppo.rollout import collect
-    from purejaxppo.train import rollout_key
-    from purejaxppo.update import make_optimizer, update_epochs
+    from purejaxppo.stages.gae import gae
+    from purejaxppo.stages.rollout import collect
+    from purejaxppo.step.train import rollout_key
+    from purejaxppo.stages.update import make_optimizer, update_epochs
 
     kw = dict(gru_size=128, hidden_sizes=(128,), activation="relu") if args.network == "gru" else {}
     cfg = PPOConfig(env_name=args.env, network=args.network, total_timesteps=args.total_timesteps, **kw)
@@ -77,9 +77,9 @@ def main(argv=None):
             return r._replace(env_state=env_state, obs=obs, carry=carry, done=done, rng=rng), adv.sum() + ret.sum()
         return jax.lax.scan(body, runner, None, length=cfg.num_updates)
 
-    from purejaxppo import losses
-    from purejaxppo.rollout import Batch
-    from purejaxppo.train import ppo_loss_fn
+    from purejaxppo.stages import losses
+    from purejaxppo.stages.rollout import Batch
+    from purejaxppo.step.train import ppo_loss_fn
 
     def update_part(runner):
         def policy(key, carry, obs, reset):

@@ -29,7 +29,7 @@ def run_purejaxppo(total: int, seeds: int, vmapped_seeds: int) -> dict:
     import numpy as np
 
     from purejaxppo import PPOConfig, make_ppo
-    from purejaxppo.run_folder import final_returns
+    from purejaxppo.run.run_folder import final_returns
 
     cfg = PPOConfig(env_name="CartPole-v1", total_timesteps=total)
     ppo = make_ppo(cfg)

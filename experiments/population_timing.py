@@ -13,8 +13,8 @@ import jax
 import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.population import make_population, member, results_table, runs
-from purejaxppo.run_folder import final_returns
+from purejaxppo.scale.population import make_population, member, results_table, runs
+from purejaxppo.run.run_folder import final_returns
 
 
 def main():

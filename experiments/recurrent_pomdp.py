@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.run_folder import final_returns
+from purejaxppo.run.run_folder import final_returns
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recurrent_pomdp")
 

@@ -40,7 +40,7 @@ import optax
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from purejaxppo import tokens as tk  # noqa: E402
+from purejaxppo.lm import tokens as tk  # noqa: E402
 from purejaxppo.lm.model import TinyLM, generate  # noqa: E402
 
 PAD, EOS, SEP = 0, 1, 2

@@ -123,7 +123,7 @@ def main():
         json.dump(results, f, indent=2)
     write_table(results, os.path.join(a.out, "table.md"))
     try:
-        from purejaxppo.plot import plot_runs
+        from purejaxppo.cli.plot import plot_runs
 
         for r in results:
             plot_runs([r["run_dir"]], os.path.join(a.out, f"{r['env']}.png"))

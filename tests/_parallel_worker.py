@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.parallel import shard_runs, split_envs, stack_configs
+from purejaxppo.scale.parallel import shard_runs, split_envs, stack_configs
 
 
 def max_rel_diff(a, b) -> float:
@@ -71,10 +71,10 @@ def check_runs():
 
 def check_pbt():
     """PBT members on 2 devices (exploit over an all_gather) vs the one-device program."""
-    from purejaxppo.pbt import parse_search, search_space
-    from purejaxppo.pbt_program import PBTProgram, PBTSettings
-    from purejaxppo.pbt_run import initial_members
-    from purejaxppo.run_folder import run_inputs
+    from purejaxppo.scale.pbt import parse_search, search_space
+    from purejaxppo.programs.pbt_program import PBTProgram, PBTSettings
+    from purejaxppo.programs.pbt_run import initial_members
+    from purejaxppo.run.run_folder import run_inputs
 
     base = PPOConfig(**SMALL)
     space = search_space(base, parse_search(["lr=loguniform:1e-4:3e-1"]))
@@ -201,7 +201,7 @@ if __name__ == "__main__":
     import os
 
     if os.environ.get("PUREJAXPPO_CACHE_DIR"):  # the test session's compilation cache (tests/conftest.py)
-        from purejaxppo.compile_cache import enable
+        from purejaxppo.run.compile_cache import enable
 
         enable(os.environ["PUREJAXPPO_CACHE_DIR"])
     check, _, part = sys.argv[1].partition(":")

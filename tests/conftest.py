@@ -24,7 +24,7 @@ if os.environ.get(_OWNER) is None:
     atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 _cache = os.environ["PUREJAXPPO_CACHE_DIR"]
 
-from purejaxppo.compile_cache import enable  # noqa: E402
+from purejaxppo.run.compile_cache import enable  # noqa: E402
 
 enable(_cache)
 

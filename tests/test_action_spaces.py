@@ -9,13 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo import observation
+from purejaxppo.envs import observation
 from purejaxppo.config import PPOConfig
-from purejaxppo.distributions import MASKED_CATEGORICAL, multi_discrete
+from purejaxppo.stages.distributions import MASKED_CATEGORICAL, multi_discrete
 from purejaxppo.envs import EnvSpec, auto_reset_vec_env, discrete_action_fields, episode_statistics
-from purejaxppo.networks import make_network
-from purejaxppo.observation import MaskedObs
-from purejaxppo.train import make_ppo
+from purejaxppo.agents.networks import make_network
+from purejaxppo.envs.observation import MaskedObs
+from purejaxppo.step.train import make_ppo
 
 
 def _np_log_softmax(x):
@@ -172,7 +172,7 @@ def test_mask_travels_through_rollout_and_update():
     assert float(metrics["episode_return"][-1]) > 0
     # the stored mask is what the minibatch replay scores under: log-probs of the stored
     # actions re-evaluated from the stored (obs, mask) equal the behaviour log-probs
-    from purejaxppo.rollout import collect
+    from purejaxppo.stages.rollout import collect
 
     def policy(key, carry, obs, reset):
         carry, dp, rec = ppo.agent.act(p0, carry, obs, reset)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, restore_checkpoint,
+from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, restore_checkpoint,
                                    save_checkpoint)
 from purejaxppo.driver import seed_keys
 
@@ -137,7 +137,7 @@ def test_relative_checkpoint_folder_round_trips(tmp_path, monkeypatch):
     # orbax refuses relative paths; a run folder given as "runs/x" must still checkpoint
     import jax.numpy as jnp
 
-    from purejaxppo.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
+    from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint, save_checkpoint
 
     monkeypatch.chdir(tmp_path)
     state = {"w": jnp.arange(6.0).reshape(2, 3), "n": jnp.asarray(3, jnp.int32)}

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import purejaxppo.sinks as sinks
+import purejaxppo.run.sinks as sinks
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.cli import main
-from purejaxppo.run_folder import load_run, read_metrics
+from purejaxppo.run.run_folder import load_run, read_metrics
 
 # the CLI's promises of bitwise-equal numbers (resume, sweeps) hold at the optimisation users get
 pytestmark = pytest.mark.optimised
@@ -64,7 +64,7 @@ def test_eval_gymnax_blines_protocol(straight, capsys, monkeypatch):
     """gymnax-blines' batch_evaluate: 164 episodes per seed with sampled actions. The evaluator
     is stubbed (its sampled and mode policies are tested in test_evaluate.py): this checks what
     the protocol asks of it."""
-    import purejaxppo.evaluate as evaluate
+    import purejaxppo.step.evaluate as evaluate
 
     calls = []
 
@@ -163,7 +163,7 @@ def test_sweep_stopped_and_resumed_equals_uninterrupted(tmp_path, capsys):
 def test_train_flags_reach_the_loop(monkeypatch, tmp_path):
     """--split/--devices/--sweep/--seed wiring (no compile): the CLI hands them to the chunk loop.
     The 2-device numbers of --split envs and of a sweep are checked in tests/test_parallel.py."""
-    import purejaxppo.loop as loop
+    import purejaxppo.run.loop as loop
 
     calls = []
 

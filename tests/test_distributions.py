@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 from scipy.special import log_softmax as np_log_softmax
 
-from purejaxppo.distributions import CATEGORICAL, GAUSSIAN
+from purejaxppo.stages.distributions import CATEGORICAL, GAUSSIAN
 
 
 def test_categorical_log_prob_entropy_mode():

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.checkpoint import list_checkpoints, restore_checkpoint
-from purejaxppo.guards import NonFiniteError, TrainingInterrupted
-from purejaxppo.loop import resume_run, train_chunked
-from purejaxppo.population import seed_keys
-from purejaxppo.program import Program
-from purejaxppo.run_folder import read_metrics, run_inputs
-from purejaxppo.sinks import WandbLogger
+from purejaxppo.run.checkpoint import list_checkpoints, restore_checkpoint
+from purejaxppo.run.guards import NonFiniteError, TrainingInterrupted
+from purejaxppo.run.loop import resume_run, train_chunked
+from purejaxppo.scale.population import seed_keys
+from purejaxppo.programs.program import Program
+from purejaxppo.run.run_folder import read_metrics, run_inputs
+from purejaxppo.run.sinks import WandbLogger
 
 CFG = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 8, update_epochs=2, num_minibatches=2)
 SEED, SEEDS = 3, 2
@@ -160,7 +160,7 @@ def _nan_reward_env(venv, after_steps):
 
 
 def test_non_finite_stops_with_update_and_metric_and_keeps_finite_checkpoint(tmp_path):
-    from purejaxppo.train import make_env
+    from purejaxppo.step.train import make_env
 
     venv = _nan_reward_env(make_env(CFG), after_steps=3 * CFG.num_steps)  # 4th update gets NaN rewards
     ppo = make_ppo(CFG, venv=venv)
@@ -297,7 +297,7 @@ def test_sweep_non_finite_member_stops_the_sweep_naming_it(program, tmp_path):
 
 
 def test_program_split_envs_builds_one_env_split_agent_and_refuses_unknown_split(monkeypatch):
-    import purejaxppo.parallel as parallel
+    import purejaxppo.scale.parallel as parallel
     from purejaxppo.config import ConfigError
 
     built = []
@@ -314,7 +314,7 @@ def test_program_split_envs_builds_one_env_split_agent_and_refuses_unknown_split
 def test_read_and_truncate_metrics_of_a_sweep_csv(tmp_path):
     """A sweep's metrics.csv (member, seed, update, ...) reads back as runs m*S + s; a resume's
     truncation keeps the rows before the checkpoint in both layouts."""
-    from purejaxppo.run_folder import truncate_metrics
+    from purejaxppo.run.run_folder import truncate_metrics
 
     path = tmp_path / "metrics.csv"
     rows = [f"{m},{s},{u},{100 * m + 10 * s + u}" for m in range(2) for s in range(3) for u in range(4)]

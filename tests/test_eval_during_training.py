@@ -14,11 +14,11 @@ import jax
 import numpy as np
 import pytest
 
-import purejaxppo.plot as plot_mod
-from purejaxppo.checkpoint import list_checkpoints
+import purejaxppo.cli.plot as plot_mod
+from purejaxppo.run.checkpoint import list_checkpoints
 from purejaxppo.cli import main
-from purejaxppo.evaluate import make_episodes
-from purejaxppo.run_folder import load_run, read_metrics
+from purejaxppo.step.evaluate import make_episodes
+from purejaxppo.run.run_folder import load_run, read_metrics
 
 # test_cli.py's sweep (2 members x 2 seeds, 6 updates in chunks of 2: the same compiled training
 # chunk, shared through the session's compile cache)
@@ -88,10 +88,10 @@ def test_gru_with_observation_normalisation():
     """The compiled evaluation over runs of a GRU agent with running observation statistics,
     against the same params played one run at a time with the statistics given by hand."""
     from purejaxppo import PPOConfig
-    from purejaxppo.eval_program import EvalProgram
-    from purejaxppo.normalize import ObsNormState, RunningStats
-    from purejaxppo.train import RunnerState, make_agent, make_env
-    from purejaxppo.update import TrainState
+    from purejaxppo.programs.eval_program import EvalProgram
+    from purejaxppo.stages.normalize import ObsNormState, RunningStats
+    from purejaxppo.step.train import RunnerState, make_agent, make_env
+    from purejaxppo.stages.update import TrainState
 
     cfg = PPOConfig(env_name="CartPole-v1", network="gru", gru_size=8, hidden_sizes=(8,), num_envs=2, num_steps=4,
                     num_minibatches=1, total_timesteps=2 * 4 * 3, normalize_obs=True)
@@ -131,7 +131,7 @@ def test_plot_draws_the_evaluation(sweep_runs, tmp_path, monkeypatch):
 
 
 def test_progress_bar_shows_the_latest_evaluation(capsys):
-    from purejaxppo.progress import progress_bar
+    from purejaxppo.run.progress import progress_bar
 
     on_chunk, close = progress_bar(False, "x")
     info = {"updates": 2, "num_updates": 4, "env_steps": 128, "steps_per_s": 1.0, "compile_s": 0.0,
@@ -168,7 +168,7 @@ def test_resume_keeps_the_runs_evaluation_settings(sweep_runs, capsys):
 
 def test_library_resume_with_other_evaluation_settings_is_refused(sweep_runs):
     from purejaxppo.config import ConfigError
-    from purejaxppo.loop import resume_run
+    from purejaxppo.run.loop import resume_run
 
     with_eval, without = sweep_runs
     with pytest.raises(ConfigError, match="eval_every=2"):

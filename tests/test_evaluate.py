@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from purejaxppo import PPOConfig
-from purejaxppo.distributions import CATEGORICAL
-from purejaxppo.evaluate import episode_states, find_obs_stats, make_evaluator, save_gif, summarize
-from purejaxppo.agent import feed_forward
-from purejaxppo.networks import Network
+from purejaxppo.stages.distributions import CATEGORICAL
+from purejaxppo.step.evaluate import episode_states, find_obs_stats, make_evaluator, save_gif, summarize
+from purejaxppo.agents.agent import feed_forward
+from purejaxppo.agents.networks import Network
 
 
 def _constant_policy(logits):
@@ -50,8 +50,8 @@ def test_mode_policy_is_deterministic_and_sampling_is_not():
 def _gru(cfg):
     """``(agent, network)``: the agent training builds for ``cfg``, and its GRU network built
     on its own for the reference loop (same module, so the same params fit both)."""
-    from purejaxppo.recurrent import make_recurrent_network
-    from purejaxppo.train import make_agent, make_env
+    from purejaxppo.agents.recurrent import make_recurrent_network
+    from purejaxppo.step.train import make_agent, make_env
 
     spec = make_env(cfg).spec
     return make_agent(cfg, spec), make_recurrent_network(spec, cfg.gru_size, cfg.hidden_sizes, cfg.activation)
@@ -61,7 +61,7 @@ def _gru_loop(cfg, net, params, key, num_episodes, deterministic, memory=True):
     """Reference for the jitted GRU evaluator: a plain Python loop over single steps with
     the evaluator's keys, the GRU carry zeroed by hand after each copy's episode end (or,
     ``memory=False``, before every step) and returns summed here. ``([S, N], [S, N])``."""
-    from purejaxppo.train import make_env
+    from purejaxppo.step.train import make_env
 
     venv = make_env(cfg.replace(num_envs=num_episodes))
     env_step, gru_step = jax.jit(venv.step), jax.jit(net.step)
@@ -122,7 +122,7 @@ def test_cli_eval_of_a_gru_run(tmp_path, capsys, monkeypatch):
     assert s["episodes"] == 6 and s["update"] == 2
     assert all(np.isfinite([s["mean"], s["std"], s["min"], s["max"], s["mean_length"], *s["per_seed_mean"]]))
     # MemoryChain cannot be drawn by gymnax: --gif fails at once, before any evaluation work
-    import purejaxppo.evaluate as evaluate
+    import purejaxppo.step.evaluate as evaluate
 
     def no_eval(*a, **k):
         raise AssertionError("evaluation ran before the --gif check")
@@ -134,7 +134,7 @@ def test_cli_eval_of_a_gru_run(tmp_path, capsys, monkeypatch):
 
 
 def test_find_obs_stats_and_summary():
-    from purejaxppo.normalize import ObsNormState, init_stats
+    from purejaxppo.stages.normalize import ObsNormState, init_stats
 
     stats = init_stats((3,))
     state = ObsNormState(("inner", 1), stats)
@@ -164,7 +164,7 @@ def test_gru_episode_states_play_one_episode():
 
 
 def test_plot_draws_mean_and_band(tmp_path):
-    from purejaxppo.plot import _ffill, load_curves, plot_runs
+    from purejaxppo.cli.plot import _ffill, load_curves, plot_runs
 
     run = tmp_path / "run"
     run.mkdir()

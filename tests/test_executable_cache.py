@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo import PPOConfig, executable_cache
-from purejaxppo.loop import train_chunked
-from purejaxppo.program import Program
+from purejaxppo import PPOConfig
+from purejaxppo.run import executable_cache
+from purejaxppo.run.loop import train_chunked
+from purejaxppo.programs.program import Program
 
 # 7 updates in chunks of 4: init, a chunk of 4 and a remainder chunk of 3 = three programs
 CFG = PPOConfig(env_name="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 7, num_minibatches=2,

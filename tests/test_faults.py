@@ -13,12 +13,12 @@ import sys
 import numpy as np
 import pytest
 
-from purejaxppo import run_lock
-from purejaxppo.checkpoint import CheckpointError, list_checkpoints
+from purejaxppo.run import run_lock
+from purejaxppo.run.checkpoint import CheckpointError, list_checkpoints
 from purejaxppo.cli import main
 from purejaxppo.config import PPOConfig
-from purejaxppo.guards import DivergenceWatch
-from purejaxppo.metrics_file import complete_updates, load_rows
+from purejaxppo.run.guards import DivergenceWatch
+from purejaxppo.run.metrics_file import complete_updates, load_rows
 
 # crash recovery promises byte-equal folders at the optimisation users get (tests/conftest.py)
 pytestmark = pytest.mark.optimised
@@ -108,7 +108,7 @@ def _as_sweep(src, tmp_path):
 
 
 def test_a_sweep_folder_is_not_resumed_as_a_single_run(half, tmp_path, capsys):
-    from purejaxppo.loop import train_chunked
+    from purejaxppo.run.loop import train_chunked
 
     run = _as_sweep(half, tmp_path)
     shutil.rmtree(os.path.join(run, "checkpoints"))  # even with no checkpoint to compare against
@@ -183,7 +183,7 @@ def test_full_disk_ends_with_one_error_line_keeps_the_last_checkpoint_and_resume
                                                                                          monkeypatch, capsys):
     import orbax.checkpoint as ocp
 
-    import purejaxppo.sinks as sinks
+    import purejaxppo.run.sinks as sinks
 
     run = str(tmp_path / "run")
     calls = {"n": 0}

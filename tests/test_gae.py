@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.gae import gae
+from purejaxppo.stages.gae import gae
 
 
 def numpy_gae(r, v, nv, term, trunc, gamma, lam):

@@ -1,4 +1,4 @@
-"""The fused GRU (purejaxppo.gru) against independent references: a NumPy loop of the cell's
+"""The fused GRU (purejaxppo.agents.gru) against independent references: a NumPy loop of the cell's
 equations for the values, and JAX autodiff of flax's own ``GRUCell`` in a ``lax.scan`` for
 the gradients (our backward pass is written by hand)."""
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.gru import fuse, gru_cell, gru_sequence, input_projection
+from purejaxppo.agents.gru import fuse, gru_cell, gru_sequence, input_projection
 
 T, B, G, H = 17, 3, 6, 5
 

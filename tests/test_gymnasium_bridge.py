@@ -14,7 +14,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from purejaxppo import PPOConfig, envs, make_ppo  # noqa: E402
 from purejaxppo.config import ConfigError  # noqa: E402
-from purejaxppo.gymnasium_bridge import gymnasium_vec_env  # noqa: E402
+from purejaxppo.envs.gymnasium_bridge import gymnasium_vec_env  # noqa: E402
 
 E, T, MAX = 3, 40, 10
 

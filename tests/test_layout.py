@@ -1,50 +1,66 @@
-"""The package's layout rules (shared/ARCHITECTURE.md): one-way imports, small modules."""
+"""The package's layout rules: folders by layer, one-way imports between them, no import
+cycles between modules, small modules (docs/architecture.md)."""
 
 import ast
 import os
 
 PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "purejaxppo")
 
+# Bottom to top: a folder may import only from folders before it (``lm`` sits on the stages
+# and is imported by none of the control layers).
+LAYERS = ["config", "envs", "stages", "agents", "step", "scale", "run", "programs", "cli"]
+ALLOWED = {name: set(LAYERS[:i]) for i, name in enumerate(LAYERS)}
+ALLOWED["lm"] = {"config", "stages"}
+MAX_LINES = 300
 
-def _modules() -> dict:
-    """``{node: [files]}``: each top-level module, and each subpackage (``envs/``) as ONE node."""
-    mods = {f[:-3]: [os.path.join(PKG, f)] for f in os.listdir(PKG) if f.endswith(".py")}
-    for d in os.listdir(PKG):
-        sub = os.path.join(PKG, d)
-        if os.path.isfile(os.path.join(sub, "__init__.py")):
-            mods[d] = [os.path.join(sub, f) for f in sorted(os.listdir(sub)) if f.endswith(".py")]
-    return mods
+
+def _files() -> dict:
+    """``{dotted module: path}`` for every module of the package."""
+    out = {}
+    for dirpath, _, files in os.walk(PKG):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, f), os.path.dirname(PKG))[:-3].replace(os.sep, ".")
+                out[rel.removesuffix(".__init__")] = os.path.join(dirpath, f)
+    return out
+
+
+def _imported(node, module: str, is_pkg: bool) -> list:
+    """``(module, name)`` pairs one import statement names (relative imports resolved; name
+    None for a plain ``import``)."""
+    if isinstance(node, ast.Import):
+        return [(a.name, None) for a in node.names if a.name.split(".")[0] == "purejaxppo"]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:
+        base = module.split(".")[: len(module.split(".")) - node.level + (1 if is_pkg else 0)]
+        mod = ".".join(base + ([node.module] if node.module else []))
+    else:
+        mod = node.module or ""
+    if mod.split(".")[0] != "purejaxppo":
+        return []
+    return [(mod, a.name) for a in node.names]
 
 
 def import_graph() -> dict:
     """``{module: {package modules it imports}}``, counting EVERY import statement, also the
     ones inside functions (a lazy import is still a dependency, and hides a cycle)."""
-    mods = _modules()
+    files = _files()
     graph = {}
-    for name, paths in mods.items():
+    for module, path in files.items():
         deps = set()
-        nested = len(paths) > 1 or os.path.basename(paths[0]) == "__init__.py"  # files one level down
-        nodes = [n for path in paths for n in ast.walk(ast.parse(open(path).read(), path))]
-        for node in nodes:
-            if isinstance(node, ast.ImportFrom):
-                if node.level == (2 if nested else 1):  # from .x import y / from . import x (top level)
-                    targets = [node.module] if node.module else [a.name for a in node.names]
-                elif nested and node.level == 1:  # a sibling inside the same subpackage
-                    continue
-                elif node.module and node.module.split(".")[0] == "purejaxppo":
-                    parts = node.module.split(".")
-                    targets = [parts[1]] if len(parts) > 1 else [a.name for a in node.names]
-                else:
-                    continue
-                deps.update(t.split(".")[0] for t in targets if t.split(".")[0] in mods)
-            elif isinstance(node, ast.Import):
-                for a in node.names:
-                    parts = a.name.split(".")
-                    if parts[0] == "purejaxppo" and len(parts) > 1 and parts[1] in mods:
-                        deps.add(parts[1])
-        deps.discard(name)
-        graph[name] = deps
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            for mod, name in _imported(node, module, path.endswith("__init__.py")):
+                target = f"{mod}.{name}" if f"{mod}.{name}" in files else mod  # `from pkg import module`
+                if target in files and target != module:
+                    deps.add(target)
+        graph[module] = deps
     return graph
+
+
+def folder_of(module: str):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and os.path.isdir(os.path.join(PKG, parts[1])) else None
 
 
 def find_cycle(graph: dict):
@@ -73,21 +89,54 @@ def find_cycle(graph: dict):
     return None
 
 
-def test_cycle_finder_finds_cycles():  # the checker itself can fail
+def layer_violations(graph: dict) -> list:
+    """``(module, imported module)`` pairs that import upward or sideways across folders."""
+    bad = []
+    for mod, deps in graph.items():
+        low = folder_of(mod)
+        if low is None:
+            continue
+        for dep in deps:
+            high = folder_of(dep)
+            if high is not None and high != low and high not in ALLOWED[low]:
+                bad.append((mod, dep))
+    return sorted(bad)
+
+
+def test_checkers_can_fail():  # the checkers themselves can fail
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+    assert layer_violations({"purejaxppo.stages.gae": {"purejaxppo.run.loop"}}) == [
+        ("purejaxppo.stages.gae", "purejaxppo.run.loop")]
+    assert layer_violations({"purejaxppo.run.loop": {"purejaxppo.stages.gae"}}) == []
+
+
+def test_every_folder_is_a_known_layer():
+    folders = {d for d in os.listdir(PKG) if os.path.isfile(os.path.join(PKG, d, "__init__.py"))}
+    assert folders == set(ALLOWED), folders ^ set(ALLOWED)
 
 
 def test_no_import_cycles_in_the_package():
     graph = import_graph()
-    assert {"train", "agent", "recurrent", "rollout", "envs"} <= set(graph)
-    assert "config" in graph["envs"] and "envs" in graph["train"]  # the subpackage is one node with real edges
-    assert "recurrent" in graph["train"] and "agent" in graph["recurrent"]  # the parser sees real edges
+    # the parser sees real edges, relative and absolute, lazy ones included
+    assert "purejaxppo.agents.recurrent" in graph["purejaxppo.step.train"]
+    assert "purejaxppo.agents.agent" in graph["purejaxppo.agents.recurrent"]
+    assert "purejaxppo.config.ppo_config" in graph["purejaxppo.config"]
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph))}"
 
 
-def test_lower_stages_never_import_higher_ones():
-    graph = import_graph()
-    stages = ["config", "distributions", "networks", "rollout", "gae", "losses", "update"]
-    for low in stages:
-        assert not graph[low] & {"train", "parallel", "cli", "recurrent", "agent"}, (low, graph[low])
+def test_folders_import_only_from_the_layers_below():
+    assert layer_violations(import_graph()) == []
+
+
+def test_the_run_loop_knows_no_run_kind():
+    """The loop drives the run protocol; it never names a kind or imports an implementation."""
+    src = open(os.path.join(PKG, "run", "loop.py")).read()
+    for word in ("pbt", "PBT", "sweep", "\"gru\""):
+        assert word not in src, word
+    assert not {d for d in import_graph()["purejaxppo.run.loop"] if folder_of(d) == "programs"}
+
+
+def test_no_module_is_too_long():
+    long = {m: n for m, p in _files().items() if (n := sum(1 for _ in open(p))) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (find the second job in them): {long}"

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.networks import patches3x3
+from purejaxppo.agents.networks import patches3x3
 
 
 def test_patch_conv_equals_flax_conv_valid():
@@ -25,7 +25,7 @@ def test_minatar_cnn_network_shapes():
     ppo = make_ppo(cfg)
     s = ppo.init(jax.random.PRNGKey(0), cfg)
     obs = jnp.zeros((7,) + ppo.venv.spec.obs_shape)
-    from purejaxppo.rollout import Batch
+    from purejaxppo.stages.rollout import Batch
     logits, value = ppo.agent.evaluate(s.train.params, Batch(obs, None, None, None, None, None))
     assert logits.shape == (7, ppo.venv.spec.num_actions) and value.shape == (7,)
     # the whole step traces (compiling it is slow on CPU: MinAtar's env; the learning run is in experiments/)
@@ -44,7 +44,7 @@ def test_init_scales_follow_ppo_practice():
 
 
 def test_lapack_free_orthogonal_matches_flax_and_vmaps():
-    from purejaxppo.networks import orthogonal
+    from purejaxppo.agents.networks import orthogonal
 
     key = jax.random.PRNGKey(3)
     for shape, scale in [((4, 64), 1.4), ((64, 64), 1.0), ((64, 2), 0.01), ((64, 1), 1.0), ((36, 16), 2.0)]:
@@ -65,7 +65,7 @@ def test_softplus_action_std_head_against_numpy_and_in_training():
 
     from purejaxppo.config import ConfigError
     from purejaxppo.envs import make_vec_env
-    from purejaxppo.networks import make_network
+    from purejaxppo.agents.networks import make_network
 
     spec = make_vec_env("Pendulum-v1", 2).spec
     net = make_network(spec, (8, 8), "relu", action_std="softplus")

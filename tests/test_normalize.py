@@ -7,9 +7,9 @@ import pytest
 
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.envs import episode_statistics, make_vec_env
-from purejaxppo.normalize import (apply_stats, init_reward_scale, init_stats, normalize_observation, scale_rewards,
+from purejaxppo.stages.normalize import (apply_stats, init_reward_scale, init_stats, normalize_observation, scale_rewards,
                                   update_stats)
-from purejaxppo.rollout import collect, stateless
+from purejaxppo.stages.rollout import collect, stateless
 
 
 @pytest.mark.parametrize("sizes", [[1] * 50, [3, 1, 7, 2, 64, 5], [1000]])
@@ -166,7 +166,7 @@ def test_acted_on_observation_is_the_stored_one():
 def _structured_masked_venv(num_envs):
     """A toy env observing ``MaskedObs({"x": [3] floats, "t": raw step counter}, mask)``."""
     from purejaxppo.envs.core import EnvSpec, auto_reset_vec_env, discrete_action_fields
-    from purejaxppo.observation import MaskedObs
+    from purejaxppo.envs.observation import MaskedObs
 
     def obs_of(s, t):
         return MaskedObs({"x": jnp.stack([s, 5.0 * s - 2.0, jnp.sin(3.0 * s)]), "t": t.astype(jnp.float32) * 50.0},

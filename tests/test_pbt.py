@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from purejaxppo import ConfigError, PPOConfig
-from purejaxppo.pbt import SearchSpace, exploit_explore, explore, parse_search, rank, search_space
+from purejaxppo.scale.pbt import SearchSpace, exploit_explore, explore, parse_search, rank, search_space
 
 SPACE = SearchSpace(("lr", "ent_coef"), (1e-5, 0.0), (1e-2, 0.05), (True, False))
 
@@ -113,7 +113,7 @@ TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_ep
 
 @pytest.fixture(scope="module")
 def program():
-    from purejaxppo.pbt_program import PBTProgram, PBTSettings
+    from purejaxppo.programs.pbt_program import PBTProgram, PBTSettings
 
     space = search_space(TINY, parse_search(["lr=loguniform:1e-4:3e-1", "ent_coef=uniform:0:0.05"]))
     # 8 members, exploit after updates 2 and 4 (the window: the last 2 updates of each interval)
@@ -126,7 +126,7 @@ def _read(path):
 
 @pytest.fixture(scope="module")
 def runs(program, tmp_path_factory):
-    from purejaxppo.pbt_run import resume_pbt, train_pbt
+    from purejaxppo.programs.pbt_run import resume_pbt, train_pbt
 
     root = tmp_path_factory.mktemp("pbt")
     whole = train_pbt(TINY, program.settings, 8, seed=3, run_dir=str(root / "whole"), program=program, chunk_updates=2)
@@ -165,9 +165,9 @@ def test_loser_holds_the_winner_state_after_the_exploit(program, runs):
     """The exploit inside the compiled program (a chunk ends right after it): losers chosen as
     by hand from the scores, holding the winner's state; a member that blew up is replaced
     instead of stopping the run."""
-    from purejaxppo.pbt_program import PBTProgram, PBTSettings
-    from purejaxppo.pbt_run import initial_members
-    from purejaxppo.run_folder import run_inputs
+    from purejaxppo.programs.pbt_program import PBTProgram, PBTSettings
+    from purejaxppo.programs.pbt_run import initial_members
+    from purejaxppo.run.run_folder import run_inputs
 
     members = initial_members(program.settings.space, 8, 3)
     keys, configs = run_inputs(TINY, 3, 1, members)

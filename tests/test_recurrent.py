@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from purejaxppo import ConfigError, PPOConfig, make_ppo, ppo_loss_fn
-from purejaxppo import recurrent as rec
-from purejaxppo.gae import gae
-from purejaxppo.rollout import Batch, collect
-from purejaxppo.train import rollout_key
-from purejaxppo.update import shuffle_split
+from purejaxppo.agents import recurrent as rec
+from purejaxppo.stages.gae import gae
+from purejaxppo.stages.rollout import Batch, collect
+from purejaxppo.step.train import rollout_key
+from purejaxppo.stages.update import shuffle_split
 
 SMALL = PPOConfig(network="gru", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, update_epochs=2,
                   num_minibatches=2, gru_size=16, hidden_sizes=(16,), max_episode_steps=9)

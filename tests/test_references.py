@@ -10,10 +10,10 @@ import pytest
 
 from purejaxppo.cli import build_parser, main
 from purejaxppo.config import ConfigError, PPOConfig, validate
-from purejaxppo.flags import config_from_args
-from purejaxppo.gae import gae
-from purejaxppo.references import reference_config
-from purejaxppo.train import gae_terminated, learning_rate
+from purejaxppo.cli.flags import config_from_args
+from purejaxppo.stages.gae import gae
+from purejaxppo.config.references import reference_config
+from purejaxppo.step.train import gae_terminated, learning_rate
 
 
 def _resolved(*flags):
@@ -74,7 +74,7 @@ def test_lr_ramp_against_hand_computed_schedule():
 def test_config_json_records_the_reference(tmp_path, monkeypatch, capsys):
     """The CLI passes the reference to the run folder's config.json (written before the first
     compile; init and compile are stubbed out to keep this test cheap)."""
-    from purejaxppo.program import Program
+    from purejaxppo.programs.program import Program
 
     class Stop(Exception):
         pass
@@ -111,8 +111,8 @@ def test_truncation_bootstraps_or_ends_the_return():
 def test_checkpoints_older_than_new_config_fields_still_resume():
     """A checkpoint written before bootstrap_truncated/lr_end/lr_ramp_steps/action_std existed had their
     default behaviour: it compares equal to a config with the defaults, and unequal otherwise."""
-    from purejaxppo.checkpoint import CheckpointError
-    from purejaxppo.run_folder import check_same_setup
+    from purejaxppo.run.checkpoint import CheckpointError
+    from purejaxppo.run.run_folder import check_same_setup
 
     old = PPOConfig(env_name="Acrobot-v1").to_dict()
     for name in ("bootstrap_truncated", "lr_end", "lr_ramp_steps", "action_std"):

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.envs import episode_statistics, make_vec_env
-from purejaxppo.gae import gae
-from purejaxppo.rollout import collect, critic_values, stateless
+from purejaxppo.stages.gae import gae
+from purejaxppo.stages.rollout import collect, critic_values, stateless
 
 LIMIT = 12
 

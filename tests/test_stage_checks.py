@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo import tokens as tk
-from purejaxppo.gae import gae
-from purejaxppo.losses import actor_loss, masked_mean, ppo_loss, value_loss
+from purejaxppo.lm import tokens as tk
+from purejaxppo.stages.gae import gae
+from purejaxppo.stages.losses import actor_loss, masked_mean, ppo_loss, value_loss
 
 N, T, B = 6, 5, 3
 v = jnp.arange(N, dtype=jnp.float32) / N

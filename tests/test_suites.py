@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo import observation
+from purejaxppo.envs import observation
 from purejaxppo.cli import main
 from purejaxppo.envs import registry
-from purejaxppo.gae import gae
-from purejaxppo.observation import MaskedObs
+from purejaxppo.stages.gae import gae
+from purejaxppo.envs.observation import MaskedObs
 
 E, GAMMA, LAM = 2, 0.9, 0.8
 

@@ -1,4 +1,4 @@
-"""Token-level PPO functions (purejaxppo.tokens) against hand-computed vectors and NumPy loops."""
+"""Token-level PPO functions (purejaxppo.lm.tokens) against hand-computed vectors and NumPy loops."""
 
 import math
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo import tokens as tk
+from purejaxppo.lm import tokens as tk
 from purejaxppo.lm.model import TinyLM
 
 

@@ -145,7 +145,7 @@ def test_gamma_sweep_with_reward_scaling_equals_separate_runs():
     # sensitivity: the two discounts really give different critic losses (scaled returns differ)
     assert np.abs(np.asarray(separate[0]["critic_loss"]) - np.asarray(separate[1]["critic_loss"])).max() > 1e-3
     # ... and a scaler fixed at ONE discount (the old behaviour) would not reproduce member 1:
-    from purejaxppo.normalize import init_reward_scale, scale_rewards
+    from purejaxppo.stages.normalize import init_reward_scale, scale_rewards
     r = jnp.ones((20, 2))
     d = jnp.zeros((20, 2), bool)
     s_lo = scale_rewards(init_reward_scale(2), r, d, 0.8)[1]

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from purejaxppo.update import make_optimizer
+from purejaxppo.stages.update import make_optimizer
 
 
 def _grads(step):

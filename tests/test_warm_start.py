@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.checkpoint import CheckpointError, save_checkpoint
+from purejaxppo.run.checkpoint import CheckpointError, save_checkpoint
 from purejaxppo.cli import main
-from purejaxppo.population import seed_keys
-from purejaxppo.warm_start import apply, describe
+from purejaxppo.scale.population import seed_keys
+from purejaxppo.run.warm_start import apply, describe
 
 CFG = PPOConfig(num_envs=2, num_steps=8, total_timesteps=64, update_epochs=1, num_minibatches=1, hidden_sizes=(8,),
                 normalize_obs=True, normalize_reward=True)

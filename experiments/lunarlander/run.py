@@ -57,7 +57,7 @@ def train_ours(seed: int) -> dict:
     import jax
 
     from purejaxppo import PPOConfig, envs, make_ppo
-    from purejaxppo.gymnasium_bridge import gymnasium_vec_env
+    from purejaxppo.envs.gymnasium_bridge import gymnasium_vec_env
 
     cfg = PPOConfig(env_name=ENV, num_envs=NUM_ENVS, num_steps=NUM_STEPS, total_timesteps=TOTAL,
                     update_epochs=ZOO["n_epochs"], num_minibatches=NUM_ENVS * NUM_STEPS // ZOO["batch_size"],

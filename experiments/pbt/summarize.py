@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from purejaxppo.plot import _ffill, load_curves  # noqa: E402
+from purejaxppo.cli.plot import _ffill, load_curves  # noqa: E402
 
 RUN = re.compile(r"^(?P<tag>[a-z]+)-pbt(?P<n>\d+)-i(?P<interval>\d+)-s(?P<seed>\d+)$")
 

@@ -37,7 +37,7 @@ def run(key):
             act = jax.random.uniform(k1, (a.num_envs,) + tuple(spec.action_shape), minval=-1.0, maxval=1.0)
         obs, state, r, *_ = venv.step(k2, state, act)
         # the observation goes into the output too, so XLA cannot drop the physics when the reward is
-        # constant (brax inverted_pendulum: reward 1 every step; purejaxppo.bench's env-only limit is
+        # constant (brax inverted_pendulum: reward 1 every step; purejaxppo.cli.bench's env-only limit is
         # optimised away there)
         o = sum(jnp.sum(jnp.asarray(x, jnp.float32)) for x in jax.tree_util.tree_leaves(obs))
         return state, jnp.sum(r) + o

@@ -22,7 +22,7 @@ train() {  # train NAME ENV FLAGS...
 bench() {  # bench NAME ENV NUM_ENVS NUM_STEPS: training steps/s and env-only / env+actor limits
   # `python -m purejaxppo bench --env ...` fails (argparse REMAINDER drops leading options), so the
   # module is run directly; it is the same code.
-  nice -n 19 timeout 600 $PY -m purejaxppo.bench --env "$2" --num-envs "$3" --num-steps "$4" \
+  nice -n 19 timeout 600 $PY -m purejaxppo.cli.bench --env "$2" --num-envs "$3" --num-steps "$4" \
     --total-timesteps 32768 --seeds 4 --repeats 1 --json "$OUT/bench-$1.json" 2>&1 | grep -E "steps_per_s|ratio|compile"
 }
 envonly() {  # envonly NAME ENV NUM_ENVS: env-only limit from a plain jitted scan (obs kept in the output)

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from .core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, box_action_fields, check_name, spec_fields_of_obs
+from purejaxppo.envs.core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, box_action_fields, check_name, spec_fields_of_obs
 
 DEFAULT_EPISODE_LENGTH = 1000
 

@@ -7,8 +7,8 @@ A :class:`VecEnv` is two pure functions over a batch of ``E`` environments:
   truncated [E], info)``, with ``info["final_observation"]`` ``[E, *obs_shape]``:
   the pre-reset observation (equal to ``obs`` where the episode did not end).
 
-``obs`` may be a pytree (:mod:`purejaxppo.observation`): a
-:class:`~purejaxppo.observation.MaskedObs` when the env has legal-action masks, or a
+``obs`` may be a pytree (:mod:`purejaxppo.envs.observation`): a
+:class:`~purejaxppo.envs.observation.MaskedObs` when the env has legal-action masks, or a
 dict / named tuple of arrays (``EnvSpec.obs_structure``). Wrappers take a VecEnv and
 return one; whatever statistics they keep live in the env state, so they survive
 ``vmap`` and checkpointing.
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import ConfigError
+from purejaxppo.config import ConfigError
 
 
 class EnvSpec(NamedTuple):
@@ -215,7 +215,7 @@ def check_name(name: str, names, suite: str) -> None:
 def spec_fields_of_obs(obs_one_env) -> dict:
     """``obs_shape`` / ``obs_structure`` / ``action_mask`` EnvSpec fields of one env's
     observation (array, structure, or MaskedObs of either)."""
-    from ..observation import MaskedObs, flat_size, structure_of
+    from purejaxppo.envs.observation import MaskedObs, flat_size, structure_of
 
     masked = isinstance(obs_one_env, MaskedObs)
     inner = obs_one_env.obs if masked else obs_one_env

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from .core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, check_name, discrete_action_fields
+from purejaxppo.envs.core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, check_name, discrete_action_fields
 
 NAMES = ["Craftax-Classic-Symbolic-v1", "Craftax-Classic-Pixels-v1", "Craftax-Symbolic-v1", "Craftax-Pixels-v1"]
 

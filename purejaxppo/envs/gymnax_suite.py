@@ -17,8 +17,8 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from ..config import ConfigError
-from .core import EnvSpec, VecEnv, box_action_fields, default_env_keys
+from purejaxppo.config import ConfigError
+from purejaxppo.envs.core import EnvSpec, VecEnv, box_action_fields, default_env_keys
 
 
 # gymnax's package import loads every env module, and a few of them import plotting libraries
@@ -73,7 +73,7 @@ def _bridge_howto(name: str) -> str:
     """Training a Gymnasium env that gymnax lacks: the gymnasium bridge, from Python (every env
     step is a host callback, one seed per process); the CLI trains JAX envs only."""
     return (f"train it from Python through the gymnasium bridge (slow: a host callback per env step, one seed per "
-            f"process): make_ppo(config, venv=purejaxppo.envs.episode_statistics(purejaxppo.gymnasium_bridge."
+            f"process): make_ppo(config, venv=purejaxppo.envs.episode_statistics(purejaxppo.envs.gymnasium_bridge."
             f"gymnasium_vec_env({name!r}, num_envs=config.num_envs))); see the README's 'Gymnasium environments'")
 
 

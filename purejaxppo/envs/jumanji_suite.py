@@ -7,7 +7,7 @@ use its ``AutoResetWrapper``; :func:`~purejaxppo.envs.core.auto_reset_vec_env` k
 pre-reset observation).
 
 Observations: a named tuple with an ``action_mask`` field becomes
-:class:`~purejaxppo.observation.MaskedObs` (the mask drives the masked categorical);
+:class:`~purejaxppo.envs.observation.MaskedObs` (the mask drives the masked categorical);
 the other fields are the observation, one array, or a dict of them (a structured
 observation, flattened by the default network). ``max_episode_steps`` is passed as the
 env's ``time_limit`` argument.
@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..config import ConfigError
-from ..observation import MaskedObs
-from .core import (EnvSpec, VecEnv, as_float, auto_reset_vec_env, box_action_fields, check_name,
+from purejaxppo.config import ConfigError
+from purejaxppo.envs.observation import MaskedObs
+from purejaxppo.envs.core import (EnvSpec, VecEnv, as_float, auto_reset_vec_env, box_action_fields, check_name,
                    discrete_action_fields, spec_fields_of_obs)
 
 

@@ -1,7 +1,7 @@
 """pgx single-player games (``pgx:2048``), with the legal-action mask.
 
 pgx states carry ``terminated`` and ``truncated`` and the ``legal_action_mask``; the
-observation becomes :class:`~purejaxppo.observation.MaskedObs` (``[4, 4, 31]`` for 2048:
+observation becomes :class:`~purejaxppo.envs.observation.MaskedObs` (``[4, 4, 31]`` for 2048:
 an image for the CNN torso). pgx has no time limit of its own for 2048, so we count
 steps: ``truncated = (pgx truncated | t >= max_episode_steps) & ~terminated`` (default
 limit :data:`DEFAULT_LIMIT`). Rewards are the single player's. Two-player games need
@@ -15,9 +15,9 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from ..config import ConfigError
-from ..observation import MaskedObs
-from .core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, check_name, discrete_action_fields
+from purejaxppo.config import ConfigError
+from purejaxppo.envs.observation import MaskedObs
+from purejaxppo.envs.core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, check_name, discrete_action_fields
 
 DEFAULT_LIMIT = 10_000
 

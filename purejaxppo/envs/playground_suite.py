@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from .brax_suite import from_brax_env
-from .core import VecEnv, check_name
+from purejaxppo.envs.brax_suite import from_brax_env
+from purejaxppo.envs.core import VecEnv, check_name
 
 
 def env_names() -> list[str]:

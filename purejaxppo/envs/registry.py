@@ -14,9 +14,9 @@ from typing import Callable, NamedTuple, Optional
 
 import jax
 
-from ..config import ConfigError
-from .core import VecEnv
-from .gymnax_suite import make_gymnax_vec_env, registered_envs
+from purejaxppo.config import ConfigError
+from purejaxppo.envs.core import VecEnv
+from purejaxppo.envs.gymnax_suite import make_gymnax_vec_env, registered_envs
 
 
 class Suite(NamedTuple):

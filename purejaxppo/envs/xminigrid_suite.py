@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import jax
 
-from .core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, check_name, discrete_action_fields
+from purejaxppo.envs.core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, check_name, discrete_action_fields
 
 
 def env_names() -> list[str]:

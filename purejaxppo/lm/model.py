@@ -7,7 +7,7 @@ with more left padding gives the same outputs at its valid positions.
 
 ``TinyLM.__call__ -> (logits [B, L, V], values [B, L])``: both are per POSITION
 (``logits[:, t]`` predicts token ``t+1``; ``values[:, t]`` is V of the prefix ending at
-``t``); :func:`purejaxppo.tokens.token_logprobs` / ``shift_right`` align them to tokens.
+``t``); :func:`purejaxppo.lm.tokens.token_logprobs` / ``shift_right`` align them to tokens.
 Used as policy (logits), frozen reference (logits) and critic (values): three parameter
 sets of one module.
 """

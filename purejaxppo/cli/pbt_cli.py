@@ -1,0 +1,100 @@
+"""The CLI's PBT commands: ``train --pbt N --search NAME=DIST:LOW:HIGH ...``, its resume and report.
+
+Parses, calls :mod:`purejaxppo.programs.pbt_run` and prints; bad flags raise :class:`ConfigError`
+(``error: ...``, exit 2). ``cli.py`` passes in its progress bar, sinks and compile-cache setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from purejaxppo.config import ConfigError
+
+
+def add_pbt_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("population-based training")
+    g.add_argument("--pbt", type=int, default=None, metavar="N",
+                   help="train N members with population-based training (exploit/explore inside the compiled "
+                        "program); needs --search")
+    g.add_argument("--search", action="append", default=None, metavar="NAME=DIST:LOW:HIGH",
+                   help="a searched hyperparameter, DIST uniform or loguniform (repeatable); "
+                        "e.g. --search lr=loguniform:1e-5:1e-2")
+    g.add_argument("--pbt-interval", type=int, default=None, metavar="UPDATES",
+                   help="updates between exploit steps (20); 0 trains the same population without exploitation")
+    g.add_argument("--pbt-quantile", type=float, default=None, metavar="Q",
+                   help="the bottom Q of members copy one of the top Q (0.25)")
+
+
+def check_pbt_flags(args) -> None:
+    """Refuse combinations that make no sense, before anything is built."""
+    if args.pbt is None:
+        extra = [f for f, v in (("--search", args.search), ("--pbt-interval", args.pbt_interval),
+                                ("--pbt-quantile", args.pbt_quantile)) if v is not None]
+        if extra and not getattr(args, "resume", None):
+            raise ConfigError(f"{', '.join(extra)} only apply to population-based training; add --pbt N")
+        return
+    if not args.search:
+        raise ConfigError("--pbt needs at least one --search NAME=DIST:LOW:HIGH, e.g. --search lr=loguniform:1e-5:1e-2")
+    for flag, v in (("--sweep", args.sweep), ("--seeds", args.seeds)):
+        if v is not None:
+            raise ConfigError(f"--pbt trains one population; {flag} cannot be combined with it (repeat the run "
+                              "with another --seed for repetitions)")
+    if args.split == "envs":
+        raise ConfigError("--pbt shards its members over the devices; --split envs is not supported with it")
+
+
+def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers) -> int:
+    """Train (``args`` parsed, ``config`` validated, ``devices`` set before JAX started)."""
+    from purejaxppo.run.run_folder import refuse_existing_run
+    from purejaxppo.programs.pbt_program import PBTProgram
+    from purejaxppo.programs.pbt_run import train_pbt
+
+    settings = pbt_settings(args, config)
+    program = PBTProgram(config, settings, num_devices=devices)  # unknown envs etc. fail here, before any folder
+    run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(':', '-')}-pbt-{time.strftime('%Y%m%d-%H%M%S')}")
+    refuse_existing_run(run_dir)
+    if not args.quiet:
+        print(f"purejaxppo: PBT of {args.pbt} members on {config.env_name} ({', '.join(settings.space.names)}; "
+              f"exploit every {settings.interval or 'never'} updates) in one compile on {devices} device(s) | "
+              f"{config.num_updates} updates x {config.batch_size} steps | run folder {run_dir} | compiling...",
+              flush=True)
+    try:
+        res = train_pbt(config, settings, args.pbt, seed=args.seed or 0, run_dir=run_dir, program=program,
+                        chunk_updates=args.chunk or 25, on_chunk=on_chunk,
+                        checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
+                        loggers=loggers(run_dir, args.pbt))
+    finally:
+        close()
+    return report(res, run_dir)
+
+
+def pbt_settings(args, config):
+    from purejaxppo.scale.pbt import parse_search, search_space
+    from purejaxppo.programs.pbt_program import PBTSettings
+
+    space = search_space(config, parse_search(args.search))
+    interval = 20 if args.pbt_interval is None else args.pbt_interval
+    return PBTSettings(space, interval, 0.25 if args.pbt_quantile is None else args.pbt_quantile)
+
+
+def report(res, run_dir: str) -> int:
+    import numpy as np
+
+    fr = np.asarray(res.final_return, np.float64)
+    print(f"final return over {len(fr)} members: best {np.nanmax(fr) if np.isfinite(fr).any() else float('nan'):.1f}"
+          f"  median {np.nanmedian(fr) if np.isfinite(fr).any() else float('nan'):.1f}")
+    if "best_member" in res.extra:
+        print(f"best member {res.extra['best_member']} (final return {res.extra['best_final_return']:.1f}); "
+              f"{res.extra.get('exploits', 0)} member copies (exploits) in lineage.csv")
+        for seg in res.extra.get("best_schedule", []):
+            vals = ", ".join(f"{k}={v:.4g}" for k, v in seg.items() if k not in ("from_update", "member"))
+            print(f"  from update {seg['from_update']:>5}: {vals}  (in member {seg['member']})")
+    print(f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
+          f"({res.env_steps:,} steps this session)")
+    if not res.finished:
+        print(f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
+              f"`python -m purejaxppo train --resume {run_dir}`")
+    print(f"metrics, lineage, config and checkpoints written to {run_dir}")
+    return 0

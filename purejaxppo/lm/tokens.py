@@ -1,0 +1,264 @@
+"""Token-level PPO (language-model style) as pure functions (shared/PPO.md §5).
+
+The same PPO, on sequences: the state is prompt + tokens so far, the action is the
+next token. Everything here is a thin layer that puts token data into the shape
+``gae.py`` and ``losses.py`` expect; the GAE recursion and the clipped losses are
+those modules' code, not copies.
+
+Layout and conventions
+----------------------
+* A batch is ``tokens [B, L]``: a (left-padded) prompt followed by a (right-padded)
+  response. ``mask [B, L]`` (bool, or integer; floats are refused) marks the valid RESPONSE tokens, i.e. the actions
+  (the EOS token, when generated, is an action and is valid; prompt and padding are not).
+* Per-token quantities are ALIGNED to the token they are about: ``x[:, t]`` concerns
+  the action ``tokens[:, t]``, taken in state ``tokens[:, :t]``. A causal model's output
+  at position ``t - 1`` is what scores token ``t``, so :func:`token_logprobs` and
+  :func:`shift_right` move model outputs one step right (column 0 is never an action).
+* Time is axis 1 here (``[B, L]``); :func:`token_gae` transposes to the ``[L, B]``
+  time-leading layout of ``gae.py`` and back.
+* Masked slots are cleaned with ``where`` BEFORE any arithmetic, so NaN/inf stored in
+  padding (old log-probs, values, advantages, returns) changes neither the loss nor its
+  gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from purejaxppo.stages import gae as gae_lib
+from purejaxppo.stages import losses as losses_lib
+from purejaxppo.stages.distributions import categorical_entropy, categorical_log_prob
+from purejaxppo.stages.shapes import check_mask, check_rank, same_shape
+
+# Re-exported so token code has one import; same functions, token-mean over valid slots.
+masked_mean = losses_lib.masked_mean
+masked_whiten = losses_lib.normalize
+
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+AGGREGATIONS = ("token-mean", "seq-mean")
+
+
+def _clean(x: jax.Array, mask: jax.Array, fill=0.0) -> jax.Array:
+    return jnp.where(mask, x, jnp.asarray(fill, x.dtype))
+
+
+# --- alignment --------------------------------------------------------------------------
+def shift_right(x: jax.Array, fill=0.0) -> jax.Array:
+    """``out[:, t] = x[:, t-1]``, ``out[:, 0] = fill``; for ``x [B, L, ...]``.
+
+    Aligns a causal model's per-position output (e.g. the value head, ``V`` of the
+    prefix ending at position ``t-1``) with the token it precedes.
+    """
+    pad = jnp.full_like(x[:, :1], fill)
+    return jnp.concatenate([pad, x[:, :-1]], axis=1)
+
+
+def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+    """Log-probs of the given tokens from ONE teacher-forced causal pass.
+
+    Args:
+      logits: ``[B, L, V]``; ``logits[:, t]`` is the model's prediction after reading
+        ``tokens[:, :t+1]`` (causal mask).
+      tokens: ``[B, L]`` ints.
+    Returns:
+      ``[B, L]`` with ``out[:, t] = log p(tokens[:, t] | tokens[:, :t])`` (``log_softmax``,
+      stable) and ``out[:, 0] = 0``. Mask the result with the response mask.
+    """
+    logp = categorical_log_prob(logits[:, :-1], tokens[:, 1:])
+    return jnp.concatenate([jnp.zeros_like(logp[:, :1]), logp], axis=1)
+
+
+def token_entropy(logits: jax.Array) -> jax.Array:
+    """``[B, L]`` entropy of the next-token distribution, aligned like :func:`token_logprobs`."""
+    return shift_right(categorical_entropy(logits))
+
+
+def last_valid_mask(mask: jax.Array) -> jax.Array:
+    """``[B, L]`` bool, True only at the last valid slot of each row (none if the row is empty)."""
+    mask = mask.astype(bool)
+    length = mask.shape[1]
+    last = length - 1 - jnp.argmax(mask[:, ::-1], axis=1)
+    return (jnp.arange(length)[None, :] == last[:, None]) & jnp.any(mask, axis=1, keepdims=True)
+
+
+# --- KL and rewards ---------------------------------------------------------------------
+def kl_penalty(
+    logp: jax.Array, logp_ref: jax.Array, kind: str = "k1", mask: Optional[jax.Array] = None
+) -> jax.Array:
+    """Per-token estimate of ``KL(pi || pi_ref)`` from the sampled token's log-probs.
+
+    With ``d = logp - logp_ref`` (tokens sampled from ``pi``):
+    ``k1 = d`` (unbiased, can be negative), ``k2 = d^2 / 2``, ``k3 = exp(-d) - 1 + d``
+    (unbiased, >= 0; computed as ``expm1(-d) + d`` for small ``d``), ``abs = |d|``.
+    Shapes ``[B, L]``; masked slots (if ``mask``) are cleaned first and return 0.
+    """
+    shape = same_shape("kl_penalty", "logp", {"logp": logp, "logp_ref": logp_ref})
+    check_mask("kl_penalty", mask, shape)
+    if mask is not None:
+        mask = mask.astype(bool)
+        logp, logp_ref = _clean(logp, mask), _clean(logp_ref, mask)
+    d = logp - logp_ref
+    if kind == "k1":
+        return d
+    if kind == "k2":
+        return 0.5 * d * d
+    if kind == "k3":
+        return jnp.expm1(-d) + d
+    if kind == "abs":
+        return jnp.abs(d)
+    raise ValueError(f"kl_penalty: unknown kind {kind!r}; use one of {KL_ESTIMATORS}")
+
+
+def sequence_kl(kl: jax.Array, mask: jax.Array) -> jax.Array:
+    """``[B]`` sum of per-token KL over the valid tokens of each sequence."""
+    check_rank("sequence_kl", "kl", kl, 2, "[B, L]")
+    check_mask("sequence_kl", mask, jnp.shape(kl))
+    mask = mask.astype(bool)
+    return jnp.sum(_clean(kl, mask), axis=1)
+
+
+def shaped_rewards(score: jax.Array, kl: jax.Array, mask: jax.Array, beta) -> jax.Array:
+    """RLHF rewards ``[B, L]``: ``-beta * kl_t`` on every valid response token, plus the
+    task ``score [B]`` on the LAST valid response token; prompt and padding get 0.
+
+    ``beta`` is a scalar or ``[B]`` and may be traced. A sequence's rewards sum to
+    ``score - beta * sum_t kl_t`` (a row with no valid token gets nothing, not its score).
+    """
+    check_rank("shaped_rewards", "kl", kl, 2, "[B, L]")
+    check_mask("shaped_rewards", mask, jnp.shape(kl))
+    if tuple(jnp.shape(score)) != tuple(jnp.shape(kl)[:1]):
+        raise ValueError(f"shaped_rewards: score has shape {tuple(jnp.shape(score))}, expected "
+                         f"{tuple(jnp.shape(kl)[:1])} (one score per sequence, [B])")
+    mask = mask.astype(bool)
+    beta = jnp.asarray(beta)
+    if beta.ndim == 1:
+        beta = beta[:, None]
+    rewards = -beta * _clean(kl, mask)
+    rewards = rewards + jnp.where(last_valid_mask(mask), score[:, None], 0.0)
+    return _clean(rewards, mask)
+
+
+# --- advantages -------------------------------------------------------------------------
+def _next_valid(values: jax.Array, mask: jax.Array) -> jax.Array:
+    """``out[:, t]`` = value at the next valid slot after ``t`` (0 if none). ``[B, L]``."""
+
+    def step(carry, x):
+        v, m = x
+        return jnp.where(m, v, carry), carry
+
+    _, nxt = jax.lax.scan(step, jnp.zeros_like(values[:, 0]), (values.T, mask.T), reverse=True)
+    return nxt.T
+
+
+def token_gae(
+    rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma, gae_lambda
+) -> tuple[jax.Array, jax.Array]:
+    """Masked GAE over response tokens only: ``(advantages [B, L], returns [B, L])``.
+
+    ``values[:, t]`` is ``V(tokens[:, :t])`` (aligned, see :func:`shift_right`). The
+    next state of a valid token is the next VALID slot (so a mask with holes, e.g.
+    interleaved non-action tokens, still chains correctly); the last valid token is
+    ``terminated`` (the score is its terminal reward; nothing is bootstrapped). Runs
+    ``gae.gae(..., mask=...)`` right to left; masked slots get ``A = R = 0``.
+    ``gamma``/``gae_lambda`` may be traced.
+    """
+    shape = same_shape("token_gae", "rewards", {"rewards": rewards, "values": values})
+    check_rank("token_gae", "rewards", rewards, 2, "[B, L]")
+    check_mask("token_gae", mask, shape)
+    mask = mask.astype(bool)
+    rewards, values = _clean(rewards, mask), _clean(values, mask)
+    next_values = _next_valid(values, mask)
+    terminated = last_valid_mask(mask)
+    adv, ret = gae_lib.gae(
+        rewards.T, values.T, next_values.T, terminated.T, jnp.zeros_like(terminated.T),
+        gamma, gae_lambda, mask=mask.T,
+    )
+    return adv.T, ret.T
+
+
+# --- losses -----------------------------------------------------------------------------
+def aggregation_weights(mask: jax.Array, aggregation: str = "token-mean") -> Optional[jax.Array]:
+    """Per-token weights turning a token-mean into the requested aggregation.
+
+    ``token-mean``: None (every valid token of the batch counts once).
+    ``seq-mean``: ``w_bt = N / (B' * n_b)`` on valid slots (``n_b`` valid tokens in row b,
+    ``N`` in the batch, ``B'`` non-empty rows), so ``token_mean(w * x) = mean_b mean_t x``.
+    """
+    if aggregation == "token-mean":
+        return None
+    if aggregation != "seq-mean":
+        raise ValueError(f"unknown aggregation {aggregation!r}; use one of {AGGREGATIONS}")
+    maskf = mask.astype(jnp.float32)
+    n_b = jnp.sum(maskf, axis=1, keepdims=True)
+    n_rows = jnp.maximum(jnp.sum(n_b > 0), 1)
+    w = jnp.sum(maskf) / (n_rows * jnp.maximum(n_b, 1.0))
+    return jnp.where(mask.astype(bool), w, 0.0)
+
+
+def token_ppo_loss(
+    logp_new: jax.Array,
+    entropy: jax.Array,
+    values_new: jax.Array,
+    logp_old: jax.Array,
+    values_old: jax.Array,
+    advantages: jax.Array,
+    returns: jax.Array,
+    mask: jax.Array,
+    *,
+    clip_eps,
+    vf_coef,
+    ent_coef,
+    vf_clip_eps=None,
+    aggregation: str = "token-mean",
+) -> tuple[jax.Array, dict]:
+    """Masked PPO loss over valid response tokens: ``losses.ppo_loss`` on ``[B, L]``.
+
+    All inputs are ``[B, L]`` and aligned; ``mask [B, L]`` marks valid response tokens.
+    Every input is cleaned on masked slots before any arithmetic. Advantages are used as
+    given (whiten them with :func:`masked_whiten` first if wanted). The KL penalty lives
+    in the rewards and is NOT added again here.
+
+    ``aggregation="seq-mean"`` averages tokens within each sequence, then sequences.
+    It reuses the token-mean losses exactly: the clipped surrogate and the entropy are
+    positively homogeneous in ``A`` and ``H`` (scale them by ``w``), and the (clipped)
+    squared value error scales by ``w`` when ``V, V_old, R`` and the value clip are
+    scaled by ``sqrt(w)``. ``approx_kl``/``clip_frac`` diagnostics stay token-means.
+    """
+    shape = same_shape("token_ppo_loss", "logp_new", {
+        "logp_new": logp_new, "entropy": entropy, "values_new": values_new, "logp_old": logp_old,
+        "values_old": values_old, "advantages": advantages, "returns": returns})
+    check_rank("token_ppo_loss", "logp_new", logp_new, 2, "[B, L]")
+    check_mask("token_ppo_loss", mask, shape)
+    mask = mask.astype(bool)
+    logp_new, entropy, values_new, logp_old, values_old, advantages, returns = (
+        _clean(x, mask)
+        for x in (logp_new, entropy, values_new, logp_old, values_old, advantages, returns)
+    )
+    w = aggregation_weights(mask, aggregation)
+    if w is not None:
+        w = jax.lax.stop_gradient(w)
+        sw = jnp.sqrt(w)
+        advantages, entropy = advantages * w, entropy * w
+        values_new, values_old, returns = values_new * sw, values_old * sw, returns * sw
+        if vf_clip_eps is not None:
+            vf_clip_eps = vf_clip_eps * sw
+    return losses_lib.ppo_loss(
+        logp_new, entropy, values_new, logp_old, values_old, advantages, returns,
+        clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef, vf_clip_eps=vf_clip_eps, mask=mask,
+    )
+
+
+# --- adaptive KL coefficient ------------------------------------------------------------
+def adaptive_kl_update(beta, kl, target, n_steps, horizon):
+    """Ziegler et al. (2019) proportional controller, pure and traceable.
+
+    ``e = clip(KL / target - 1, -0.2, 0.2)``; ``beta <- beta * (1 + e * n_steps / horizon)``.
+    ``kl`` is the measured KL per sequence (mean over the batch), ``n_steps`` the
+    number of samples in the batch. All arguments may be traced, so updating ``beta``
+    inside a jitted step never recompiles.
+    """
+    e = jnp.clip(kl / target - 1.0, -0.2, 0.2)
+    return beta * (1.0 + e * n_steps / horizon)

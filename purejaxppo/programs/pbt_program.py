@@ -1,0 +1,235 @@
+"""The PBT program: the training step and :func:`~purejaxppo.scale.pbt.exploit_explore`, one ``jit``.
+
+A chunk of ``n`` updates is one ``lax.scan``; each iteration is the training step of every
+member (``vmap`` over the runs axis, members' searched hyperparameters applied as traced
+config leaves), then the score window is accumulated and, after every ``interval``-th update
+(never the last one, so the final state is the one that was scored), ``lax.cond`` runs the
+exploit/explore stage. The exploit point depends only on the update counter, so chunk sizes,
+checkpoints and resumes do not change the numbers. One compile covers the whole run.
+
+On several devices the members are split over a 1-D mesh (``shard_map``, as
+``parallel.shard_runs``); the exploit ``all_gather``s the population, every device computes
+the same decisions from the same key, and keeps its own slice. :class:`PBTProgram` has the
+interface of :class:`~purejaxppo.programs.program.Program`, so :func:`~purejaxppo.run.loop.train_chunked`
+drives it (checkpoints, resume, progress, sinks); its ``run_info`` marks the run folder
+``"kind": "pbt"``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.run.guards import first_non_finite
+from purejaxppo.scale.parallel import device_mesh
+from purejaxppo.scale.pbt import SearchSpace, exploit_explore, window_score
+from purejaxppo.step.train import PPO, RunnerState, make_ppo, strong_types
+
+PBT_SALT = 0x9B7  # folded into seed key 0: the exploit/explore key, apart from every member's own keys
+
+
+class PBTState(NamedTuple):
+    runner: RunnerState  # [N, ...] every member's training state
+    hparams: jax.Array  # [N, K] float32 searched values in effect (column k: space.names[k])
+    ret_sum: jax.Array  # [N] sum of episode returns completed in this interval's score window
+    ret_count: jax.Array  # [N] number of those episodes
+    key: jax.Array  # [N, 2] identical rows: the exploit key, folded with the update number
+
+
+@dataclass(frozen=True)
+class PBTSettings:
+    """``interval``: updates between exploits (0: the population trains without exploitation);
+    ``window``: the last updates of each interval whose completed episodes give the score
+    (default ``ceil(interval / 2)``)."""
+
+    space: SearchSpace
+    interval: int
+    quantile: float = 0.25
+    resample_prob: float = 0.1
+    window: Optional[int] = None
+
+    def __post_init__(self):
+        if self.interval < 0:
+            raise ConfigError(f"--pbt-interval={self.interval} must be >= 0 (0: no exploitation)")
+        if not 0.0 < self.quantile <= 0.5:
+            raise ConfigError(f"--pbt-quantile={self.quantile} must be in (0, 0.5]")
+        if not 0.0 <= self.resample_prob <= 1.0:
+            raise ConfigError(f"resample_prob={self.resample_prob} must be in [0, 1]")
+        if self.window is not None and self.interval and not 1 <= self.window <= self.interval:
+            raise ConfigError(f"window={self.window} must be in [1, interval={self.interval}]")
+
+    @property
+    def score_window(self) -> int:
+        return self.window or max(1, math.ceil(self.interval / 2))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["space"] = self.space.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PBTSettings":
+        return cls(**dict(d, space=SearchSpace.from_dict(d["space"])))
+
+
+def _finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+class PBTProgram:
+    """Compiled PBT over ``N`` members (``keys [N]``, ``configs [N]`` stacked, their searched
+    fields the initial hyperparameters). Interface of :class:`~purejaxppo.programs.program.Program`;
+    ``traces`` counts how often the chunk was traced (one per chunk length)."""
+
+    split = "seeds"
+
+    def __init__(self, config: PPOConfig, settings: PBTSettings, *, num_devices: int = 1, ppo: Optional[PPO] = None,
+                 axis: str = "runs"):
+        self.config, self.settings, self.num_devices, self.axis = config, settings, num_devices, axis
+        self.ppo = ppo if ppo is not None else make_ppo(config)
+        self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
+        self.run_info = {"kind": "pbt", "pbt": settings.to_dict()}
+        self.traces = 0
+        self._init = jax.jit(self.init_state)
+        self._fns, self._compiled = {}, set()
+
+    # --- layout -------------------------------------------------------------------------
+    def place(self, *args):
+        sizes = {x.shape[0] for x in jax.tree.leaves(args) if hasattr(x, "shape") and x.ndim}
+        if len(sizes) != 1:
+            raise ConfigError(f"every argument needs the same leading (members) axis; got sizes {sorted(sizes)}")
+        if next(iter(sizes)) % self.num_devices:
+            raise ConfigError(f"{next(iter(sizes))} members cannot be split evenly over {self.num_devices} devices; "
+                              f"use a multiple of {self.num_devices} members")
+        return args if self.mesh is None else jax.device_put(args, NamedSharding(self.mesh, P(self.axis)))
+
+    def init_state(self, keys: jax.Array, configs: PPOConfig) -> PBTState:
+        """Pure: every member gets its own key (seed key folded with its index, so members
+        start from different networks and envs), the population one exploit key."""
+        n = keys.shape[0]
+        member_keys = jax.vmap(jax.random.fold_in)(keys, jnp.arange(n))
+        runner = jax.vmap(self.ppo.init)(member_keys, configs)
+        hparams = jnp.stack([jnp.asarray(getattr(configs, name), jnp.float32) for name in self.settings.space.names],
+                            axis=1)
+        key = jnp.broadcast_to(jax.random.fold_in(keys[0], PBT_SALT), (n,) + keys.shape[1:])
+        zeros = jnp.zeros((n,), jnp.float32)
+        # strong dtypes, as ppo.init's (a checkpoint restores none as weak; a weak leaf would retrace)
+        return strong_types(PBTState(runner, hparams, zeros, zeros, key))
+
+    def init(self, keys, configs=None) -> PBTState:
+        if configs is None:
+            raise ConfigError("a PBT population needs its members' stacked configs")
+        keys, configs = jax.device_get((keys, configs))  # on one device, then placed
+        return self.place(self._init(keys, configs))[0]
+
+    # --- the chunk ------------------------------------------------------------------------
+    def _local_chunk(self, n: int, sharded: bool):
+        ppo, s, num_updates = self.ppo, self.settings, self.config.num_updates
+        space, interval, window = s.space, s.interval, s.score_window
+        axis = self.axis if sharded else None
+
+        def gather(tree):
+            return tree if axis is None else jax.tree.map(lambda x: jax.lax.all_gather(x, axis, tiled=True), tree)
+
+        def mine(tree, n_loc):
+            if axis is None:
+                return tree
+            start = jax.lax.axis_index(axis) * n_loc
+            return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, n_loc, 0), tree)
+
+        def record(st, parents, score, non_finite, exploited):
+            out = {"pbt_exploit": jnp.full(parents.shape, exploited, jnp.float32),
+                   "pbt_parent": parents.astype(jnp.float32), "pbt_score": score,
+                   "pbt_non_finite": non_finite.astype(jnp.float32)}
+            out.update({f"pbt_{name}": st.hparams[:, k] for k, name in enumerate(space.names)})
+            return out
+
+        def own_index(n_loc):
+            base = 0 if axis is None else jax.lax.axis_index(axis) * n_loc
+            return base + jnp.arange(n_loc)
+
+        def exploit(st: PBTState, upd):
+            n_loc = st.hparams.shape[0]
+            finite = jax.vmap(lambda r: _finite((r.train, r.obs)))(st.runner)
+            score = window_score(st.ret_sum, st.ret_count)
+            runner, hparams, full_score, full_finite = gather((st.runner, st.hparams, score, finite))
+            runner, hparams, parents = exploit_explore(
+                jax.random.fold_in(st.key[0], upd), runner, hparams, full_score, space, quantile=s.quantile,
+                resample_prob=s.resample_prob, finite=full_finite)
+            runner, hparams, parents = mine((runner, hparams, parents), n_loc)
+            zeros = jnp.zeros_like(st.ret_sum)
+            new = PBTState(runner, hparams, zeros, zeros, st.key)
+            return new, record(new, parents, score, ~finite, 1.0)
+
+        def skip(st: PBTState, upd):
+            n_loc = st.hparams.shape[0]
+            nan = jnp.full((n_loc,), jnp.nan, jnp.float32)
+            return st, record(st, own_index(n_loc), nan, jnp.zeros((n_loc,), bool), 0.0)
+
+        def chunk(state: PBTState, configs: PPOConfig):
+            self.traces += 1  # runs once per trace
+
+            def body(st: PBTState, _):
+                runner, metrics = jax.vmap(ppo.step)(st.runner, space.apply(configs, st.hparams))
+                upd = runner.update[0]  # the same for every member
+                count = metrics["episodes"].astype(jnp.float32)
+                in_window = (interval > 0) & (((upd - 1) % max(interval, 1)) >= max(interval, 1) - window)
+                scored = in_window & (count > 0)
+                st = st._replace(runner=runner,
+                                 ret_sum=st.ret_sum + jnp.where(scored, metrics["episode_return"] * count, 0.0),
+                                 ret_count=st.ret_count + jnp.where(scored, count, 0.0))
+                if interval > 0:
+                    st, info = jax.lax.cond((upd % interval == 0) & (upd < num_updates), exploit, skip, st, upd)
+                else:
+                    st, info = skip(st, upd)
+                metrics.update(info)
+                return st, metrics
+
+            state, metrics = jax.lax.scan(body, state, None, length=n)
+            metrics = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics)  # [N, n] as Program's
+            return (state, metrics), jax.vmap(lambda r: _finite((r.train, r.obs)))(state.runner)
+
+        return chunk
+
+    def _fn(self, n: int):
+        if n not in self._fns:
+            if self.mesh is None:
+                self._fns[n] = jax.jit(self._local_chunk(n, False))
+            else:
+                spec = P(self.axis)
+                self._fns[n] = jax.jit(jax.shard_map(self._local_chunk(n, True), mesh=self.mesh, in_specs=(spec, spec),
+                                                     out_specs=((spec, spec), spec), check_vma=False))
+        return self._fns[n]
+
+    def compile(self, n: int, state, configs=None) -> float:
+        sig = (n, str(jax.tree.structure((state, configs))),
+               tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves((state, configs))))
+        if sig in self._compiled:
+            return 0.0
+        t = time.perf_counter()
+        self._fn(n).lower(state, configs).compile()
+        self._compiled.add(sig)
+        return time.perf_counter() - t
+
+    def chunk(self, n: int, state, configs=None):
+        """``n`` updates of every member (with the exploits that fall in them) ->
+        ``((state, metrics {name: [N, n]}), finite [N])``."""
+        return self._fn(n)(state, configs)
+
+    def check_finite(self, metrics: dict, finite, first_update: int, describe):
+        """The loop's NaN stop. With exploitation a non-finite member is replaced at the next
+        exploit (the lineage records it), so only a population with no finite member stops."""
+        finite = np.asarray(finite)
+        if self.settings.interval > 0 and finite.any():
+            return None
+        metrics = {k: v for k, v in metrics.items() if k != "pbt_score"}  # NaN by design between exploits
+        return first_non_finite(metrics, finite, first_update, describe)

@@ -1,0 +1,108 @@
+"""PBT runs on the host: start, resume, summarise and load them (the chunk loop does the rest).
+
+:func:`train_pbt` samples ``num_members`` members from the search space (seeded), builds the
+:class:`~purejaxppo.programs.pbt_program.PBTProgram` and hands it to
+:func:`~purejaxppo.run.loop.train_chunked` with a :class:`~purejaxppo.run.lineage.LineageSink`, so a
+PBT run has the run folder, checkpoints, exact resume, progress bar and NaN handling of any
+run, plus ``lineage.csv``. Its ``summary.json`` adds ``best_member`` (the member with the best
+final return), ``best_final_return``, ``best_schedule`` (the hyperparameters its weights were
+trained with, following its ancestry) and ``exploits`` (member copies made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import jax
+import numpy as np
+
+from purejaxppo.run import run_folder as rf
+from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint, restore_checkpoint
+from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.run.lineage import LINEAGE, LineageSink, ancestry, exploit_count, read_lineage
+from purejaxppo.run.loop import RunResult, resume_run, train_chunked
+from purejaxppo.scale.pbt import SearchSpace, sample_members
+from purejaxppo.programs.pbt_program import PBT_SALT, PBTProgram, PBTSettings
+
+
+def initial_members(space: SearchSpace, num_members: int, seed: int) -> list:
+    """``[{name: value}]``: the seeded draw of the initial population (float32 values)."""
+    if num_members < 2:
+        raise ConfigError(f"--pbt={num_members}: a PBT population needs at least 2 members")
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), PBT_SALT + 1)
+    return space.members(sample_members(key, space, num_members))
+
+
+def train_pbt(config: PPOConfig, settings: PBTSettings, num_members: int, *, seed: int = 0,
+              run_dir: Optional[str] = None, num_devices: int = 1, program: Optional[PBTProgram] = None,
+              loggers=(), **kwargs) -> RunResult:
+    """Train a PBT population of ``num_members`` (``kwargs``: ``train_chunked``'s, e.g.
+    ``chunk_updates``, ``on_chunk``, ``stop_after``); see the module docstring."""
+    members = initial_members(settings.space, num_members, seed)
+    prog = program if program is not None else PBTProgram(config, settings, num_devices=num_devices)
+    sinks = list(loggers)
+    if run_dir:
+        os.makedirs(run_dir, exist_ok=True)
+        sinks.append(LineageSink(os.path.join(run_dir, LINEAGE), settings.space.names, members))
+    res = train_chunked(config, seed=seed, members=members, run_dir=run_dir, program=prog, loggers=sinks, **kwargs)
+    return _finish(res, run_dir)
+
+
+def resume_pbt(run_dir: str, loggers=(), **kwargs) -> RunResult:
+    """Continue the PBT run in ``run_dir`` from its latest checkpoint (as :func:`resume_run`)."""
+    info = rf.load_run_info(run_dir)
+    if info.get("kind") != "pbt":
+        raise CheckpointError(f"{run_dir!r} is not a PBT run; resume it with resume_run")
+    names = tuple(info["pbt"]["space"])
+    sink = LineageSink(os.path.join(run_dir, LINEAGE), names, info["members"], append=True)
+    return _finish(resume_run(run_dir, loggers=list(loggers) + [sink], **kwargs), run_dir)
+
+
+def best_member(final_return) -> int:
+    """Index of the best finite final return (``[N]``)."""
+    fr = np.asarray(final_return, np.float64)
+    if not np.isfinite(fr).any():
+        raise ConfigError("no member has a finite final return")
+    return int(np.nanargmax(np.where(np.isfinite(fr), fr, np.nan)))
+
+
+def _finish(res: RunResult, run_dir: Optional[str]) -> RunResult:
+    """Add the best member, its schedule and the exploit count to the result (and summary.json)."""
+    if not np.isfinite(np.asarray(res.final_return, np.float64)).any():
+        return res
+    best = best_member(res.final_return)
+    res.extra.update(best_member=best, best_final_return=float(res.final_return[best]))
+    if run_dir and os.path.exists(os.path.join(run_dir, LINEAGE)):
+        names, table = read_lineage(run_dir)
+        res.extra.update(best_schedule=ancestry(names, table, best, res.updates_done), exploits=exploit_count(table))
+    path = os.path.join(run_dir, rf.SUMMARY) if run_dir else None
+    if path and res.finished and os.path.exists(path):
+        with open(path) as f:
+            summary = json.load(f)
+        rf.write_summary(run_dir, dict(summary, **res.extra))
+    return res
+
+
+def load_pbt_run(run_dir: str, checkpoint: Optional[str] = None):
+    """``(config, info, runner [N, ...], ppo)`` of a PBT run folder (as ``run_folder.load_run``)."""
+    info = rf.load_run_info(run_dir)
+    config = info["config"]
+    path = checkpoint or latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS))
+    if path is None:
+        raise CheckpointError(f"{run_dir!r} has no complete checkpoint yet; train it (or resume it with "
+                              f"python -m purejaxppo train --resume {run_dir}) first")
+    prog = PBTProgram(config, PBTSettings.from_dict(info["pbt"]))
+    keys, configs = rf.run_inputs(config, info["seed"], info["num_seeds"], info["members"])
+    state, meta = restore_checkpoint(path, jax.eval_shape(prog.init_state, keys, configs))
+    info["checkpoint"], info["update"] = path, int(meta["update"])
+    return config, info, state.runner, prog.ppo
+
+
+def read_summary(run_dir: str) -> dict:
+    path = os.path.join(run_dir, rf.SUMMARY)
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)

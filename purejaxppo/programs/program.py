@@ -1,0 +1,100 @@
+"""The compiled functions of one training setup over the runs axis ``R``.
+
+:class:`Program` holds the per-run ``init`` and ``n``-update chunk (``lax.scan`` of the step)
+of one PPO, vmapped over runs and sharded over devices by ``parallel.shard_runs``
+(``split="seeds"``), or with every run's envs split over devices (``split="envs"``,
+``parallel.split_envs``; runs vmapped on top). A config is either bound into the functions
+(one config, broadcast to every run) or passed stacked to ``[R]`` (a sweep).
+With ``executables=FOLDER`` (the CLI's compile cache) the compiled ``init`` and chunks are
+kept whole on disk (:mod:`purejaxppo.run.executable_cache`), so a repeated run skips tracing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from purejaxppo.run import executable_cache
+from purejaxppo.scale import parallel
+from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.step.train import PPO, make_ppo
+
+
+class Program:
+    """The jitted per-run functions of one setup over the runs axis. It owns their compile
+    cache: pass the same Program to several ``train_chunked``/``resume_run`` calls (same
+    config and devices) and each chunk length compiles once.
+
+    ``split="seeds"``: runs sharded over ``num_devices``; ``split="envs"``: every run's envs
+    split over ``num_devices`` (``parallel.split_envs``), runs vmapped on top."""
+
+    def __init__(self, config: PPOConfig, *, ppo: Optional[PPO] = None, num_devices: int = 1, split: str = "seeds",
+                 executables: Optional[str] = None):
+        if split not in ("seeds", "envs"):
+            raise ConfigError(f"split={split!r} must be 'seeds' (runs over devices) or 'envs' (each run's envs)")
+        # only a program built here from the config can be keyed without tracing it
+        self.executables = (executable_cache.for_program(executables, config, num_devices=num_devices, split=split)
+                            if ppo is None else None)
+        if ppo is None:
+            ppo = parallel.split_envs(config, num_devices) if split == "envs" else make_ppo(config)
+        self.config, self.ppo, self.num_devices, self.split = config, ppo, num_devices, split
+        self.shard = num_devices if split == "seeds" else 1
+        self._fns, self._compiled, self._loaded = {}, set(), {}
+
+    def _fn(self, n: Optional[int], stacked: bool):
+        if (n, stacked) not in self._fns:
+            ppo, cfg = self.ppo, self.config
+            if n is None:
+                one = ppo.init if stacked else (lambda k: ppo.init(k, cfg))
+            else:
+                def one(r, c=cfg):
+                    out = ppo.run(r, c, n)
+                    return out, _tree_finite(out[0].train)  # extra output: does not change the numbers
+            self._fns[n, stacked] = parallel.shard_runs(one, self.shard)
+        return self._fns[n, stacked]
+
+    def place(self, *args):
+        return self._fn(None, len(args) > 1).place(*args) if self.shard > 1 else args
+
+    def init(self, keys, configs=None):
+        """``keys [R]`` (and stacked ``configs [R]``, placed by :meth:`place`) -> runner ``[R, ...]``."""
+        args = (keys,) if configs is None else (keys, configs)
+        fn = self._fn(None, configs is not None)
+        if self.executables is None:
+            return fn(*args)
+        args = fn.place(*args)
+        return self.executables.get(("init", configs is not None), fn.jitted, args)(*args)
+
+    def compile(self, n: int, runner, configs=None) -> float:
+        """Compile the ``n``-update chunk for these inputs (once); returns the seconds it took."""
+        args = (runner,) if configs is None else (runner, configs)
+        sig = (n, executable_cache.signature(args))  # weak types and committed-ness compile separately too
+        if sig in self._compiled:
+            return 0.0
+        t = time.perf_counter()
+        fn = self._fn(n, configs is not None)
+        if self.executables is None:
+            fn.lower(*args).compile()  # the call in chunk() reuses it
+        else:
+            args = fn.place(*args)
+            self._loaded[sig] = self.executables.get(("chunk", n, configs is not None), fn.jitted, args)
+        self._compiled.add(sig)
+        return time.perf_counter() - t
+
+    def chunk(self, n: int, runner, configs=None):
+        """``n`` updates of every run -> ``((runner, metrics {name: [R, n]}), finite [R])``."""
+        args = (runner,) if configs is None else (runner, configs)
+        fn = self._fn(n, configs is not None)
+        if self._loaded:
+            compiled = self._loaded.get((n, executable_cache.signature(args)))
+            if compiled is not None:
+                return compiled(*fn.place(*args))
+        return fn(*args)
+
+
+def _tree_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)

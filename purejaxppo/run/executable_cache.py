@@ -1,0 +1,143 @@
+"""Whole compiled programs kept on disk, so a repeated CLI run skips tracing and lowering too.
+
+JAX's persistent compilation cache (:mod:`purejaxppo.run.compile_cache`) skips XLA's compile, but
+every run still traces the Python step and lowers it to StableHLO before it can look the
+program up: about 1 s of a warm start for default CartPole on a 2-core CPU. This cache
+stores the compiled executable itself (``jax.experimental.serialize_executable``) under a
+key computed WITHOUT tracing, from everything that decides the program:
+
+* the program's role (``init``, or a chunk of ``n`` updates) and the resolved config
+  (``PPOConfig.to_dict()``: every static and numeric field, floats written exactly);
+* how it runs: devices split, runs axis, and every argument's shape, dtype, weak type and
+  sharding;
+* the code: a hash of every ``.py`` file of the installed ``purejaxppo`` package, the
+  versions of jax, jaxlib, flax, optax, gymnax and of the env's suite package, JAX's
+  config values (PRNG implementation, x64, ...), ``XLA_FLAGS`` and the devices.
+
+A changed config, flag, library or source file therefore compiles anew, in full: programs
+saved here are compiled without JAX's persistent cache (see ``_without_persistent_cache``), so
+that cache neither serves nor keeps them; it still serves every other program (evaluation, PBT). Only programs that
+:class:`~purejaxppo.programs.program.Program` builds from a config use it (a PPO passed in from
+outside, e.g. with a custom env object, is not keyed and always traces). Any failure to
+read or write an entry (a corrupt or foreign file, a full disk) falls back to compiling:
+the cache can make a run start sooner, never change its numbers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import pickle
+from typing import Any, Callable, Optional
+
+import jax
+
+
+@functools.lru_cache(maxsize=1)
+def _source_hash() -> str:
+    root = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def environment(env_name: str) -> dict:
+    """What besides the config decides a compiled program: code, versions, JAX flags, devices."""
+    suite = env_name.split(":", 1)[0] if ":" in env_name else "gymnax"
+    dists = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "gymnax", suite)  # each suite's extra names its package
+    return {"source": _source_hash(), "versions": {d: _version(d) for d in dists},
+            "jax_config": sorted((k, repr(v)) for k, v in jax.config.values.items() if "cache" not in k),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "devices": [(d.platform, d.device_kind, d.id) for d in jax.devices()]}
+
+
+@contextlib.contextmanager
+def _without_persistent_cache():
+    """Compile fresh, never from JAX's persistent cache: on XLA:CPU (jax 0.10.2) an executable that
+    JAX loaded from its cache serializes into one that fails when run ("Function wrapped_broadcast
+    not found"), so only a freshly compiled executable may be saved here. JAX latches whether its
+    cache is in use at the first compile; ``reset_cache`` makes it read the flag again."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    was = jax.config.values["jax_enable_compilation_cache"]
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", was)
+        compilation_cache.reset_cache()
+
+
+def signature(args) -> tuple:
+    """Everything about the arguments that compiles separately: tree, shapes, dtypes, shardings."""
+    return (str(jax.tree.structure(args)),
+            tuple((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)), str(getattr(x, "sharding", "")),
+                   getattr(x, "committed", None)) for x in jax.tree.leaves(args)))
+
+
+class ExecutableCache:
+    """``get(role, jitted, args) -> Compiled``: loaded from ``folder`` when a program with this key
+    was saved before, else lowered, compiled and saved. ``hits``/``misses`` count the lookups."""
+
+    def __init__(self, folder: str, context: dict):
+        self.folder = folder
+        self._base = json.dumps({**context, "env": environment(context.get("config", {}).get("env_name", ""))},
+                                sort_keys=True, default=repr)
+        self.hits = self.misses = 0
+
+    def key(self, role: Any, args) -> str:
+        return hashlib.sha256(json.dumps([self._base, repr(role), repr(signature(args))]).encode()).hexdigest()
+
+    def get(self, role: Any, jitted: Callable, args: tuple):
+        from jax.experimental.serialize_executable import deserialize_and_load, serialize
+
+        path = os.path.join(self.folder, self.key(role, args) + ".jaxexe")
+        if os.path.exists(path):
+            try:
+                with open(path, "rb") as f:
+                    payload, in_tree, out_tree = pickle.load(f)
+                compiled = deserialize_and_load(payload, in_tree, out_tree)
+                self.hits += 1
+                return compiled
+            except Exception:  # corrupt, truncated or from an incompatible build: compile instead
+                pass
+        self.misses += 1
+        with _without_persistent_cache():
+            compiled = jitted.lower(*args).compile()
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            with open(tmp, "wb") as f:
+                pickle.dump(serialize(compiled), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)  # readers see a whole entry or none
+        except Exception:  # not serializable, disk full, read-only: this run simply is not cached
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        return compiled
+
+
+def for_program(folder: Optional[str], config, **context) -> Optional[ExecutableCache]:
+    """The cache for one :class:`~purejaxppo.programs.program.Program` (None when ``folder`` is None)."""
+    if folder is None:
+        return None
+    return ExecutableCache(folder, {"config": config.to_dict(), **context})

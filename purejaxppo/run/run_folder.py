@@ -1,0 +1,284 @@
+"""The run folder: its layout, ``config.json``, ``metrics.csv`` reading, resume, loading.
+
+Layout::
+
+    config.json      kind ("run" or "sweep"), resolved config, seed, num_seeds, members (sweeps),
+                     chunk, devices, split, library/JAX versions (and one entry per resume)
+    metrics.csv      one row per update per run: ``seed, update, <metrics>`` (one config) or
+                     ``member, seed, update, <metrics>`` (a sweep); floats with 9 significant
+                     digits, so float32 values read back exactly
+    checkpoints/     update_<U>/ checkpoints of the whole runner state ``[R, ...]`` (last 2)
+    summary.json     final returns, timings (written when the run finishes)
+    results.md       a sweep's members, best first (written by the CLI)
+    .lock            held by the one process writing the folder (:mod:`purejaxppo.run.run_lock`)
+
+A resume continues only a folder of its own kind and setup (:func:`check_resumable`), from
+the newest checkpoint that ``metrics.csv`` fully covers (:func:`restore_latest`).
+
+Runs: ``R = M * S`` (members x seeds); run ``m*S + s`` is member ``m`` with seed key ``s``
+(see :func:`purejaxppo.scale.population.runs`). A single-config run is ``M = 1``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import warnings
+from typing import Optional
+
+import jax
+import numpy as np
+
+from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, place_like, read_meta,
+                         restore_checkpoint)
+from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.run.metrics_file import complete_updates, lead_columns, load_rows, read_metrics, truncate_metrics  # noqa: F401
+from purejaxppo.scale.population import runs, seed_keys
+
+CONFIG, METRICS, CHECKPOINTS, SUMMARY, RESULTS = "config.json", "metrics.csv", "checkpoints", "summary.json", "results.md"
+
+
+def versions() -> dict:
+    import flax
+    import optax
+
+    from purejaxppo.envs.gymnax_suite import import_gymnax
+
+    gymnax = import_gymnax()
+
+    from purejaxppo import __version__
+
+    return {"purejaxppo": __version__, "jax": jax.__version__, "flax": flax.__version__,
+            "optax": optax.__version__, "gymnax": getattr(gymnax, "__version__", "?"),
+            "python": sys.version.split()[0], "platform": platform.platform(),
+            "devices": [str(d) for d in jax.devices()]}
+
+
+def final_returns(episode_return: np.ndarray, frac: float = 0.05) -> np.ndarray:
+    """Per-run mean of the finite episode returns over the last ``frac`` of updates.
+
+    ``episode_return`` is ``[R, U]`` (NaN where no episode completed in an update) -> ``[R]``."""
+    ret = np.asarray(episode_return)
+    tail = ret[..., -max(1, int(math.ceil(ret.shape[-1] * frac))):]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN run -> NaN, on purpose
+        return np.nanmean(np.where(np.isfinite(tail), tail, np.nan), axis=-1)
+
+
+def run_inputs(config: PPOConfig, seed: int, num_seeds: int, members: Optional[list]):
+    """``(keys [R], configs [R] or None)``: a sweep's stacked member configs, else the one config
+    (None: bound into the compiled functions, broadcast to every run)."""
+    if members is None:
+        return seed_keys(seed, num_seeds), None
+    return runs(config, members, num_seeds, seed)
+
+
+# --- config.json --------------------------------------------------------------------------
+def write_info(run_dir: str, info: dict, resumed_from: Optional[int] = None) -> None:
+    """Write ``config.json`` (``info`` + versions); a resume keeps the first one and appends
+    ``{"from_update", "versions"}`` to its ``resumes``."""
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, CONFIG)
+    out = dict(info, versions=versions())
+    if resumed_from is not None and os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        out = dict(old, resumes=old.get("resumes", []) + [{"from_update": resumed_from, "versions": versions()}])
+    _write_json(path, out)
+
+
+def _write_json(path: str, obj) -> None:
+    """Atomic: a full disk leaves the old file (or none), never half a file."""
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def refuse_existing_run(run_dir: str) -> None:
+    """A new run must not write into a folder that already holds one (checkpoints or
+    metrics): raise :class:`ConfigError` with the command that continues it instead."""
+    if list_checkpoints(os.path.join(run_dir, CHECKPOINTS)) or os.path.exists(os.path.join(run_dir, METRICS)):
+        raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with "
+                          f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
+
+
+def folder_kind(info: dict) -> str:
+    """``"run"``, ``"sweep"`` or ``"pbt"`` (folders written before kinds were recorded: from ``members``)."""
+    return info.get("kind") or ("sweep" if info.get("members") else "run")
+
+
+def load_run_info(run_dir: str) -> dict:
+    """The run folder's ``config.json`` (with ``config`` as a :class:`PPOConfig`)."""
+    path = os.path.join(run_dir, CONFIG)
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise CheckpointError(f"{run_dir!r} is a file, not a run folder; pass the folder given to train --run-dir")
+    if not os.path.isdir(run_dir):
+        raise CheckpointError(f"run folder {run_dir!r} does not exist; pass the folder given to train --run-dir")
+    if not os.path.exists(path):
+        left = [n for n in os.listdir(run_dir) if not n.startswith(".")]
+        if not left or left == ["checkpoints"] and not list_checkpoints(os.path.join(run_dir, CHECKPOINTS)):
+            raise CheckpointError(f"{run_dir!r} holds no run yet (its training stopped during startup, before "
+                                  f"config.json was written); start it again with "
+                                  f"python -m purejaxppo train --run-dir {run_dir} ...")
+        raise CheckpointError(f"{run_dir!r} has no config.json, so it is not a purejaxppo run folder; "
+                              "pass the folder given to train --run-dir")
+    try:
+        with open(path) as f:
+            info = json.load(f)
+        info["config"] = PPOConfig.from_dict(info["config"])
+        if info.get("kind") == "pbt" and not isinstance(info.get("pbt"), dict):
+            raise KeyError("a PBT folder without its 'pbt' settings")
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed or evaluated") from None
+    return info
+
+
+def check_resumable(run_dir: str, info: dict) -> None:
+    """A resume described by ``info`` (kind, config, seeds, members) must continue a folder of
+    the same kind and setup; checked before anything in the folder is touched."""
+    path = os.path.join(run_dir, CONFIG)
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except FileNotFoundError:
+        load_run_info(run_dir)  # raises the right message
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed") from None
+    kind, want = folder_kind(saved), folder_kind(info)
+    if kind not in ("run", "sweep", "pbt"):
+        raise CheckpointError(f"{run_dir!r} holds a {kind!r} folder, which this command cannot resume "
+                              "(written by another command or a newer purejaxppo); nothing was changed")
+    if kind != want:
+        raise CheckpointError(f"{run_dir!r} holds a {kind}, not a {want}; nothing was changed. Resume it as what "
+                              f"it is: python -m purejaxppo train --resume {run_dir} (no other flags)")
+    check_same_setup(saved, info, path)
+    metrics, ckpts = os.path.join(run_dir, METRICS), list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
+    if ckpts and not os.path.exists(metrics):
+        raise CheckpointError(f"{metrics} is missing, but the run has checkpoints up to update {ckpts[-1][0]}; "
+                              "put metrics.csv back (e.g. from a backup) to resume, or start a new run folder")
+    if os.path.exists(metrics):
+        header = load_rows(metrics)[0]
+        if header and lead_columns(header, metrics) != (1 if kind == "run" else 2):
+            raise CheckpointError(f"{metrics} has the columns of a {'sweep' if kind == 'run' else 'run'} "
+                                  f"but config.json says {kind}; the folder is mixed up, nothing was changed")
+
+
+def check_same_setup(meta: dict, info: dict, path: str) -> None:
+    """A resume must use the checkpoint's config, seeds and members (else the numbers differ).
+
+    A field the checkpoint does not name was added to :class:`PPOConfig` after it was
+    written: it had the field's default behaviour then, so it compares as the default."""
+    defaults = PPOConfig().to_dict()
+    saved_cfg, cfg = meta.get("config", {}), info["config"]
+    saved_cfg = {**{k: v for k, v in defaults.items() if k != "env_name"}, **saved_cfg} if saved_cfg else saved_cfg
+    diffs = [f"{k}: checkpoint {saved_cfg.get(k)!r}, now {cfg.get(k)!r}"
+             for k in sorted(set(saved_cfg) | set(cfg)) if saved_cfg.get(k) != cfg.get(k)]
+    diffs += [f"{k}: checkpoint {meta[k]!r}, now {info.get(k)!r}"
+              for k in ("seed", "num_seeds", "members") if k in meta and meta[k] != info.get(k)]
+    if diffs:
+        raise CheckpointError(f"{path} was made with a different setup:\n  " + "\n  ".join(diffs[:8])
+                              + "\nresume with the run's own config (python -m purejaxppo train --resume RUN_DIR, "
+                              "no config flags) or start a new run folder")
+
+
+# --- resume and loading -------------------------------------------------------------------
+def restore_latest(run_dir: str, template, info: dict):
+    """``(runner, update, earlier metrics {name: [R, U]} or None, note or None)`` to continue
+    ``run_dir`` (``template``: a fresh runner, whose leaves' shardings the restored arrays take).
+
+    It continues from the newest checkpoint whose updates all have their rows in
+    ``metrics.csv``: rows lost to a crash or a full disk (a partly written last line, a cut
+    tail) are recomputed from an older checkpoint, or from the start (same seeds, same
+    numbers); ``note`` then says so. Rows written after that checkpoint are dropped. A
+    missing ``metrics.csv`` next to checkpoints is reported, not silently replaced."""
+    ckpts = list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
+    metrics_path, runs = os.path.join(run_dir, METRICS), template_runs(template)
+    if ckpts and not os.path.exists(metrics_path):
+        check_resumable(run_dir, info)  # raises: metrics.csv is missing
+    complete = complete_updates(metrics_path, runs, info["num_seeds"]) if os.path.exists(metrics_path) else 0
+    usable = [(u, p) for u, p in ckpts if u <= complete]
+    runner, done, note = template, 0, None
+    if ckpts and (not usable or usable[-1][0] != ckpts[-1][0]):
+        start = f"checkpoint update {usable[-1][0]}" if usable else "the start"
+        note = (f"metrics.csv has every run's rows only for updates 0..{complete - 1}, but the newest checkpoint is "
+                f"at update {ckpts[-1][0]}; recomputing from {start} (same seeds, same numbers)")
+    if usable:
+        path = usable[-1][1]
+        check_same_setup(read_meta(path), info, path)
+        state, meta = restore_checkpoint(path, template)
+        runner = jax.tree.map(place_like, state, template)
+        done = int(meta["update"])
+    truncate_metrics(metrics_path, done)
+    prev = read_metrics(metrics_path, runs, done, info["num_seeds"]) if done else None
+    return runner, done, prev, note
+
+
+def finished_run(run_dir: str) -> bool:
+    """True when ``run_dir`` finished every update with an intact record: summary.json, the
+    final checkpoint, and every run's ``metrics.csv`` rows. Resuming it has nothing to do."""
+    info = load_run_info(run_dir)
+    n = info["config"].num_updates
+    ckpt = latest_checkpoint(os.path.join(run_dir, CHECKPOINTS))
+    runs = info["num_seeds"] * len(info.get("members") or [None])
+    metrics = os.path.join(run_dir, METRICS)
+    if not (os.path.exists(os.path.join(run_dir, SUMMARY)) and ckpt is not None and os.path.exists(metrics)):
+        return False
+    meta = read_meta(ckpt)
+    with open(os.path.join(run_dir, CONFIG)) as f:
+        check_same_setup(meta, json.load(f), ckpt)  # an edited config.json is refused, not ignored
+    return int(meta["update"]) >= n and complete_updates(metrics, runs, info["num_seeds"]) >= n
+
+
+def template_runs(runner) -> int:
+    return int(jax.tree.leaves(runner)[0].shape[0])
+
+
+def write_summary(run_dir: str, summary: dict) -> None:
+    _write_json(os.path.join(run_dir, SUMMARY), summary)
+
+
+def load_run(run_dir: str, checkpoint: Optional[str] = None, ppo=None):
+    """``(config, info, runner_state [R, ...], ppo)`` from a run folder's latest (or given)
+    checkpoint. ``ppo`` defaults to ``make_ppo(config)`` (an env-split run's runner state
+    has the same global shapes, so it loads on one device too)."""
+    from purejaxppo.step.train import make_ppo
+
+    info = load_run_info(run_dir)
+    config = info["config"]
+    path = checkpoint or latest_checkpoint(os.path.join(run_dir, CHECKPOINTS))
+    if path is None:
+        raise CheckpointError(f"{run_dir!r} has no complete checkpoint yet; train it (or resume it with "
+                              f"python -m purejaxppo train --resume {run_dir}) first")
+    ppo = ppo if ppo is not None else make_ppo(config)
+    keys, configs = run_inputs(config, info["seed"], info["num_seeds"], info.get("members"))
+    if configs is None:
+        template = jax.eval_shape(jax.vmap(lambda k: ppo.init(k, config)), keys)
+    else:
+        template = jax.eval_shape(jax.vmap(ppo.init), keys, configs)
+    runner, meta = restore_checkpoint(path, template)
+    info["checkpoint"], info["update"] = path, int(meta["update"])
+    return config, info, runner, ppo
+
+
+def summary(result, env_steps: int, checkpoint: Optional[str]) -> dict:
+    """``summary.json`` of a finished :class:`~purejaxppo.run.loop.RunResult` (``env_steps``: whole run, all runs)."""
+    fr = np.asarray(result.final_return, np.float64)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = {"final_return_per_seed": fr.tolist(), "final_return_mean": float(np.nanmean(fr)),
+               "compile_s": result.compile_s, "run_s": result.run_s, "env_steps": env_steps,
+               "steps_per_s": result.steps_per_s, "checkpoint": checkpoint}
+        if result.members is not None:
+            out["members"] = result.members
+            out["final_return_per_member"] = fr.reshape(len(result.members), -1).tolist()
+    return out

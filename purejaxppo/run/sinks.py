@@ -1,0 +1,172 @@
+"""Metric sinks: where a chunk's metrics go, behind one tiny protocol.
+
+A sink has ``write(metrics, first_update)`` with ``metrics`` ``{name: [R, n]}`` (runs x the
+chunk's updates ``first_update .. first_update+n-1``) and ``close()``. The chunk loop calls
+every sink after every chunk (:func:`purejaxppo.run.loop.train_chunked`, ``loggers=``); any object
+with these two methods is a sink.
+
+* :class:`CSVLogger`: one row per update per run in ``metrics.csv`` (the run folder's record);
+* :class:`TensorBoardLogger`, :class:`WandbLogger`: means over seeds (one curve per member
+  for a sweep), x = env steps per run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import warnings
+from typing import Optional, Protocol
+
+import numpy as np
+
+from purejaxppo.config import ConfigError
+
+
+class Sink(Protocol):
+    def write(self, metrics: dict, first_update: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _fmt(x) -> str:
+    x = float(x)
+    # 9 significant digits round-trip any float32 exactly (resume re-reads earlier rows).
+    return "nan" if math.isnan(x) else f"{x:.9g}"
+
+
+class CSVLogger:
+    """Appends rows to ``metrics.csv``: columns ``seed, update, <names>`` for one config, or
+    ``member, seed, update, <names>`` for a sweep (``num_seeds`` seeds per member; run
+    ``r`` is member ``r // num_seeds``, seed ``r % num_seeds``). The header (metric names,
+    sorted) is written with the first rows unless ``append`` finds it already there."""
+
+    def __init__(self, path: str, num_seeds: int = 1, sweep: bool = False, append: bool = False):
+        self.path, self.num_seeds, self.sweep = path, num_seeds, sweep
+        self.names: Optional[list] = None
+        if not append and os.path.exists(path):
+            os.remove(path)
+
+    def write(self, metrics: dict, first_update: int) -> None:
+        if self.names is None:
+            lead = (["member"] if self.sweep else []) + ["seed", "update"]
+            if os.path.exists(self.path) and os.path.getsize(self.path) > 0:  # appending: keep its columns
+                with open(self.path, newline="") as f:
+                    self.names = next(csv.reader(f))[len(lead):]
+            else:
+                self.names = sorted(metrics)
+                with open(self.path, "w", newline="") as f:
+                    csv.writer(f).writerow(lead + self.names)
+        arrays = [np.asarray(metrics[k]) for k in self.names]
+        runs, n = arrays[0].shape[:2]
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        for r in range(runs):
+            index = [r // self.num_seeds, r % self.num_seeds] if self.sweep else [r]
+            for u in range(n):
+                w.writerow(index + [first_update + u] + [_fmt(a[r, u]) for a in arrays])
+        data = memoryview(buf.getvalue().encode())
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:  # the chunk's rows unbuffered; on failure (full disk) no partial row stays
+            size = os.fstat(fd).st_size
+            try:
+                while data:
+                    data = data[os.write(fd, data):]
+                os.fsync(fd)
+            except OSError:
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass  # a partial last line is dropped by the next resume (metrics_file.load_rows)
+                raise
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        pass
+
+
+def seed_means(metrics: dict, num_members: int = 1) -> dict:
+    """``{name: [R, n]}`` -> ``{name: [n]}`` NaN-aware means over seeds; with several members
+    one curve each, named ``member<m>/<name>``."""
+    out = {}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for k, v in metrics.items():
+            v = np.asarray(v, np.float64)
+            means = np.nanmean(v.reshape((num_members, -1) + v.shape[1:]), axis=1)
+            if num_members == 1:
+                out[k] = means[0]
+            else:
+                out.update({f"member{m}/{k}": means[m] for m in range(num_members)})
+    return out
+
+
+def require_tensorboard() -> None:
+    """ConfigError unless a TensorBoard writer can be imported (checked before a run folder is made)."""
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboardX") is None and importlib.util.find_spec("torch") is None:
+        raise ConfigError("--tensorboard needs tensorboardX; install it with pip install 'purejaxppo[tensorboard]'")
+
+
+def require_wandb() -> None:
+    """ConfigError unless ``wandb`` can be imported (checked before a run folder is made)."""
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is None:
+        raise ConfigError("--wandb needs the wandb package; install it with pip install 'purejaxppo[wandb]'")
+
+
+class TensorBoardLogger:
+    """Mean-over-seeds metrics to TensorBoard event files in ``<run_dir>/tb`` (x = env steps).
+
+    Optional extra: ``pip install 'purejaxppo[tensorboard]'`` (tensorboardX)."""
+
+    def __init__(self, run_dir: str, batch_size: int, num_members: int = 1):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("--tensorboard needs tensorboardX; install it with "
+                                  "pip install 'purejaxppo[tensorboard]'") from None
+        self.writer, self.batch_size, self.num_members = SummaryWriter(os.path.join(run_dir, "tb")), batch_size, num_members
+
+    def write(self, metrics: dict, first_update: int) -> None:
+        for name, v in seed_means(metrics, self.num_members).items():
+            for i, x in enumerate(v):
+                if np.isfinite(x):
+                    self.writer.add_scalar(name, float(x), (first_update + i + 1) * self.batch_size)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class WandbLogger:
+    """Mean-over-seeds metrics to Weights & Biases (one ``log`` per update, step = env steps).
+
+    Optional extra: ``pip install 'purejaxppo[wandb]'``."""
+
+    def __init__(self, run_dir: str, batch_size: int, config: dict, project: str = "purejaxppo",
+                 num_members: int = 1):
+        try:
+            import wandb
+        except ImportError:
+            raise ConfigError("--wandb needs the wandb package; install it with pip install 'purejaxppo[wandb]'") from None
+        self.batch_size, self.num_members = batch_size, num_members
+        self.run = wandb.init(project=project, dir=run_dir, config=config, name=os.path.basename(run_dir.rstrip("/")),
+                              resume="allow")
+
+    def write(self, metrics: dict, first_update: int) -> None:
+        means = seed_means(metrics, self.num_members)
+        n = len(next(iter(means.values())))
+        for i in range(n):
+            row = {k: float(v[i]) for k, v in means.items() if np.isfinite(v[i])}
+            self.run.log(row, step=(first_update + i + 1) * self.batch_size)
+
+    def close(self) -> None:
+        self.run.finish()

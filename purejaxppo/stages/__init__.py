@@ -1,0 +1,5 @@
+"""The PPO stages as pure functions: distributions, rollout, GAE, losses, the minibatch
+update, running statistics, observation layouts, argument checks.
+
+Each module is importable and testable alone; none knows about agents, devices or the host.
+"""
