@@ -13,7 +13,7 @@ import pytest
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, restore_checkpoint,
                                    save_checkpoint)
-from purejaxppo.driver import seed_keys
+from purejaxppo.scale.population import seed_keys
 
 
 class Inner(NamedTuple):

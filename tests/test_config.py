@@ -72,7 +72,7 @@ def test_cli_bad_flag_value_exits_nonzero():
 
 
 def test_every_config_flag_parses_to_a_valid_typed_value():
-    from purejaxppo.cli import build_parser, config_from_args
+    from purejaxppo.cli.main import build_parser, config_from_args
 
     argv = ["train", "--obs-keep", "0,2", "--critic-lr", "1e-3", "--target-kl", "0.02", "--max-episode-steps", "200",
             "--hidden-sizes", "32,32", "--normalize-obs", "true", "--rollout-rng", "unsafe_rbg", "--gru-size", "16",

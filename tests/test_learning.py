@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.driver import final_returns
+from purejaxppo.run.run_folder import final_returns
 
 pytestmark = pytest.mark.optimised  # run-bound: compiled as users compile (tests/conftest.py)
 

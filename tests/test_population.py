@@ -83,7 +83,7 @@ def test_cli_sweep_writes_table_best_first(tmp_path, capsys):
 
 
 def test_cli_preset_applies_per_env_defaults(monkeypatch):
-    from purejaxppo import cli
+    from purejaxppo.cli import main as cli
 
     args = cli.build_parser().parse_args(["train", "--env", "Pendulum-v1", "--preset", "--lr", "5e-4"])
     cfg = cli.config_from_args(args)

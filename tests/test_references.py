@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from purejaxppo.cli import build_parser, main
+from purejaxppo.cli.main import build_parser, main
 from purejaxppo.config import ConfigError, PPOConfig, validate
 from purejaxppo.cli.flags import config_from_args
 from purejaxppo.stages.gae import gae

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from purejaxppo import PPOConfig, make_ppo, make_train, ppo_loss_fn
-from purejaxppo.driver import train_chunked
+from purejaxppo.run.loop import train_chunked
 
 SMALL = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 6, update_epochs=2, num_minibatches=2)
 
