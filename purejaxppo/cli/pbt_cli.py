@@ -1,7 +1,7 @@
 """The CLI's PBT commands: ``train --pbt N --search NAME=DIST:LOW:HIGH ...``, its resume and report.
 
 Parses, calls :mod:`purejaxppo.programs.pbt_run` and prints; bad flags raise :class:`ConfigError`
-(``error: ...``, exit 2). ``cli.py`` passes in its progress bar, sinks and compile-cache setup.
+(``error: ...``, exit 2). :mod:`~purejaxppo.cli.train_cmd` passes in its progress bar, sinks and compile-cache setup.
 """
 
 from __future__ import annotations

@@ -1,0 +1,154 @@
+"""``train`` (a run, a sweep or a PBT population in a new folder) and ``train --resume RUN_DIR``."""
+
+from __future__ import annotations
+
+import os
+
+from purejaxppo.cli.errors import UserError
+from purejaxppo.cli.flags import config_from_args
+from purejaxppo.cli.pbt_cli import check_pbt_flags
+from purejaxppo.cli.train_setup import (check_counts, check_init_from, check_sinks, compile_cache, distinct_sweeps,
+                                        eval_flags, report_run, sinks_for)
+
+
+def cmd_train(args) -> int:
+    import math
+    import time
+
+    from purejaxppo.run.run_folder import refuse_existing_run
+    from purejaxppo.config import validate
+    from purejaxppo.run.outputs import check_run_dir
+    from purejaxppo.scale.population import parse_sweep
+    from purejaxppo.run.progress import progress_bar
+
+    if args.resume:
+        return cmd_resume(args)
+    check_pbt_flags(args)
+    seeds = 1 if args.seeds is None else args.seeds
+    check_counts(args, seeds)
+    grid = parse_sweep(distinct_sweeps(args.sweep)) if args.sweep else None
+    n_members = math.prod(len(v) for v in grid.values()) if grid else 1
+    config = validate(config_from_args(args))
+    init_from = check_init_from(args, config, seeds)
+    evaluation = eval_flags(args, config)
+    check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work
+    if args.run_dir:
+        refuse_existing_run(args.run_dir)
+    check_sinks(args)
+    split = args.split or "seeds"
+    devices = _devices(args, config, split, n_members if grid else None, seeds)
+    cache = compile_cache(args)
+    if args.pbt is not None:
+        from purejaxppo.cli.pbt_cli import cmd_train_pbt
+
+        return cmd_train_pbt(args, config, devices, *progress_bar(args.quiet, config.env_name),
+                             loggers=lambda run_dir, n: sinks_for(args, run_dir, config, n))
+    from purejaxppo.programs.runs import train_chunked
+    from purejaxppo.scale.population import make_population
+    from purejaxppo.programs.program import Program
+
+    members = make_population(config, grid, num_seeds=seeds).members if grid else None
+    program = Program(config, num_devices=devices, split=split,  # unknown envs etc. fail here, before any folder
+                      executables=cache)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(':', '-')}-{'sweep-' if grid else ''}{stamp}")
+    if not args.quiet:
+        what = f"sweep over {n_members} members x {seeds} seed(s) of" if grid else f"training {seeds} seed(s) of"
+        print(f"purejaxppo: {what} {config.env_name} in one compile on {devices} device(s)"
+              f"{' (envs split)' if split == 'envs' else ''} | {config.num_updates} updates x {config.batch_size} "
+              f"steps | run folder {run_dir} | compiling...", flush=True)
+    on_chunk, close = progress_bar(args.quiet, config.env_name)
+    os.makedirs(run_dir, exist_ok=True)
+    try:
+        res = train_chunked(config, seed=args.seed or 0, num_seeds=seeds, members=members, run_dir=run_dir,
+                            chunk_updates=args.chunk or 25, program=program, on_chunk=on_chunk,
+                            checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
+                            loggers=sinks_for(args, run_dir, config, n_members), init_from=init_from,
+                            run_info={"reference": args.reference} if args.reference else None, **evaluation)
+    finally:
+        close()
+    return report_run(res, run_dir, seeds)
+
+
+def _devices(args, config, split: str, n_members, seeds: int) -> int:
+    """Count the devices and set them before JAX starts (it reads XLA_FLAGS once); ``n_members``
+    is None without a sweep."""
+    import math
+
+    from purejaxppo.cli.devices import choose_devices, set_devices
+
+    if split == "envs":  # a minibatch's units (env sequences for the GRU) are split too
+        units = config.num_envs // config.num_minibatches if config.network == "gru" else config.minibatch_size
+        devices = choose_devices(args.devices, math.gcd(config.num_envs, units), "", check=False)
+    elif args.pbt is not None:
+        devices = choose_devices(args.devices, max(args.pbt, 1), f"the PBT population's {args.pbt} members")
+    else:
+        runs = (f"the sweep's {n_members} members x {seeds} seed(s) = {n_members * seeds} runs" if n_members
+                else f"--seeds={seeds}")
+        devices = choose_devices(args.devices, (n_members or 1) * seeds, runs)
+    set_devices(devices)
+    return devices
+
+
+def _refuse_changes(args) -> None:
+    """``--resume`` keeps the run's own config and seeds: any flag that would change them is refused."""
+    given = sorted("--" + k[4:].replace("_", "-") for k, v in vars(args).items() if k.startswith("cfg_") and v is not None)
+    given += [f for f, v in (("--seeds", args.seeds), ("--seed", args.seed), ("--run-dir", args.run_dir),
+                             ("--sweep", args.sweep), ("--split", args.split), ("--pbt", args.pbt),
+                             ("--reference", args.reference),
+                             ("--search", args.search), ("--pbt-interval", args.pbt_interval),
+                             ("--pbt-quantile", args.pbt_quantile), ("--init-from", args.init_from),
+                             ("--member", args.member), ("--eval-every", args.eval_every),
+                             ("--eval-episodes", args.eval_episodes)) if v is not None]
+    if given:
+        raise UserError(f"--resume continues {args.resume!r} with its saved config and seeds, so {', '.join(given)} "
+                        "cannot be changed; drop them, or start a new run with another --run-dir")
+
+
+def cmd_resume(args) -> int:
+    from purejaxppo.cli.devices import choose_devices, set_devices
+    from purejaxppo.programs.runs import resume_run
+    from purejaxppo.run.progress import progress_bar
+    from purejaxppo.run.outputs import check_run_dir
+    from purejaxppo.run.run_folder import finished_run, load_run_info
+
+    run_dir = args.resume
+    _refuse_changes(args)
+    check_counts(args)
+    info = load_run_info(run_dir)
+    seeds, members, config = info["num_seeds"], info.get("members"), info["config"]
+    if finished_run(run_dir):  # nothing to compute, nothing to rewrite
+        print(f"{run_dir} already finished all {config.num_updates} updates; nothing to do (its summary.json is "
+              f"unchanged). Evaluate it with `python -m purejaxppo eval {run_dir}`")
+        return 0
+    check_run_dir(run_dir, "--resume")
+    check_sinks(args)
+    devices = info.get("num_devices", 1)
+    choose_devices(str(devices), devices, "")  # still available?
+    set_devices(devices)
+    cache = compile_cache(args)
+    if not args.quiet:
+        what = f"{len(members)} members x {seeds} seed(s)" if members else f"{seeds} seed(s)"
+        print(f"purejaxppo: resuming {run_dir} ({config.env_name}, {what}, {config.num_updates} updates) "
+              "| compiling...", flush=True)
+    on_chunk, close = progress_bar(args.quiet, config.env_name)
+    kw = {"on_chunk": on_chunk, "stop_after": args.stop_after,
+          "loggers": sinks_for(args, run_dir, config, len(members) if members else 1)}
+    if args.chunk is not None:
+        kw["chunk_updates"] = args.chunk
+    if args.checkpoint_every is not None:
+        kw["checkpoint_every"] = args.checkpoint_every
+    pbt = info.get("kind") == "pbt"
+    if pbt:
+        from purejaxppo.cli.pbt_cli import report as report_pbt
+        from purejaxppo.programs.pbt_run import resume_pbt
+    else:
+        from purejaxppo.programs.program import Program
+
+        kw["program"] = Program(config, num_devices=devices, split=info.get("split", "seeds"),
+                                executables=cache)
+    try:
+        res = resume_pbt(run_dir, **kw) if pbt else resume_run(run_dir, **kw)
+    finally:
+        close()
+    return report_pbt(res, run_dir) if pbt else report_run(res, run_dir, seeds)

@@ -1,0 +1,124 @@
+"""What ``train`` and ``train --resume`` share: flag checks before any work, the optional sinks,
+the compile caches and the closing report."""
+
+from __future__ import annotations
+
+import os
+
+from purejaxppo.cli.errors import MAX_EPISODES, UserError
+
+
+def sinks_for(args, run_dir, config, num_members):
+    from purejaxppo.run.sinks import TensorBoardLogger, WandbLogger
+
+    out = []
+    if args.tensorboard:
+        out.append(TensorBoardLogger(run_dir, config.batch_size, num_members))
+    if args.wandb:
+        out.append(WandbLogger(run_dir, config.batch_size, config.to_dict(), args.wandb, num_members))
+    return out
+
+
+def check_init_from(args, config, seeds):
+    """``--init-from`` (+ ``--member``): its record for config.json, checked before any work; or None."""
+    if args.init_from is None:
+        if args.member is not None:
+            raise UserError("--member K picks the member of an --init-from sweep or PBT run; add --init-from RUN_DIR")
+        return None
+    from purejaxppo.run.warm_start import describe
+
+    return describe(args.init_from, args.member, config, seeds, "pbt" if args.pbt is not None else "run")
+
+
+def check_counts(args, seeds=None) -> None:
+    for flag, v in (("--seeds", seeds), ("--chunk", args.chunk), ("--checkpoint-every", args.checkpoint_every),
+                    ("--stop-after", args.stop_after)):
+        if v is not None and v < 1:
+            raise UserError(f"{flag}={v} must be >= 1")
+
+
+def eval_flags(args, config) -> dict:
+    """``--eval-every``/``--eval-episodes`` checked before any work -> ``train_chunked`` keywords."""
+    if args.eval_every is None:
+        if args.eval_episodes is not None:
+            raise UserError("--eval-episodes needs --eval-every N (how often to evaluate, in updates)")
+        return {}
+    if args.pbt is not None:
+        raise UserError("--eval-every is not available with --pbt yet; evaluate a PBT run afterwards with "
+                        "`python -m purejaxppo eval RUN_DIR`")
+    from purejaxppo.programs.eval_program import check_eval
+
+    episodes = 10 if args.eval_episodes is None else args.eval_episodes
+    if episodes > MAX_EPISODES:
+        raise UserError(f"--eval-episodes={episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of all "
+                        "runs play in parallel, in memory)")
+    check_eval(args.eval_every, episodes, config.num_updates)
+    return {"eval_every": args.eval_every, "eval_episodes": episodes}
+
+
+def distinct_sweeps(specs: list) -> list:
+    """``--sweep lr=1e-3 --sweep lr=1e-4`` would silently keep one: refused, naming the fix."""
+    seen = {}
+    for spec in specs:
+        name = spec.split("=", 1)[0].strip().replace("-", "_")
+        if name in seen:
+            values = f"{seen[name].split('=', 1)[-1]},{spec.split('=', 1)[-1]}"
+            raise UserError(f"--sweep {name} is given twice ({seen[name]!r} and {spec!r}); list all values in one: "
+                            f"--sweep {name}={values}")
+        seen[name] = spec
+    return specs
+
+
+def check_sinks(args) -> None:
+    from purejaxppo.run.sinks import require_tensorboard, require_wandb
+
+    if args.tensorboard:
+        require_tensorboard()
+    if args.wandb:
+        require_wandb()
+
+
+def compile_cache(args):
+    """Turn on the compile caches (unless opted out): JAX's persistent cache, and the folder of
+    whole executables inside it (:mod:`purejaxppo.run.executable_cache`) that is returned; or None."""
+    if getattr(args, "no_compile_cache", False) or os.environ.get("PUREJAXPPO_NO_COMPILE_CACHE"):
+        return None
+    from purejaxppo.run.compile_cache import announce_once, enable
+
+    path = enable()
+    notice = announce_once(path) if path else None
+    if notice and not args.quiet:
+        print(notice, flush=True)
+    if not path or os.environ.get("PUREJAXPPO_NO_EXECUTABLE_CACHE"):  # JAX's cache alone (benchmarks compare)
+        return None
+    return os.path.join(path, "executables")
+
+
+def report_run(res, run_dir, seeds) -> int:
+    import warnings
+
+    import numpy as np
+
+    from purejaxppo.scale.population import results_table
+
+    fr = res.final_return
+    if res.members is not None:
+        table = results_table(res.members, fr)
+        print(table)
+        if res.finished:
+            with open(os.path.join(run_dir, "results.md"), "w") as f:
+                f.write(table + "\n")
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            print(f"final return over {seeds} seed(s): mean {np.nanmean(fr):.1f}  min {np.nanmin(fr):.1f}  "
+                  f"max {np.nanmax(fr):.1f}")
+    print(f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
+          f"({res.env_steps:,} steps this session)")
+    if not res.finished:
+        print(f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
+              f"`python -m purejaxppo train --resume {run_dir}`")
+    table = " and the table (results.md)" if res.members is not None and res.finished else ""
+    print(f"metrics, config{',' if table else ' and'} checkpoints{table} written to {run_dir}")
+    return 0
+
