@@ -47,7 +47,7 @@ def set_torch_threads(n: int) -> None:
 
 
 def sb3_ppo_kwargs(total_timesteps: int, vf_coef: float) -> dict:
-    """SB3 PPO arguments matching purejaxppo's defaults (shared/PPO.md §6).
+    """SB3 PPO arguments matching purejaxppo's defaults (docs/conventions.md, "Defaults").
 
     SB3's value loss is ``mse`` without purejaxppo's 1/2, so ``vf_coef=0.25`` there gives the
     same gradient as purejaxppo's ``vf_coef=0.5`` with ``0.5*mse``. Value clipping 0.2 as

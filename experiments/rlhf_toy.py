@@ -1,4 +1,4 @@
-"""Toy RLHF with token-level PPO on CPU (shared/PPO.md §5), in minutes.
+"""Toy RLHF with token-level PPO on CPU (docs/conventions.md, "Token-level PPO"), in minutes.
 
 1. A seeded synthetic grammar (a sparse Markov chain over content tokens) generates
    ``prompt SEP response EOS`` sequences. A tiny causal transformer is pretrained on them

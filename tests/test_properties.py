@@ -1,6 +1,6 @@
 """Property-based: every config is either rejected with a ConfigError before tracing, or
 it traces. The expected verdict comes from an independent oracle written from the rules
-in shared/PPO.md and the field docs, not from ``validate`` itself."""
+in docs/conventions.md and the field docs, not from ``validate`` itself."""
 
 import math
 import numbers

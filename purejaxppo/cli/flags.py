@@ -39,7 +39,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     from purejaxppo.config import PPOConfig
 
     hints = typing.get_type_hints(PPOConfig)
-    group = parser.add_argument_group("config (defaults: shared/PPO.md §6)")
+    group = parser.add_argument_group("config (defaults: docs/conventions.md)")
     for f in dataclasses.fields(PPOConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.name == "env_name":

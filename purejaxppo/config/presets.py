@@ -1,7 +1,7 @@
 """Per-environment default configurations (tuned starting points).
 
 ``preset_config(name, **overrides)`` gives the shipped config for ``name`` (plain
-defaults of shared/PPO.md §6 for envs without a preset), with ``overrides`` applied.
+``PPOConfig()`` defaults, docs/conventions.md, for envs without a preset), with ``overrides`` applied.
 Reproduce a result with ``python -m purejaxppo train --env NAME --preset``.
 """
 

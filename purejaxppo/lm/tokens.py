@@ -1,4 +1,4 @@
-"""Token-level PPO (language-model style) as pure functions (shared/PPO.md §5).
+"""Token-level PPO (language-model style) as pure functions (docs/conventions.md, "Token-level PPO").
 
 The same PPO, on sequences: the state is prompt + tokens so far, the action is the
 next token. Everything here is a thin layer that puts token data into the shape

@@ -1,4 +1,4 @@
-"""Generalised advantage estimation as a reverse ``lax.scan`` (shared/PPO.md §2).
+"""Generalised advantage estimation as a reverse ``lax.scan`` (docs/conventions.md, "GAE").
 
 Time is the leading axis: every array is ``[T, ...]`` (``[T, B]`` for a rollout of
 ``B`` envs, ``[L, B]`` after :func:`jnp.swapaxes` for token sequences).

@@ -1,4 +1,4 @@
-"""PPO losses (to minimise) as pure functions (shared/PPO.md §3).
+"""PPO losses (to minimise) as pure functions (docs/conventions.md, "Losses").
 
 Every function takes arrays of one common batch shape ``[...]`` (``[N]`` for a
 minibatch of transitions, ``[B, L]`` for tokens) and an optional ``mask`` of that
