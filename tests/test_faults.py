@@ -310,3 +310,51 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(straight, tm
                 break
     assert kills >= 1, "no kill landed: the test proved nothing"
     assert _read(os.path.join(run, "metrics.csv")) == _read(os.path.join(straight, "metrics.csv"))
+
+
+# --- issue 26: a metrics.csv edited by hand, counters past 2**31, eval of a sweep ----------------
+def test_a_column_added_by_hand_is_kept_through_a_resume(half, straight, tmp_path, capsys):
+    """A note column (text in some rows, a number or nothing in others) added to metrics.csv in a
+    spreadsheet: the resume keeps it and warns once, continues to the uninterrupted numbers and
+    records exactly one resume; plot draws the metrics, and the note's numbers with its text as gaps."""
+    import csv
+
+    run = _copy(half, tmp_path)
+    metrics = os.path.join(run, "metrics.csv")
+    header, rows, _ = load_rows(metrics)
+    notes = [("lr looked high", "3", "")[i % 3] for i in range(len(rows))]
+    with open(metrics, "w", newline="") as f:
+        csv.writer(f).writerows([header + ["note"]] + [r + [n] for r, n in zip(rows, notes)])
+    assert main(["train", "--resume", run, "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "column(s) 'note' that training does not write" in err and "Traceback" not in err, err
+    assert len(json.load(open(os.path.join(run, "config.json")))["resumes"]) == 1
+    got_header, got, _ = load_rows(metrics)
+    ref_header, ref, _ = load_rows(os.path.join(straight, "metrics.csv"))
+    assert got_header == ref_header + ["note"] and [r[:-1] for r in got] == ref  # the uninterrupted numbers
+    assert [r[-1] for r in got] == notes + [""] * (len(ref) - len(rows))  # the notes kept, new rows empty
+    assert main(["plot", run, "-o", str(tmp_path / "c.png")]) == 0
+    assert "warning" not in capsys.readouterr().err  # the metrics plotted hold numbers only
+    assert main(["plot", run, "--metric", "note", "-o", str(tmp_path / "n.png")]) == 0  # asked for: its numbers
+    assert "column 'note' has text where numbers belong (first on line 2: 'lr looked high'); plotted as gaps" in \
+        capsys.readouterr().err
+
+
+def test_env_steps_past_2_31_are_counted_on_the_host(tmp_path):
+    """Update 17,000,000 of a 128-step config: the device's int32 env_steps wraps to
+    -2,118,967,168; the metrics.csv sink (built as the chunk loop builds it, in a run folder)
+    writes the true count, as a whole number."""
+    import jax.numpy as jnp
+
+    from purejaxppo.run.sinks import CSVLogger
+
+    cfg = PPOConfig(num_envs=1, num_steps=128)
+    (tmp_path / "config.json").write_text(json.dumps({"config": cfg.to_dict()}))
+    first = 17_000_000
+    device = (jnp.arange(first, first + 3) + 1) * cfg.batch_size  # as step_metrics computes it, x64 off
+    assert device.dtype == jnp.int32 and int(device[0]) == -2_118_967_168
+    sink = CSVLogger(str(tmp_path / "metrics.csv"), 1, False, False)
+    sink.write({"env_steps": np.asarray(device)[None], "lr": np.full((1, 3), 2.5e-4, np.float32)}, first)
+    header, rows, _ = load_rows(str(tmp_path / "metrics.csv"))
+    col = header.index("env_steps")
+    assert [r[col] for r in rows] == [str((u + 1) * cfg.batch_size) for u in range(first, first + 3)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
@@ -30,25 +31,52 @@ def _ffill(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def _number(x: str):
+    """A cell as a float, or None (NaN in an array) for text or an empty cell."""
+    try:
+        return float(x)
+    except ValueError:
+        return None
+
+
+def _header(path: str) -> list:
+    """The first line's columns (read leniently: a foreign file gets its own message)."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        return next(csv.reader(f), [])
+
+
 def load_curves(run_dir: str, metric: str = "episode_return") -> list[dict]:
     """``[{label, env_steps [U], values [S, U]}]``: one entry per run (or per member).
 
     Raises ``FileNotFoundError`` / ``KeyError`` with a clear message if the folder has no
     metrics or not that metric."""
+    from purejaxppo.run.metrics_file import load_table, text_cells
+
     path = os.path.join(run_dir, "metrics.csv") if os.path.isdir(run_dir) else run_dir
     if not os.path.exists(path):
         raise FileNotFoundError(f"{run_dir!r} has no metrics.csv; pass a run folder written by purejaxppo train")
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
-    if len(rows) < 2:
-        raise KeyError(f"{path} holds no rows yet (the run has not finished an update); train it first or leave it out")
-    header = rows[0]
-    if "seed" not in header or "update" not in header:
-        raise KeyError(f"{path} has no seed/update columns (header {header[:3]}); pass run folders written by "
+    empty = KeyError(f"{path} holds no rows yet (the run has not finished an update); train it first or leave it out")
+    first = _header(path)
+    if not first:
+        raise empty
+    if "seed" not in first or "update" not in first:
+        raise KeyError(f"{path} has no seed/update columns (header {first[:3]}); pass run folders written by "
                        "purejaxppo train")
-    body = [r for r in rows[1:] if len(r) == len(header)]  # a partly written last line is skipped
-    if metric not in header:
-        raise KeyError(f"{path} has no metric {metric!r}; available: {', '.join(header[2:])}")
+    header, body, lines, _ = load_table(path)  # damage or bytes that are not UTF-8: CheckpointError
+    if not body:
+        raise empty
+    text = text_cells(header, body, lines)
+    lead = header.index("update") + 1
+    numeric = [n for n in header[lead:] if n not in text or any(_number(r[header.index(n)]) is not None for r in body)]
+    if metric not in header[lead:]:
+        raise KeyError(f"{path} has no metric {metric!r}; available: {', '.join(numeric)}")
+    if metric in text:
+        line, x = text[metric]
+        if metric not in numeric:
+            raise KeyError(f"{path} column {metric!r} holds text, not numbers (line {line}: {x[:30]!r}); plot one "
+                           f"of: {', '.join(n for n in numeric if n not in text)}")
+        print(f"warning: {path} column {metric!r} has text where numbers belong (first on line {line}: {x[:30]!r}); "
+              "plotted as gaps", file=sys.stderr)
     col = {name: i for i, name in enumerate(header)}
     label = os.path.basename(os.path.normpath(run_dir))
     groups: dict = {}
@@ -59,13 +87,13 @@ def load_curves(run_dir: str, metric: str = "episode_return") -> list[dict]:
     for member, rs in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0])):
         seed = np.array([int(float(r[col["seed"]])) for r in rs])
         upd = np.array([int(float(r[col["update"]])) for r in rs])
-        val = np.array([float(r[col[metric]]) for r in rs])
+        val = np.array([_number(r[col[metric]]) for r in rs], np.float64)
         S, U = seed.max() + 1, upd.max() + 1
         values = np.full((S, U), np.nan)
         values[seed, upd] = val
         if "env_steps" in col:
             steps = np.full(U, np.nan)
-            steps[upd] = [float(r[col["env_steps"]]) for r in rs]
+            steps[upd] = np.array([_number(r[col["env_steps"]]) for r in rs], np.float64)
         else:
             steps = np.arange(1, U + 1, dtype=np.float64)
         curves.append({"label": label if member is None else f"{label} [member {member}]",

@@ -142,6 +142,23 @@ def _check_int(cfg, name, minimum=1):
         raise ConfigError(f"{name}={v} must be >= {minimum}; pass a value >= {minimum}")
 
 
+INT32_MAX = 2**31 - 1  # JAX's integers on the device (x64 off): the update counter, per-update counts
+
+
+def _check_counters(cfg) -> None:
+    """The device counts in int32: a config whose counters would wrap is refused, naming the bound."""
+    if cfg.batch_size > INT32_MAX:
+        raise ConfigError(f"num_envs*num_steps={cfg.num_envs}*{cfg.num_steps}={cfg.batch_size:,} is past "
+                          f"2**31-1={INT32_MAX:,} (the device counts a batch in int32); lower num_envs or num_steps")
+    per = cfg.update_epochs * cfg.num_minibatches if cfg.lr_end is not None else 1
+    if cfg.num_updates * per > INT32_MAX:
+        what = (f" x update_epochs*num_minibatches={per} = {cfg.num_updates * per:,} optimizer steps (the lr_end "
+                "ramp counts them)" if per > 1 else "")
+        raise ConfigError(f"total_timesteps={cfg.total_timesteps:,} gives num_updates={cfg.num_updates:,}{what}, past "
+                          f"2**31-1={INT32_MAX:,}: the device counts in int32 (JAX without x64) and would wrap; lower "
+                          f"total_timesteps to at most {INT32_MAX // per * cfg.batch_size:,} or raise num_envs/num_steps")
+
+
 def _check_num(cfg, name, lo=None, hi=None, lo_open=False, hi_open=False, hint=""):
     v = getattr(cfg, name)
     if _is_traced(v):
@@ -190,6 +207,7 @@ def validate(cfg: PPOConfig) -> PPOConfig:
             f"total_timesteps={cfg.total_timesteps} is smaller than one batch (num_envs*num_steps="
             f"{cfg.batch_size}); raise total_timesteps or lower num_envs/num_steps"
         )
+    _check_counters(cfg)
     if cfg.max_episode_steps is not None:
         _check_int(cfg, "max_episode_steps")
     _check_int(cfg, "reset_ratio")

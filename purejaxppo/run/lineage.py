@@ -13,19 +13,15 @@ window's mean return that was ranked (NaN: no episode completed, not ranked) and
 from __future__ import annotations
 
 import csv
-import math
 import os
 import warnings
 from typing import Optional, Sequence
 
 import numpy as np
 
+from purejaxppo.run.metrics_file import format_number as _fmt
+
 LINEAGE = "lineage.csv"
-
-
-def _fmt(x) -> str:
-    x = float(x)
-    return "nan" if math.isnan(x) else f"{x:.9g}"
 
 
 class LineageSink:

@@ -137,7 +137,7 @@ def load_run_info(run_dir: str) -> dict:
         info["config"] = PPOConfig.from_dict(info["config"])
         if info.get("kind") == "pbt" and not isinstance(info.get("pbt"), dict):
             raise KeyError("a PBT folder without its 'pbt' settings")
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
         raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed or evaluated") from None
     return info
 
@@ -219,8 +219,20 @@ def restore_latest(run_dir: str, template, info: dict):
         runner = jax.tree.map(place_like, state, template)
         done = int(meta["update"])
     truncate_metrics(metrics_path, done)
-    prev = read_metrics(metrics_path, runs, done, info["num_seeds"]) if done else None
+    prev = _Earlier(read_metrics(metrics_path, runs, done, info["num_seeds"]), (runs, done)) if done else None
     return runner, done, prev, note
+
+
+class _Earlier(dict):
+    """The earlier updates' metrics; one metrics.csv has no column for reads as NaN (the
+    writer warns that it is not recorded) instead of failing when the run finishes."""
+
+    def __init__(self, metrics: dict, shape: tuple):
+        super().__init__(metrics)
+        self.shape = shape
+
+    def __missing__(self, name: str) -> np.ndarray:
+        return np.full(self.shape, np.nan)
 
 
 def finished_run(run_dir: str) -> bool:

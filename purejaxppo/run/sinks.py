@@ -12,16 +12,14 @@ with these two methods is a sink.
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 import os
 import warnings
-from typing import Optional, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from purejaxppo.config import ConfigError
+from purejaxppo.run.metrics_file import MetricsWriter, with_host_counters
 
 
 class Sink(Protocol):
@@ -30,61 +28,9 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def _fmt(x) -> str:
-    x = float(x)
-    # 9 significant digits round-trip any float32 exactly (resume re-reads earlier rows).
-    return "nan" if math.isnan(x) else f"{x:.9g}"
-
-
-class CSVLogger:
-    """Appends rows to ``metrics.csv``: columns ``seed, update, <names>`` for one config, or
-    ``member, seed, update, <names>`` for a sweep (``num_seeds`` seeds per member; run
-    ``r`` is member ``r // num_seeds``, seed ``r % num_seeds``). The header (metric names,
-    sorted) is written with the first rows unless ``append`` finds it already there."""
-
-    def __init__(self, path: str, num_seeds: int = 1, sweep: bool = False, append: bool = False):
-        self.path, self.num_seeds, self.sweep = path, num_seeds, sweep
-        self.names: Optional[list] = None
-        if not append and os.path.exists(path):
-            os.remove(path)
-
-    def write(self, metrics: dict, first_update: int) -> None:
-        if self.names is None:
-            lead = (["member"] if self.sweep else []) + ["seed", "update"]
-            if os.path.exists(self.path) and os.path.getsize(self.path) > 0:  # appending: keep its columns
-                with open(self.path, newline="") as f:
-                    self.names = next(csv.reader(f))[len(lead):]
-            else:
-                self.names = sorted(metrics)
-                with open(self.path, "w", newline="") as f:
-                    csv.writer(f).writerow(lead + self.names)
-        arrays = [np.asarray(metrics[k]) for k in self.names]
-        runs, n = arrays[0].shape[:2]
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        for r in range(runs):
-            index = [r // self.num_seeds, r % self.num_seeds] if self.sweep else [r]
-            for u in range(n):
-                w.writerow(index + [first_update + u] + [_fmt(a[r, u]) for a in arrays])
-        data = memoryview(buf.getvalue().encode())
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        try:  # the chunk's rows unbuffered; on failure (full disk) no partial row stays
-            size = os.fstat(fd).st_size
-            try:
-                while data:
-                    data = data[os.write(fd, data):]
-                os.fsync(fd)
-            except OSError:
-                try:
-                    os.ftruncate(fd, size)
-                except OSError:
-                    pass  # a partial last line is dropped by the next resume (metrics_file.load_rows)
-                raise
-        finally:
-            os.close(fd)
-
-    def close(self) -> None:
-        pass
+class CSVLogger(MetricsWriter):
+    """The ``metrics.csv`` sink: :class:`~purejaxppo.run.metrics_file.MetricsWriter`, which owns
+    the file's format (columns, numbers, host-side counters, appending on resume)."""
 
 
 def seed_means(metrics: dict, num_members: int = 1) -> dict:
@@ -136,6 +82,7 @@ class TensorBoardLogger:
         self.writer, self.batch_size, self.num_members = SummaryWriter(os.path.join(run_dir, "tb")), batch_size, num_members
 
     def write(self, metrics: dict, first_update: int) -> None:
+        metrics = with_host_counters(metrics, first_update, self.batch_size)
         for name, v in seed_means(metrics, self.num_members).items():
             for i, x in enumerate(v):
                 if np.isfinite(x):
@@ -162,7 +109,7 @@ class WandbLogger:
                               resume="allow")
 
     def write(self, metrics: dict, first_update: int) -> None:
-        means = seed_means(metrics, self.num_members)
+        means = seed_means(with_host_counters(metrics, first_update, self.batch_size), self.num_members)
         n = len(next(iter(means.values())))
         for i in range(n):
             row = {k: float(v[i]) for k, v in means.items() if np.isfinite(v[i])}
