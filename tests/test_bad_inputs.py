@@ -23,7 +23,10 @@ def _folder(root, name, config=True, metrics=HEADER + ROWS, kind="run", ckpt=Fal
     if config:
         info = {"kind": kind, "config": CFG.to_dict(), "seed": 0, "num_seeds": 2, "members": None,
                 "chunk_updates": 4, "num_devices": 1, "split": "seeds", "checkpoint_every": 1}
-        (d / "config.json").write_text(json.dumps(info) if config is True else config)
+        if isinstance(config, bytes):
+            (d / "config.json").write_bytes(config)
+        else:
+            (d / "config.json").write_text(json.dumps(info) if config is True else config)
     if metrics is not None:
         (d / "metrics.csv").write_text(metrics)
     if ckpt:
@@ -46,7 +49,7 @@ def places(tmp_path, monkeypatch):
     nocfg = tmp_path / "nocfg"
     nocfg.mkdir()
     (nocfg / "notes.txt").write_text("x")
-    return {
+    out = {
         "RUN": _folder(tmp_path, "run"),
         "RO_RUN": _folder(tmp_path / "ro", "run"),
         "NEWKIND": _folder(tmp_path, "newkind", kind="newkind"),
@@ -58,6 +61,14 @@ def places(tmp_path, monkeypatch):
         "EMPTYCSV": _folder(tmp_path, "emptycsv", metrics=""),
         "HDRCSV": _folder(tmp_path, "hdrcsv", metrics=HEADER),
         "BADHDR": _folder(tmp_path, "badhdr", metrics="a,b,c\r\n1,2,3\r\n"),
+        # edited by hand: bytes of another encoding; a column named in the header only; text in a
+        # note column; an index cell that is not a number; config.json with bytes that are not UTF-8
+        "LATIN": _folder(tmp_path, "latin", metrics=None),
+        "HDRONLY": _folder(tmp_path, "hdronly", metrics="seed,update,actor_loss,episode_return,note\r\n" + ROWS),
+        "NOTE": _folder(tmp_path, "note", metrics=HEADER.replace("\r\n", ",note\r\n")
+                        + "0,0,0.5,10,first try\r\n1,0,0.4,12,\r\n0,1,0.3,11,\r\n1,1,0.2,13,\r\n"),
+        "BADIDX": _folder(tmp_path, "badidx", metrics=HEADER + "0,0,0.5,10\r\nx,0,0.4,12\r\n"),
+        "BADCFG": _folder(tmp_path, "badcfg", config=b'{"kind": "run", "config": {"env_name": "Cart\xffPole"}}'),
         "FILE": str(tmp_path / "file.txt"),
         "EMPTY": str(tmp_path / "empty"),
         "NOCFG": str(nocfg),
@@ -65,6 +76,8 @@ def places(tmp_path, monkeypatch):
         "MISSING": str(tmp_path / "no" / "such"),
         "TMP": str(tmp_path),
     }
+    (tmp_path / "latin" / "metrics.csv").write_bytes((HEADER + "0,0,0.5,10\r\n1,0,0.4,12 caf\xe9\r\n").encode("latin-1"))
+    return out
 
 
 def _fill(argv, places):
@@ -153,6 +166,48 @@ CASES = [
     (["plot", "BADHDR", "-o", "TMP/x.png"], "no seed/update columns"),
     (["plot", "MISSING", "-o", "TMP/x.png"], "no metrics.csv"),
     (["plot", "RUN", "--metric", "nope", "-o", "TMP/x.png"], "no metric 'nope'; available"),
+    # env names, checked before the compile cache or an env is built from them (issue 26, item 6)
+    (T + ["--env", ":CartPole-v1"], "has an empty suite before ':'; gymnax envs need no prefix (--env CartPole-v1)"),
+    (T + ["--env", ":CartPole-v1", "--no-compile-cache"], "has an empty suite before ':'"),
+    (T + ["--env", "CartPole-v1 "], "has spaces around it; pass --env CartPole-v1"),
+    (T + ["--env", "gymnax:"], "names no environment after 'gymnax:'"),
+    # a single-valued flag given twice would silently keep the last one; empty values
+    (T + ["--env", "CartPole-v1", "--env", "Acrobot-v1"], "--env is given twice ('CartPole-v1' and 'Acrobot-v1')"),
+    (T + ["--lr", "1e-3", "--lr", "1e-4"], "--lr is given twice (0.001 and 0.0001); pass it once"),
+    (["train", "--quiet", "--seeds", "2", "--devices", "3"], "--devices=3 must be >= 1 and divide --seeds=2"),
+    (["eval", "RUN", "--episodes", "5", "--episodes", "6"], "--episodes is given twice"),
+    (T + ["--run-dir", ""], "--run-dir is empty"),
+    (["train", "--resume", ""], "--resume is empty"),
+    (["eval", ""], "RUN_DIR is empty"),
+    (["plot", "RUN", "-o", ""], "-o/--out is empty"),
+    (["envs", "--suite", ""], "--suite is empty"),
+    # list-valued flags: empty items, repeated values, a flag that a sweep or search overrides
+    (T + ["--sweep", "lr=1e-3,,1e-4"], "has an empty value (two commas in a row, or one at an end); list each "
+                                       "value once: lr=1e-3,1e-4"),
+    (T + ["--sweep", "lr=1e-3,0.001"], "lists 0.001 more than once"),
+    (T + ["--sweep", "lr=1e-3,1e-4", "--lr", "1e-2"], "--lr is given and --sweep 'lr=1e-3,1e-4' sets the same"),
+    (T + ["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--search", "lr=uniform:1e-5:1e-2"],
+     "--search lr is given twice"),
+    (T + ["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--lr", "1e-3"], "--lr is given and --search"),
+    # counters and seeds that would wrap in 32 bits (issue 26, item 4), checked before any folder exists
+    (T + ["--total-timesteps", "100000000000000", "--run-dir", "TMP/huge"],
+     "gives num_updates=195,312,500,000, past 2**31-1=2,147,483,647"),
+    (T + ["--total-timesteps", "1099511627776", "--lr-end", "1e-5", "--anneal-lr", "false", "--lr-ramp-steps", "100",
+          "--run-dir", "TMP/ramp"], "optimizer steps (the lr_end ramp counts them)"),
+    (T + ["--seeds", "99999999999"], "--seeds=99,999,999,999 must be at most 2,147,483,647"),
+    (T + ["--seed", "-1"], "--seed=-1 must be between 0 and 4,294,967,295"),
+    (T + ["--seed", "4294967296"], "--seed=4294967296 must be between 0 and 4,294,967,295"),
+    (["eval", "RUN", "--seed", "-3"], "--seed=-3 must be between 0 and"),
+    # run folders edited by hand (issue 26, item 3): one message with the line and the repair
+    (["train", "--resume", "LATIN"], "line 3 holds bytes that are not UTF-8 text"),
+    (["plot", "LATIN", "-o", "TMP/x.png"], "line 3 holds bytes that are not UTF-8 text"),
+    (["train", "--resume", "HDRONLY"], "every row has 4 fields; edit line 1"),
+    (["plot", "BADIDX", "-o", "TMP/x.png"], "line 3 is damaged (its seed, update cells are not whole numbers"),
+    (["plot", "NOTE", "--metric", "note", "-o", "TMP/x.png"], "column 'note' holds text, not numbers (line 2: "
+                                                              "'first try'); plot one of: actor_loss, episode_return"),
+    (["train", "--resume", "BADCFG"], "config.json is damaged"),
+    (["eval", "BADCFG"], "config.json is damaged"),
+    (["bench", "--num-envs", "0"], "num_envs=0 must be >= 1"),
 ]
 
 
@@ -164,10 +219,18 @@ def test_bad_input_exits_2_with_one_message_and_no_traceback(argv, needle, place
                             lambda name, *a: None if name in ("tensorboardX", "torch", "wandb") else real(name, *a))
     argv = _fill(argv, places)
     before = sorted(os.listdir(places["TMP"]))
+    files = _digest(places["TMP"])
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert err.startswith("error: ") and needle in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err  # one line, the problem and the fix
     assert sorted(os.listdir(places["TMP"])) == before  # nothing was created (no half-made run folder)
+    assert _digest(places["TMP"]) == files  # nothing in the existing run folders changed
+
+
+def _digest(folder) -> dict:
+    """``{path: bytes}`` of every file under ``folder``."""
+    return {os.path.join(d, f): open(os.path.join(d, f), "rb").read() for d, _, fs in os.walk(folder) for f in fs}
 
 
 @pytest.mark.parametrize("argv", [["train", "--seeds", "abc"], ["train", "--split", "foo"], ["eval"],
@@ -177,6 +240,30 @@ def test_malformed_flags_are_argparse_errors(argv, capsys):
         main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and "error:" in err and "Traceback" not in err
+
+
+TINY = ["--num-envs", "2", "--num-steps", "8", "--total-timesteps", "16", "--update-epochs", "1",
+        "--num-minibatches", "1", "--devices", "1", "--quiet"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--hidden-sizes", "64,,64"], "no empty items"),
+    (["--hidden-sizes", "64,64,"], "no empty items"),
+    (["--hidden-sizes", "64 64"], "comma-separated integers"),  # was joined into (6464,)
+    (["--obs-keep", "0,0"], "index 0 is listed twice"),
+    (["--lr", "\u0661"], "expected a number written in ASCII"),  # ARABIC-INDIC DIGIT ONE: float() reads 1.0
+    (["--num-steps", "\uff18"], "expected a whole number written in ASCII digits"),  # FULLWIDTH 8: int() reads 8
+    (["--total-timesteps", "5e5"], "got '5e5'; write it as 500000"),
+    (["--chunk", "2.0"], "write it as 2"),
+])
+def test_numbers_and_lists_are_parsed_strictly(argv, needle, tmp_path, capsys):
+    """Spellings Python's int/float/split accept but mean something else (or nothing): argparse
+    errors naming the spelling to use, before anything is built (each would have trained)."""
+    with pytest.raises(SystemExit) as e:
+        main(["train", *TINY, "--run-dir", str(tmp_path / "run"), *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and needle in err and "Traceback" not in err, err
+    assert not os.path.exists(tmp_path / "run")
 
 
 def test_plot_without_extension_reports_the_file_it_wrote(places, capsys):

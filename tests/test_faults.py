@@ -358,3 +358,37 @@ def test_env_steps_past_2_31_are_counted_on_the_host(tmp_path):
     header, rows, _ = load_rows(str(tmp_path / "metrics.csv"))
     col = header.index("env_steps")
     assert [r[col] for r in rows] == [str((u + 1) * cfg.batch_size) for u in range(first, first + 3)]
+
+
+def test_eval_of_a_sweep_reports_each_member_never_pooled(straight, tmp_path, capsys, monkeypatch):
+    """A sweep folder of 2 members x 1 seed: one summary per member (with its values), no mean
+    over both, no "2 seed(s)"; --member K still evaluates K alone. The evaluator is stubbed: each
+    run "returns" the sum of its own first weight matrix, so runs are told apart by their weights."""
+    import jax
+
+    import purejaxppo.step.evaluate as evaluate
+
+    run = _as_sweep(straight, tmp_path)
+
+    def fake(config, agent, runner, key, num_episodes, deterministic):
+        w = np.asarray(jax.tree.leaves(runner.train.params)[0], np.float64)
+        per_run = w.reshape(w.shape[0], -1).sum(1)
+        return np.repeat(per_run[:, None], num_episodes, 1), np.ones((len(per_run), num_episodes))
+
+    monkeypatch.setattr(evaluate, "evaluate_runner", fake)
+    members = json.load(open(os.path.join(run, "config.json")))["members"]
+    assert main(["eval", run, "--episodes", "3", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert "mean" not in s and "per_seed_mean" not in s, s  # nothing pooled across members
+    assert [(m["member"], m["values"], m["episodes"], len(m["per_seed_mean"])) for m in s["members"]] == \
+        [(k, members[k], 3, 1) for k in range(2)]
+    means = [m["mean"] for m in s["members"]]
+    assert means[0] != means[1]  # two policies, two numbers
+    assert main(["eval", run, "--episodes", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "3 episode(s) x 1 seed(s) per member, 2 members" in out and "2 seed(s)" not in out, out
+    for k in range(2):
+        assert f"member {k} (lr={members[k]['lr']:g}): return: mean {means[k]:.2f}" in out, out
+    assert main(["eval", run, "--episodes", "3", "--member", "1", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert (one["member"], one["mean"], len(one["per_seed_mean"])) == (1, means[1], 1)

@@ -20,17 +20,19 @@ import statistics
 import sys
 import time
 
+from purejaxppo.cli.flags import strict_int
+
 
 def _parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default="CartPole-v1")
-    p.add_argument("--num-envs", type=int, default=4)
-    p.add_argument("--num-steps", type=int, default=128)
-    p.add_argument("--total-timesteps", type=int, default=500_000)
-    p.add_argument("--seeds", type=int, default=1, help="vmapped seeds (aggregate steps/s reported)")
-    p.add_argument("--devices", type=int, default=1,
+    p.add_argument("--num-envs", type=strict_int, default=4)
+    p.add_argument("--num-steps", type=strict_int, default=128)
+    p.add_argument("--total-timesteps", type=strict_int, default=500_000)
+    p.add_argument("--seeds", type=strict_int, default=1, help="vmapped seeds (aggregate steps/s reported)")
+    p.add_argument("--devices", type=strict_int, default=1,
                    help="host CPU devices to split seeds over (sets XLA_FLAGS before JAX starts)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=strict_int, default=3)
     p.add_argument("--rollout-rng", default="threefry", help="PRNG of the rollout (training AND the limits)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     return p.parse_args(argv)

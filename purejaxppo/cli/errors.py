@@ -8,3 +8,12 @@ class UserError(Exception):
 
 
 MAX_EPISODES = 100_000  # per seed, all in parallel: bounded so a typo cannot ask for 100 GB
+MAX_SEED = 2**32 - 1  # jax.random.PRNGKey keeps 32 bits without x64: 2**32 would repeat seed 0
+
+
+def check_seed(flag: str, seed) -> None:
+    """A seed JAX keeps apart from every other: without x64 ``PRNGKey(2**32) == PRNGKey(0)`` and
+    ``PRNGKey(-1) == PRNGKey(2**32 - 1)``."""
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise UserError(f"{flag}={seed} must be between 0 and {MAX_SEED:,} (JAX's random keys hold 32 bits of a "
+                        f"seed: a larger or negative one would repeat another seed's numbers)")

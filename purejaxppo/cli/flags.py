@@ -6,6 +6,23 @@ import argparse
 import dataclasses
 import typing
 
+from purejaxppo.config.numbers import parse_float, parse_int
+
+
+def _argtype(parse):
+    """An argparse type from a strict parser: its message becomes argparse's error."""
+    def conv(s: str):
+        try:
+            return parse(s)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    conv.__name__ = parse.__name__
+    return conv
+
+
+strict_int, strict_float = _argtype(parse_int), _argtype(parse_float)
+NONE = ("none", "null", "off")
+
 
 def _parse_bool(s: str) -> bool:
     if s.lower() in ("1", "true", "yes", "on"):
@@ -16,22 +33,33 @@ def _parse_bool(s: str) -> bool:
 
 
 def _parse_optional_float(s: str):
-    if s.lower() in ("none", "null", "off"):
-        return None
-    return float(s)
+    return None if s.lower() in NONE else strict_float(s)
 
 
 def _parse_optional_int(s: str):
-    if s.lower() in ("none", "null", "off"):
-        return None
-    return int(s)
+    return None if s.lower() in NONE else strict_int(s)
 
 
 def _parse_int_tuple(s: str) -> tuple:
+    """``64,64`` -> ``(64, 64)``; an empty item (``64,,64``, a trailing comma) or a space
+    between digits (``64 64``) is refused, not dropped or joined."""
+    items = s.split(",")
     try:
-        return tuple(int(x) for x in s.replace(" ", "").split(",") if x)
+        if any(not x.strip() for x in items):
+            raise ValueError
+        return tuple(parse_int(x) for x in items)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 64,64, got {s!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 64,64 (no empty items), "
+                                         f"got {s!r}") from None
+
+
+def _parse_indices(s: str) -> tuple:
+    """``--obs-keep 0,2``: as :func:`_parse_int_tuple`, and an index given twice is refused."""
+    out = _parse_int_tuple(s)
+    twice = sorted({i for i in out if out.count(i) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"index {twice[0]} is listed twice in {s!r}; list each observation index once")
+    return out
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -51,16 +79,16 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         if t is bool:
             conv = _parse_bool
         elif inner is tuple:
-            conv = (lambda s: None if s.lower() in ("none", "null", "off") else _parse_int_tuple(s)) if optional \
-                else _parse_int_tuple
+            parse = _parse_indices if f.name == "obs_keep" else _parse_int_tuple
+            conv = (lambda s, parse=parse: None if s.lower() in NONE else parse(s)) if optional else parse
         elif optional and inner is float:
             conv = _parse_optional_float
         elif optional and inner is int:
             conv = _parse_optional_int
         elif t is int:
-            conv = int
+            conv = strict_int
         elif t is float:
-            conv = float
+            conv = strict_float
         else:
             conv = str
         group.add_argument(flag, dest=f"cfg_{f.name}", type=conv, default=None, metavar=f.name.upper(),

@@ -17,25 +17,26 @@ import sys
 
 from purejaxppo.cli.errors import UserError
 from purejaxppo.cli.flags import config_from_args
-from purejaxppo.cli.parser import build_parser
+from purejaxppo.cli.parser import build_parser, repeated_flags
 
 __all__ = ["main", "build_parser", "config_from_args", "UserError"]
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["bench"]:  # its own flags, passed on as they are (argparse.REMAINDER drops leading options)
-        from purejaxppo.cli.bench import main as bench_main
-
-        bench_main(argv[1:])
-        return 0
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    bench = argv[:1] == ["bench"]  # its own flags, passed on as they are (argparse.REMAINDER drops leading options)
+    args = None if bench else build_parser().parse_args(argv)
     from purejaxppo.run.checkpoint import CheckpointError
     from purejaxppo.config import ConfigError
     from purejaxppo.run.guards import NonFiniteError, RunFolderWriteError, TrainingInterrupted
 
     try:
+        if bench:
+            from purejaxppo.cli.bench import main as bench_main
+
+            bench_main(argv[1:])
+            return 0
+        _check_args(args)
         return _command(args.command)(args)
     except (ConfigError, UserError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -53,6 +54,20 @@ def main(argv=None) -> int:
                  f"`python -m purejaxppo train --resume {os.path.dirname(os.path.dirname(ckpt))}`") if ckpt else ""
         print(f"\ninterrupted{where}", file=sys.stderr)
         return 130
+
+
+def _check_args(args) -> None:
+    """What argparse lets through: a single-valued flag given twice (it would keep the last
+    silently) and an empty value (``--run-dir ""`` would fall back to the default folder)."""
+    for flag, first, second in repeated_flags(args):
+        raise UserError(f"{flag} is given twice ({first!r} and {second!r}); pass it once")
+    for dest, v in vars(args).items():
+        values = v if isinstance(v, list) and dest != "rest" else [v]
+        if not dest.startswith("_") and any(isinstance(x, str) and not x.strip() for x in values):
+            flag = dest.upper() if dest in ("run_dir", "run_dirs") and args.command != "train" else \
+                "--" + dest.removeprefix("cfg_").replace("_", "-")
+            flag = {"--env-name": "--env", "--out": "-o/--out"}.get(flag, flag)
+            raise UserError(f"{flag} is empty; pass a value (see python -m purejaxppo {args.command} --help)")
 
 
 def _command(name: str):

@@ -4,21 +4,44 @@ from __future__ import annotations
 
 import argparse
 
-from purejaxppo.cli.flags import add_config_flags
+from purejaxppo.cli.flags import add_config_flags, strict_int
 from purejaxppo.cli.pbt_cli import add_pbt_flags
+
+
+class StoreOnce(argparse._StoreAction):
+    """``store``, noting a flag given twice (``--lr 1e-3 --lr 1e-4`` would silently keep the
+    last): :func:`repeated_flags` lists them for the caller to refuse."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given", {})
+        if self.dest in given and option_string:
+            namespace.__dict__.setdefault("_repeated", []).append((option_string, given[self.dest], values))
+        given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
+def repeated_flags(args) -> list:
+    """``[(flag, first value, second value)]`` of the single-valued flags given more than once."""
+    return getattr(args, "_repeated", [])
+
+
+def _strict(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.register("action", None, StoreOnce)
+    parser.register("action", "store", StoreOnce)
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="purejaxppo", description="Functional PPO in JAX on gymnax environments.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    _add_train(sub.add_parser("train", help="train PPO agents (N seeds at once)"))
-    _add_eval(sub.add_parser("eval", help="evaluate a trained run's policy (all seeds)"))
-    pl = sub.add_parser("plot", help="learning curves of one or more runs")
+    _add_train(_strict(sub.add_parser("train", help="train PPO agents (N seeds at once)")))
+    _add_eval(_strict(sub.add_parser("eval", help="evaluate a trained run's policy (all seeds)")))
+    pl = _strict(sub.add_parser("plot", help="learning curves of one or more runs"))
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("-o", "--out", default="curves.png", help="output image (png/pdf/svg)")
     pl.add_argument("--metric", default="episode_return", help="metric column to plot (default episode_return)")
-    ev = sub.add_parser("envs", help="list the environment suites (and which extra installs each)")
+    ev = _strict(sub.add_parser("envs", help="list the environment suites (and which extra installs each)"))
     ev.add_argument("--suite", default=None, help="list the env names of one suite (gymnax, brax, playground, ...)")
     b = sub.add_parser("bench", help="throughput benchmark (see benchmarks/throughput.py)")
     b.add_argument("rest", nargs=argparse.REMAINDER)
@@ -26,20 +49,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_train(t: argparse.ArgumentParser) -> None:
-    t.add_argument("--seeds", type=int, default=None, help="number of seeds trained together (vmapped); default 1")
-    t.add_argument("--seed", type=int, default=None, help="base random seed; default 0")
+    t.add_argument("--seeds", type=strict_int, default=None, help="number of seeds trained together (vmapped); default 1")
+    t.add_argument("--seed", type=strict_int, default=None, help="base random seed; default 0")
     t.add_argument("--run-dir", default=None, help="output folder (default: runs/<env>-<time>)")
     t.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue the run in RUN_DIR from its latest checkpoint (its own config and seeds)")
     t.add_argument("--init-from", metavar="RUN_DIR", default=None,
                    help="a new run starting from RUN_DIR's final params, optimizer and normaliser state, with this "
                         "run's own config and schedule (same network and env; see README)")
-    t.add_argument("--member", type=int, default=None, metavar="K",
+    t.add_argument("--member", type=strict_int, default=None, metavar="K",
                    help="with --init-from a sweep or PBT RUN_DIR: start from its member K")
-    t.add_argument("--chunk", type=int, default=None, help="updates per compiled chunk between progress reports (25)")
-    t.add_argument("--checkpoint-every", type=int, default=None, metavar="K",
+    t.add_argument("--chunk", type=strict_int, default=None, help="updates per compiled chunk between progress reports (25)")
+    t.add_argument("--checkpoint-every", type=strict_int, default=None, metavar="K",
                    help="save a checkpoint every K chunks (10); also saved at the end and on interrupt")
-    t.add_argument("--stop-after", type=int, default=None, metavar="UPDATES",
+    t.add_argument("--stop-after", type=strict_int, default=None, metavar="UPDATES",
                    help="stop (with a checkpoint) once this many updates are done; continue later with --resume")
     t.add_argument("--devices", default="auto",
                    help="devices to use: auto (as many CPU cores as divide the work evenly) or a number")
@@ -60,10 +83,10 @@ def _add_train(t: argparse.ArgumentParser) -> None:
     t.add_argument("--tensorboard", action="store_true", help="also log to RUN_DIR/tb (needs purejaxppo[tensorboard])")
     t.add_argument("--wandb", nargs="?", const="purejaxppo", default=None, metavar="PROJECT",
                    help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])")
-    t.add_argument("--eval-every", type=int, default=None, metavar="N",
+    t.add_argument("--eval-every", type=strict_int, default=None, metavar="N",
                    help="every N updates, play greedy (mode action) episodes on separate env copies; their mean "
                         "return goes to metrics.csv (eval_return), the progress bar and the plot")
-    t.add_argument("--eval-episodes", type=int, default=None, metavar="K",
+    t.add_argument("--eval-episodes", type=strict_int, default=None, metavar="K",
                    help="episodes per run and evaluation, in parallel (default 10; needs --eval-every)")
     add_pbt_flags(t)
     add_config_flags(t)
@@ -71,14 +94,14 @@ def _add_train(t: argparse.ArgumentParser) -> None:
 
 def _add_eval(e: argparse.ArgumentParser) -> None:
     e.add_argument("run_dir", metavar="RUN_DIR")
-    e.add_argument("--episodes", type=int, default=None, help="episodes per seed (run in parallel); default 100")
+    e.add_argument("--episodes", type=strict_int, default=None, help="episodes per seed (run in parallel); default 100")
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
     e.add_argument("--protocol", choices=("gymnax-blines",), default=None,
                    help="a published baseline's evaluation: gymnax-blines = 164 episodes per seed with SAMPLED "
                         "actions (their batch_evaluate); not with --episodes/--stochastic")
-    e.add_argument("--seed", type=int, default=0, help="evaluation random seed")
+    e.add_argument("--seed", type=strict_int, default=0, help="evaluation random seed")
     e.add_argument("--checkpoint", default=None, help="a checkpoint folder (default: the latest)")
     e.add_argument("--gif", default=None, metavar="OUT.gif", help="render one episode of seed 0 to a GIF")
     e.add_argument("--json", action="store_true", help="print the summary as JSON")
-    e.add_argument("--member", type=int, default=None, metavar="K",
+    e.add_argument("--member", type=strict_int, default=None, metavar="K",
                    help="evaluate only member K of a sweep or PBT run (PBT default: the best member)")

@@ -10,20 +10,21 @@ import argparse
 import os
 import time
 
+from purejaxppo.cli.flags import strict_float, strict_int
 from purejaxppo.config import ConfigError
 
 
 def add_pbt_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("population-based training")
-    g.add_argument("--pbt", type=int, default=None, metavar="N",
+    g.add_argument("--pbt", type=strict_int, default=None, metavar="N",
                    help="train N members with population-based training (exploit/explore inside the compiled "
                         "program); needs --search")
     g.add_argument("--search", action="append", default=None, metavar="NAME=DIST:LOW:HIGH",
                    help="a searched hyperparameter, DIST uniform or loguniform (repeatable); "
                         "e.g. --search lr=loguniform:1e-5:1e-2")
-    g.add_argument("--pbt-interval", type=int, default=None, metavar="UPDATES",
+    g.add_argument("--pbt-interval", type=strict_int, default=None, metavar="UPDATES",
                    help="updates between exploit steps (20); 0 trains the same population without exploitation")
-    g.add_argument("--pbt-quantile", type=float, default=None, metavar="Q",
+    g.add_argument("--pbt-quantile", type=strict_float, default=None, metavar="Q",
                    help="the bottom Q of members copy one of the top Q (0.25)")
 
 

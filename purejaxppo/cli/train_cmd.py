@@ -7,8 +7,8 @@ import os
 from purejaxppo.cli.errors import UserError
 from purejaxppo.cli.flags import config_from_args
 from purejaxppo.cli.pbt_cli import check_pbt_flags
-from purejaxppo.cli.train_setup import (check_counts, check_init_from, check_sinks, compile_cache, distinct_sweeps,
-                                        eval_flags, report_run, sinks_for)
+from purejaxppo.cli.train_setup import (check_counts, check_init_from, check_overrides, check_sinks, compile_cache,
+                                        distinct_sweeps, eval_flags, report_run, sinks_for)
 
 
 def cmd_train(args) -> int:
@@ -17,6 +17,7 @@ def cmd_train(args) -> int:
 
     from purejaxppo.run.run_folder import refuse_existing_run
     from purejaxppo.config import validate
+    from purejaxppo.envs.registry import check_env_name
     from purejaxppo.run.outputs import check_run_dir
     from purejaxppo.scale.population import parse_sweep
     from purejaxppo.run.progress import progress_bar
@@ -26,9 +27,11 @@ def cmd_train(args) -> int:
     check_pbt_flags(args)
     seeds = 1 if args.seeds is None else args.seeds
     check_counts(args, seeds)
+    check_overrides(args)
     grid = parse_sweep(distinct_sweeps(args.sweep)) if args.sweep else None
     n_members = math.prod(len(v) for v in grid.values()) if grid else 1
     config = validate(config_from_args(args))
+    check_env_name(config.env_name)  # before any cache key or env is built from it
     init_from = check_init_from(args, config, seeds)
     evaluation = eval_flags(args, config)
     check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work

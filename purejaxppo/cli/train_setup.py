@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 
-from purejaxppo.cli.errors import MAX_EPISODES, UserError
+from purejaxppo.cli.errors import MAX_EPISODES, UserError, check_seed
+
+MAX_RUNS = 2**31 - 1
 
 
 def sinks_for(args, run_dir, config, num_members):
@@ -35,6 +37,22 @@ def check_counts(args, seeds=None) -> None:
                     ("--stop-after", args.stop_after)):
         if v is not None and v < 1:
             raise UserError(f"{flag}={v} must be >= 1")
+    for flag, v in (("--seeds", seeds), ("--pbt", getattr(args, "pbt", None))):
+        if v is not None and v > MAX_RUNS:
+            raise UserError(f"{flag}={v:,} must be at most {MAX_RUNS:,} (the device counts the runs in int32); "
+                            "use fewer")
+    check_seed("--seed", args.seed)
+
+
+def check_overrides(args) -> None:
+    """A hyperparameter given as a flag AND swept (--sweep) or searched (--search) would be
+    ignored for the swept one: refused, naming both."""
+    for what, specs in (("--sweep", args.sweep), ("--search", getattr(args, "search", None))):
+        for spec in specs or []:
+            name = spec.split("=", 1)[0].strip().replace("-", "_")
+            if getattr(args, f"cfg_{name}", None) is not None:
+                raise UserError(f"--{name.replace('_', '-')} is given and {what} {spec!r} sets the same "
+                                f"hyperparameter per member; drop one of them")
 
 
 def eval_flags(args, config) -> dict:

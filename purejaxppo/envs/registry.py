@@ -48,6 +48,25 @@ def split_name(name: str) -> tuple[str, str]:
     return (prefix, rest) if sep else ("gymnax", name)
 
 
+def check_env_name(name) -> None:
+    """``--env`` parsed strictly, before anything is built or looked up: a ConfigError naming
+    the fix for an empty name or suite, spaces around it, or a suite that is unknown or not installed."""
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"env name {name!r} is empty; pass e.g. --env CartPole-v1 (see `python -m purejaxppo envs`)")
+    if name != name.strip():
+        raise ConfigError(f"env name {name!r} has spaces around it; pass --env {name.strip()}")
+    suite, sep, rest = name.partition(":")
+    if sep and not suite:
+        example = rest if rest and ":" not in rest else "CartPole-v1"
+        raise ConfigError(f"env name {name!r} has an empty suite before ':'; gymnax envs need no prefix "
+                          f"(--env {example}), other suites are SUITE:NAME with SUITE one of {', '.join(SUITES)}")
+    if sep and not rest:
+        raise ConfigError(f"env name {name!r} names no environment after '{suite}:'; list them with "
+                          f"`python -m purejaxppo envs --suite {suite}`")
+    if sep and suite != "gymnax":
+        adapter(suite)  # an unknown suite or a missing extra: its own message
+
+
 def installed(suite: str) -> bool:
     return importlib.util.find_spec(SUITES[suite].package) is not None
 
@@ -79,6 +98,7 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     global split so that sharded rollouts equal the single-device one. ``reset_ratio > 1``
     computes one fresh start per group of that many envs per step ("optimistic" resets, for
     suites whose reset is expensive: :func:`~purejaxppo.envs.core.auto_reset_vec_env`)."""
+    check_env_name(name)
     suite, rest = split_name(name)
     if suite == "gymnax":
         if reset_ratio != 1:

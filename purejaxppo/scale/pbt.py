@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.config import ConfigError, PPOConfig, validate
+from purejaxppo.config.numbers import parse_float
 
 DISTRIBUTIONS = ("uniform", "loguniform")
 
@@ -118,10 +119,14 @@ def parse_search(specs: Sequence[str]) -> dict:
             raise ConfigError(f"--search {spec!r} must look like name=DIST:LOW:HIGH with DIST in {DISTRIBUTIONS}, "
                               "e.g. lr=loguniform:1e-5:1e-2")
         try:
-            lo, hi = float(parts[1]), float(parts[2])
+            lo, hi = parse_float(parts[1]), parse_float(parts[2])
         except ValueError:
             raise ConfigError(f"--search {spec!r}: LOW and HIGH must be numbers, e.g. lr=loguniform:1e-5:1e-2") from None
-        out[name.strip().replace("-", "_")] = (lo, hi, parts[0].strip())
+        key = name.strip().replace("-", "_")
+        if key in out:
+            raise ConfigError(f"--search {key} is given twice; search each hyperparameter once (one "
+                              "--search NAME=DIST:LOW:HIGH per name)")
+        out[key] = (lo, hi, parts[0].strip())
     return out
 
 

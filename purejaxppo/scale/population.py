@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.config import ConfigError, PPOConfig, validate
+from purejaxppo.config.numbers import parse_float
 
 
 class Population(NamedTuple):
@@ -113,12 +114,20 @@ def parse_sweep(specs: Sequence[str]) -> dict:
         name, values = spec.split("=", 1)
         name = name.strip().replace("-", "_")
         _numeric(name)
+        items = values.split(",")
+        if not values.strip():
+            raise ConfigError(f"--sweep {spec!r} lists no values")
+        if any(not v.strip() for v in items):
+            raise ConfigError(f"--sweep {spec!r} has an empty value (two commas in a row, or one at an end); "
+                              f"list each value once: {name}={','.join(v.strip() for v in items if v.strip())}")
         try:
-            grid[name] = [float(v) for v in values.split(",") if v.strip()]
+            grid[name] = [parse_float(v) for v in items]
         except ValueError:
             raise ConfigError(f"--sweep {spec!r}: values must be numbers, e.g. {name}=1e-4,3e-4") from None
-        if not grid[name]:
-            raise ConfigError(f"--sweep {spec!r} lists no values")
+        twice = sorted({v for v in grid[name] if grid[name].count(v) > 1})
+        if twice:
+            raise ConfigError(f"--sweep {spec!r} lists {', '.join(f'{v:g}' for v in twice)} more than once (the "
+                              "members would be the same run); list each value once, and use --seeds for repetitions")
     return grid
 
 
