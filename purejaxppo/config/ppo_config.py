@@ -9,7 +9,9 @@ Fields are of two kinds:
   configs (stacked leaves) trains a whole population in ONE compile.
 
 :func:`validate` raises :class:`ConfigError` naming the field and the fix before
-anything is traced.
+anything is traced. It checks what the config alone knows; ``network`` names an agent,
+whose own rules :func:`purejaxppo.agents.registry.check_agent` checks
+(:func:`purejaxppo.validate` does both).
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from flax import struct
 
 ACTIVATIONS = ("tanh", "relu", "gelu", "elu", "swish")
 ADV_NORMS = ("minibatch", "batch", "none")
-NETWORKS = ("mlp", "cnn", "gru")
 ACTION_STDS = ("param", "softplus")  # Gaussian policy scale: see networks.ActorCritic
 ROLLOUT_RNGS = ("threefry", "unsafe_rbg", "rbg")
 
@@ -47,7 +48,7 @@ class PPOConfig:
     num_minibatches: int = static(4)
     hidden_sizes: tuple = static((64, 64))
     activation: str = static("tanh")
-    network: str = static("mlp")
+    network: str = static("mlp")  # a registered agent's name (purejaxppo.agents.registry): mlp, cnn, gru, yours
     shared_torso: bool = static(False)
     # Gaussian (Box) actions: "param" = a learned state-independent log-std (std 1 at init);
     # "softplus" = std softplus(dense(features)) + 0.001 from the actor torso (about 0.7 at init), as
@@ -197,11 +198,6 @@ def validate(cfg: PPOConfig) -> PPOConfig:
             f"num_minibatches={cfg.num_minibatches} does not divide the batch num_envs*num_steps="
             f"{cfg.num_envs}*{cfg.num_steps}={cfg.batch_size}; choose a divisor of {cfg.batch_size}"
         )
-    if cfg.network == "gru" and cfg.num_envs % cfg.num_minibatches:
-        raise ConfigError(
-            f"num_minibatches={cfg.num_minibatches} must divide num_envs={cfg.num_envs} for the recurrent "
-            "network (minibatches are whole env sequences); choose a divisor of num_envs"
-        )
     if cfg.total_timesteps < cfg.batch_size:
         raise ConfigError(
             f"total_timesteps={cfg.total_timesteps} is smaller than one batch (num_envs*num_steps="
@@ -228,13 +224,11 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         raise ConfigError(f"adv_norm={cfg.adv_norm!r} is unknown; choose one of {ADV_NORMS}")
     if cfg.rollout_rng not in ROLLOUT_RNGS:
         raise ConfigError(f"rollout_rng={cfg.rollout_rng!r} is unknown; choose one of {ROLLOUT_RNGS}")
-    if cfg.network not in NETWORKS:
-        raise ConfigError(f"network={cfg.network!r} is unknown; choose one of {NETWORKS}")
+    if not isinstance(cfg.network, str) or not cfg.network:
+        # which names exist is the agent registry's to say (purejaxppo.agents.registry.check_agent)
+        raise ConfigError(f"network={cfg.network!r} must be the name of a registered agent, e.g. 'mlp'")
     if cfg.action_std not in ACTION_STDS:
         raise ConfigError(f"action_std={cfg.action_std!r} is unknown; choose one of {ACTION_STDS}")
-    if cfg.action_std != "param" and cfg.network == "gru":
-        raise ConfigError("action_std='softplus' is for the feed-forward networks; the GRU agent has a "
-                          "state-independent log-std (action_std='param')")
     for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward", "freeze_obs_norm",
                  "bootstrap_truncated"):
         if not isinstance(getattr(cfg, name), bool):

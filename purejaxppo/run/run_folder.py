@@ -261,8 +261,10 @@ def write_summary(run_dir: str, summary: dict) -> None:
 
 def load_run(run_dir: str, checkpoint: Optional[str] = None, ppo=None):
     """``(config, info, runner_state [R, ...], ppo)`` from a run folder's latest (or given)
-    checkpoint. ``ppo`` defaults to ``make_ppo(config)`` (an env-split run's runner state
-    has the same global shapes, so it loads on one device too)."""
+    checkpoint. ``ppo`` defaults to ``make_ppo(config)``: the agent is rebuilt by the name
+    ``config.network`` records (:mod:`purejaxppo.agents.registry`; a user-registered agent must
+    be registered in this process too), and an env-split run's runner state has the same
+    global shapes, so it loads on one device too."""
     from purejaxppo.step.train import make_ppo
 
     info = load_run_info(run_dir)
@@ -271,7 +273,7 @@ def load_run(run_dir: str, checkpoint: Optional[str] = None, ppo=None):
     if path is None:
         raise CheckpointError(f"{run_dir!r} has no complete checkpoint yet; train it (or resume it with "
                               f"python -m purejaxppo train --resume {run_dir}) first")
-    ppo = ppo if ppo is not None else make_ppo(config)
+    ppo = ppo if ppo is not None else make_ppo(config)  # the agent config.network names, by the registry
     keys, configs = run_inputs(config, info["seed"], info["num_seeds"], info.get("members"))
     if configs is None:
         template = jax.eval_shape(jax.vmap(lambda k: ppo.init(k, config)), keys)

@@ -11,11 +11,12 @@ Everything else is the new run's own: fresh env states and observations from its
 own config (total timesteps, lr, ...), its update counter and lr schedule from 0.
 
 Both runs must build the same network on the same env: the config fields in
-:data:`SAME_FIELDS` must agree (else the refusal names those that differ), and the carried
-leaves must have the same shapes. Seeds: with ``S`` seeds in the new run, a source with ONE
-run (seed) starts every new run; a source with ``S`` seeds gives seed ``s`` to seed ``s``
-(member ``m``, seed ``s`` of a new sweep too); other counts are refused. A sweep or PBT
-source needs ``member``: its runs of that member are the source.
+:data:`SAME_FIELDS` and the agent's own (its registry entry's ``fields``,
+:mod:`purejaxppo.agents.registry`) must agree (else the refusal names those that differ),
+and the carried leaves must have the same shapes. Seeds: with ``S`` seeds in the new run,
+a source with ONE run (seed) starts every new run; a source with ``S`` seeds gives seed
+``s`` to seed ``s`` (member ``m``, seed ``s`` of a new sweep too); other counts are refused.
+A sweep or PBT source needs ``member``: its runs of that member are the source.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import Optional
 import jax
 import numpy as np
 
+from purejaxppo.agents.registry import agent_kind
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint, place_like, read_leaves, read_meta
 
-#: config fields that define the network and the env it sees: they must match the source's
-SAME_FIELDS = ("env_name", "obs_keep", "network", "hidden_sizes", "activation", "shared_torso", "gru_size",
-               "normalize_obs", "normalize_reward")
+#: config fields that define the env the agent sees and which agent it is: they must match the source's
+#: (and so must the agent's own fields, :func:`same_fields`)
+SAME_FIELDS = ("env_name", "obs_keep", "network", "normalize_obs", "normalize_reward")
 #: runner-state paths (``keystr``) that a new run takes from the source
 CARRIED = (".train.", ".env_state.obs_stats.", ".reward_scale.return_stats.")
 
@@ -55,7 +57,8 @@ def describe(source: str, member: Optional[int], config, num_seeds: int, kind: s
     if member is not None and not 0 <= member < len(src_members or []):
         raise CheckpointError(f"--member {member}: {source!r} has {len(src_members)} members (0..{len(src_members) - 1})")
     src_cfg, cfg = meta.get("config", {}), json.loads(json.dumps(config.to_dict()))
-    diffs = [f"{k}: {src_cfg.get(k)!r} there, {cfg.get(k)!r} here" for k in SAME_FIELDS if src_cfg.get(k) != cfg.get(k)]
+    diffs = [f"{k}: {src_cfg.get(k)!r} there, {cfg.get(k)!r} here" for k in same_fields(config)
+             if src_cfg.get(k) != cfg.get(k)]
     if diffs:
         raise CheckpointError(f"--init-from {source!r}: that run has another network or env ({'; '.join(diffs)}); "
                               "use the same values for these fields (the other hyperparameters may differ)")
@@ -67,6 +70,12 @@ def describe(source: str, member: Optional[int], config, num_seeds: int, kind: s
     return {"run_dir": os.path.abspath(os.path.dirname(os.path.dirname(ckpt))), "checkpoint": ckpt,
             "update": int(meta["update"]), "member": member, "source_seeds": src_seeds,
             "seeds": "broadcast" if src_seeds == 1 and num_seeds > 1 else "seed s from seed s"}
+
+
+def same_fields(config) -> tuple:
+    """The fields a warm start of ``config`` compares: :data:`SAME_FIELDS`, then those that
+    decide its agent's parameters (the registry entry of ``config.network``)."""
+    return SAME_FIELDS + tuple(f for f in agent_kind(config.network).fields if f not in SAME_FIELDS)
 
 
 def _checkpoint(source: str) -> str:

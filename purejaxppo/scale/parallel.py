@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from purejaxppo.config import ConfigError, PPOConfig, validate
+from purejaxppo.agents.registry import minibatch_units, validate_config
+from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.stages.normalize import RunningStats
 from purejaxppo.step.train import PPO, RunnerState, make_ppo
 
@@ -141,17 +142,14 @@ def stack_configs(configs: Sequence[PPOConfig]) -> PPOConfig:
 
 # --- one agent, envs over devices -------------------------------------------------------------
 def _check_split_envs(config: PPOConfig, num_devices: int):
-    validate(config)
+    validate_config(config)
     if num_devices < 1:
         raise ConfigError(f"num_devices={num_devices} must be >= 1")
     if config.num_envs % num_devices:
         raise ConfigError(
             f"num_envs={config.num_envs} cannot be split over {num_devices} devices; use a multiple of "
             f"{num_devices} envs or a device count dividing {config.num_envs}")
-    # minibatch units: env sequences for the GRU, transitions otherwise
-    units = config.num_envs // config.num_minibatches if config.network == "gru" else config.minibatch_size
-    what = "env sequences (num_envs/num_minibatches)" if config.network == "gru" else \
-        "transitions (num_envs*num_steps/num_minibatches)"
+    units, what = minibatch_units(config)  # env sequences for a recurrent agent, transitions otherwise
     if units % num_devices:
         raise ConfigError(
             f"a minibatch of {units} {what} cannot be split over {num_devices} devices; choose num_envs and "
