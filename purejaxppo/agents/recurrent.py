@@ -1,9 +1,16 @@
 """The recurrent agent: a GRU actor-critic whose hidden state is the agent's carry.
 
-Reached through ``make_ppo(PPOConfig(network="gru", ...))``: :func:`gru_agent` returns an
+Reached through ``make_ppo(PPOConfig(network="gru", ...))`` (the ``"gru"`` entry of
+:mod:`purejaxppo.agents.registry`): :func:`gru_agent` returns an
 :class:`~purejaxppo.agents.agent.Agent`, and the one training step (:mod:`purejaxppo.step.train`)
 runs it like any other agent. This module holds only what is recurrent: the network,
 the carry and its reset rule, the next-state values, and the sequence minibatches.
+
+It takes the observations and actions the feed-forward network takes, prepared the same
+way (:func:`~purejaxppo.agents.networks.observation_adapter`): a structured observation is
+flattened before the torso, a :class:`~purejaxppo.envs.observation.MaskedObs`'s mask goes
+around the network to the masked categorical (``dist_params = (logits, mask)``), and
+MultiDiscrete actions get one logit group per component.
 
 Reset semantics (``done = terminated | truncated``)
 --------------------------------------------------
@@ -42,9 +49,10 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.agents.agent import Agent
-from purejaxppo.stages.distributions import CATEGORICAL, GAUSSIAN, Distribution
+from purejaxppo.stages.distributions import Distribution
 from purejaxppo.agents.gru import fuse, gru_cell, gru_sequence, input_projection
-from purejaxppo.agents.networks import ACTIVATION_FNS, MLPTorso, orthogonal
+from purejaxppo.agents.networks import (ACTIVATION_FNS, MLPTorso, distribution_for, dummy_observation,
+                                        observation_adapter, orthogonal)
 from purejaxppo.stages.rollout import Batch, Transition
 
 
@@ -137,28 +145,32 @@ class RecurrentNetwork(NamedTuple):
 
 def make_recurrent_network(spec, gru_size: int = 128, hidden_sizes: Sequence[int] = (64, 64),
                            activation: str = "tanh") -> RecurrentNetwork:
-    """The GRU actor-critic for an :class:`~purejaxppo.envs.EnvSpec`."""
+    """The GRU actor-critic for an :class:`~purejaxppo.envs.EnvSpec`. ``obs`` may be a
+    structured observation (flattened) or a ``MaskedObs`` (its mask joins the logits)."""
     module = GRUActorCritic(num_actions=spec.num_actions, discrete=spec.discrete, gru_size=int(gru_size),
                             hidden_sizes=tuple(hidden_sizes), activation=activation, obs_ndim=len(spec.obs_shape))
+    prepare = observation_adapter(spec)  # obs -> (array the torso sees, action mask or None)
+    with_mask = lambda dist_params, mask: dist_params if mask is None else (dist_params, mask)
 
     def initial_carry(batch: int) -> jax.Array:
         return jnp.zeros((batch, module.gru_size), jnp.float32)
 
     def init(key):
-        return module.init(key, initial_carry(1), jnp.zeros((1,) + tuple(spec.obs_shape), jnp.float32),
-                           jnp.zeros((1,), bool))
+        return module.init(key, initial_carry(1), prepare(dummy_observation(spec))[0], jnp.zeros((1,), bool))
 
     def step(params, carry, obs, reset):
-        return module.apply(params, carry, obs, reset)
+        x, mask = prepare(obs)
+        carry, dist_params, value = module.apply(params, carry, x, reset)
+        return carry, with_mask(dist_params, mask), value
 
     def apply(params, carry, obs, reset):
-        x = module.apply(params, obs, method=GRUActorCritic.embed)  # [T, B, H], batched
+        x, mask = prepare(obs)
+        x = module.apply(params, x, method=GRUActorCritic.embed)  # [T, B, H], batched
         carry, ys = module.apply(params, carry, x, reset, method=GRUActorCritic.sequence)
         dist_params, values = module.apply(params, ys, method=GRUActorCritic.heads)
-        return carry, dist_params, values
+        return carry, with_mask(dist_params, mask), values
 
-    return RecurrentNetwork(init, initial_carry, step, apply, CATEGORICAL if spec.discrete else GAUSSIAN,
-                            int(gru_size))
+    return RecurrentNetwork(init, initial_carry, step, apply, distribution_for(spec), int(gru_size))
 
 
 # --- the agent --------------------------------------------------------------------------------
@@ -174,14 +186,14 @@ def next_values(network: RecurrentNetwork, params, traj: Transition) -> jax.Arra
     _, carry_out = traj.record
     h, e = traj.reward.shape
     flat = lambda x: x.reshape((h * e,) + x.shape[2:])
-    _, _, v = network.step(params, flat(carry_out), flat(traj.next_obs), jnp.zeros((h * e,), bool))
+    _, _, v = network.step(params, flat(carry_out), jax.tree.map(flat, traj.next_obs), jnp.zeros((h * e,), bool))
     return v.reshape(h, e)
 
 
 def sequence_outputs(network: RecurrentNetwork, params, mb: Batch):
     """Replay a minibatch of whole sequences ``[B, H]``: ``(dist_params, values)``, each ``[B, H, ...]``."""
     time_major = lambda x: jnp.swapaxes(x, 0, 1)
-    _, dist_params, values = network.apply(params, mb.context.init_carry, time_major(mb.obs),
+    _, dist_params, values = network.apply(params, mb.context.init_carry, jax.tree.map(time_major, mb.obs),
                                            time_major(mb.context.reset))
     return jax.tree.map(time_major, dist_params), time_major(values)
 

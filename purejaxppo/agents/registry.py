@@ -156,10 +156,6 @@ def _feed_forward(torso: str):
 
 
 def _gru(config: PPOConfig, spec: EnvSpec) -> Agent:
-    if spec.action_mask or spec.obs_structure is not None or spec.action_nvec:
-        raise ConfigError(f"network='gru' takes plain array observations and Discrete/Box actions; "
-                          f"{config.env_name} has action masks, a structured observation or MultiDiscrete "
-                          "actions; use network='mlp' (or 'cnn')")
     return gru_agent(spec, config.gru_size, config.hidden_sizes, config.activation)
 
 

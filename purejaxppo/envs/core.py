@@ -178,14 +178,22 @@ def episode_statistics(venv: VecEnv) -> VecEnv:
 
 def keep_observation(venv: VecEnv, indices) -> VecEnv:
     """Partial observability: keep only the flat observation components ``indices``
-    (``(0, 2)`` turns CartPole into position-only CartPole: velocities hidden)."""
-    if venv.spec.obs_structure is not None or venv.spec.action_mask:
-        raise ConfigError(f"obs_keep works on plain array observations; {venv.spec.name} observes a structure")
+    (``(0, 2)`` turns CartPole into position-only CartPole: velocities hidden).
+
+    A structured observation's components are those of its flattening, the array the
+    default network sees (:func:`purejaxppo.envs.observation.flatten`: leaves in pytree order,
+    as float32); what is kept is one array. An action mask is kept whole, beside it."""
+    from purejaxppo.envs.observation import MaskedObs, flatten
+
+    structure, masked = venv.spec.obs_structure, venv.spec.action_mask
     idx = np.asarray(indices, np.int32)
     size = int(np.prod(venv.spec.obs_shape))
     if idx.max() >= size:
         raise ConfigError(f"obs_keep={tuple(indices)} has an index >= the observation size {size} of {venv.spec.name}")
-    select = lambda o: o.reshape(o.shape[:1] + (-1,))[:, idx]
+    flat = (lambda o: o.reshape(o.shape[:1] + (-1,))) if structure is None else (lambda o: flatten(o, structure))
+
+    def select(o):
+        return MaskedObs(flat(o.obs)[:, idx], o.action_mask) if masked else flat(o)[:, idx]
 
     def reset(key):
         obs, state = venv.reset(key)
@@ -196,7 +204,7 @@ def keep_observation(venv: VecEnv, indices) -> VecEnv:
         info = {**info, "final_observation": select(info["final_observation"])}
         return select(obs), state, reward, term, trunc, info
 
-    return venv._replace(spec=venv.spec._replace(obs_shape=(len(idx),)), reset=reset, step=step)
+    return venv._replace(spec=venv.spec._replace(obs_shape=(len(idx),), obs_structure=None), reset=reset, step=step)
 
 
 def check_name(name: str, names, suite: str) -> None:
