@@ -53,7 +53,8 @@ def main(argv=None) -> int:
         where = (f"; progress saved in {ckpt} (update {e.updates_done}). Continue with "
                  f"`python -m purejaxppo train --resume {os.path.dirname(os.path.dirname(ckpt))}`") if ckpt else ""
         print(f"\ninterrupted{where}", file=sys.stderr)
-        return 130
+        sigterm = getattr(e, "reason", None) == "SIGTERM" or str(e) == "SIGTERM"
+        return 143 if sigterm else 130  # 128 + the signal's number, as a shell reports it
 
 
 def _check_args(args) -> None:

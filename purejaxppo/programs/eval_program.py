@@ -4,7 +4,7 @@
 like the training chunks): every run plays ``K`` episodes on its own env copies with the
 mode action (:func:`purejaxppo.step.evaluate.make_episodes`, the ``eval`` command's code: raw env
 returns; with observation normalisation the policy sees the run's running statistics as
-they are at that update, frozen). The chunk loop (:func:`purejaxppo.run.loop.train_chunked`)
+they are at that update, frozen). The chunk loop (:func:`purejaxppo.run.loop.run_chunks`)
 ends a chunk at every multiple of ``N`` (:meth:`EvalProgram.updates_to_next`) and calls it
 on the state there; the results become the ``eval_return`` / ``eval_episodes`` columns of
 that update's ``metrics.csv`` rows (NaN at the other updates).
@@ -28,7 +28,6 @@ share each seed's evaluation keys (common random numbers, as for their training 
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
 import jax
@@ -37,6 +36,7 @@ import numpy as np
 
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.step.evaluate import find_obs_stats, make_episodes
+from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.scale.parallel import shard_runs
 
 EVAL_SALT = 0xE7A1  # folded into each run's seed key: its evaluation keys, apart from its training keys
@@ -84,7 +84,7 @@ class EvalProgram:
             return episode_summary(returns)
 
         self._fn = shard_runs(one, num_devices)
-        self._compiled = set()
+        self._once = CompileOnce()
 
     def updates_to_next(self, done: int) -> int:
         """Updates from ``done`` to the next evaluation (a chunk must stop there)."""
@@ -101,13 +101,7 @@ class EvalProgram:
     def compile(self, seed_keys, runner) -> float:
         """Compile for these inputs (once); returns the seconds it took."""
         args = self._args(seed_keys, 0, runner)
-        sig = tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves(args))
-        if sig in self._compiled:
-            return 0.0
-        t = time.perf_counter()
-        self._fn.lower(*args).compile()
-        self._compiled.add(sig)
-        return time.perf_counter() - t
+        return self._once(signature(args), lambda: self._fn.lower(*args).compile())
 
     def __call__(self, seed_keys, done: int, runner) -> dict:
         """Evaluate ``runner [R, ...]`` (the state after ``done`` updates; ``seed_keys [R]``

@@ -10,15 +10,14 @@ checkpoints and resumes do not change the numbers. One compile covers the whole 
 On several devices the members are split over a 1-D mesh (``shard_map``, as
 ``parallel.shard_runs``); the exploit ``all_gather``s the population, every device computes
 the same decisions from the same key, and keeps its own slice. :class:`PBTProgram` has the
-interface of :class:`~purejaxppo.programs.program.Program`, so :func:`~purejaxppo.run.loop.train_chunked`
-drives it (checkpoints, resume, progress, sinks); its ``run_info`` marks the run folder
+the run protocol (:class:`~purejaxppo.run.protocol.RunProgram`), so the chunk loop drives it
+(checkpoints, resume, progress, sinks); its ``run_info`` marks the run folder
 ``"kind": "pbt"``.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
 from typing import NamedTuple, Optional
 
@@ -28,7 +27,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from purejaxppo.config import ConfigError, PPOConfig
-from purejaxppo.run.guards import first_non_finite
+from purejaxppo.run.compile_once import CompileOnce, signature
+from purejaxppo.run.guards import first_non_finite, tree_finite
 from purejaxppo.scale.parallel import device_mesh
 from purejaxppo.scale.pbt import SearchSpace, exploit_explore, window_score
 from purejaxppo.step.train import PPO, RunnerState, make_ppo, strong_types
@@ -80,11 +80,6 @@ class PBTSettings:
         return cls(**dict(d, space=SearchSpace.from_dict(d["space"])))
 
 
-def _finite(tree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
-
-
 class PBTProgram:
     """Compiled PBT over ``N`` members (``keys [N]``, ``configs [N]`` stacked, their searched
     fields the initial hyperparameters). Interface of :class:`~purejaxppo.programs.program.Program`;
@@ -95,12 +90,13 @@ class PBTProgram:
     def __init__(self, config: PPOConfig, settings: PBTSettings, *, num_devices: int = 1, ppo: Optional[PPO] = None,
                  axis: str = "runs"):
         self.config, self.settings, self.num_devices, self.axis = config, settings, num_devices, axis
+        self.shard = num_devices  # members are split over the devices
         self.ppo = ppo if ppo is not None else make_ppo(config)
         self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
         self.run_info = {"kind": "pbt", "pbt": settings.to_dict()}
         self.traces = 0
         self._init = jax.jit(self.init_state)
-        self._fns, self._compiled = {}, set()
+        self._fns, self._once = {}, CompileOnce()
 
     # --- layout -------------------------------------------------------------------------
     def place(self, *args):
@@ -159,7 +155,7 @@ class PBTProgram:
 
         def exploit(st: PBTState, upd):
             n_loc = st.hparams.shape[0]
-            finite = jax.vmap(lambda r: _finite((r.train, r.obs)))(st.runner)
+            finite = jax.vmap(lambda r: tree_finite((r.train, r.obs)))(st.runner)
             score = window_score(st.ret_sum, st.ret_count)
             runner, hparams, full_score, full_finite = gather((st.runner, st.hparams, score, finite))
             runner, hparams, parents = exploit_explore(
@@ -196,7 +192,7 @@ class PBTProgram:
 
             state, metrics = jax.lax.scan(body, state, None, length=n)
             metrics = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics)  # [N, n] as Program's
-            return (state, metrics), jax.vmap(lambda r: _finite((r.train, r.obs)))(state.runner)
+            return (state, metrics), jax.vmap(lambda r: tree_finite((r.train, r.obs)))(state.runner)
 
         return chunk
 
@@ -211,14 +207,7 @@ class PBTProgram:
         return self._fns[n]
 
     def compile(self, n: int, state, configs=None) -> float:
-        sig = (n, str(jax.tree.structure((state, configs))),
-               tuple((x.shape, str(x.dtype), str(getattr(x, "sharding", ""))) for x in jax.tree.leaves((state, configs))))
-        if sig in self._compiled:
-            return 0.0
-        t = time.perf_counter()
-        self._fn(n).lower(state, configs).compile()
-        self._compiled.add(sig)
-        return time.perf_counter() - t
+        return self._once((n, signature((state, configs))), lambda: self._fn(n).lower(state, configs).compile())
 
     def chunk(self, n: int, state, configs=None):
         """``n`` updates of every member (with the exploits that fall in them) ->
@@ -233,3 +222,6 @@ class PBTProgram:
             return None
         metrics = {k: v for k, v in metrics.items() if k != "pbt_score"}  # NaN by design between exploits
         return first_non_finite(metrics, finite, first_update, describe)
+
+    def training_state(self, state: PBTState) -> RunnerState:
+        return state.runner

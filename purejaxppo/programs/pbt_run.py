@@ -2,7 +2,7 @@
 
 :func:`train_pbt` samples ``num_members`` members from the search space (seeded), builds the
 :class:`~purejaxppo.programs.pbt_program.PBTProgram` and hands it to
-:func:`~purejaxppo.run.loop.train_chunked` with a :class:`~purejaxppo.run.lineage.LineageSink`, so a
+:func:`~purejaxppo.programs.runs.train_chunked` with a :class:`~purejaxppo.run.lineage.LineageSink`, so a
 PBT run has the run folder, checkpoints, exact resume, progress bar and NaN handling of any
 run, plus ``lineage.csv``. Its ``summary.json`` adds ``best_member`` (the member with the best
 final return), ``best_final_return``, ``best_schedule`` (the hyperparameters its weights were
@@ -22,7 +22,7 @@ from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint, restore_checkpoint
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.run.lineage import LINEAGE, LineageSink, ancestry, exploit_count, read_lineage
-from purejaxppo.run.loop import RunResult, resume_run, train_chunked
+from purejaxppo.programs.runs import RunResult, resume_run, train_chunked
 from purejaxppo.scale.pbt import SearchSpace, sample_members
 from purejaxppo.programs.pbt_program import PBT_SALT, PBTProgram, PBTSettings
 

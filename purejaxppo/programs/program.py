@@ -11,22 +11,21 @@ kept whole on disk (:mod:`purejaxppo.run.executable_cache`), so a repeated run s
 
 from __future__ import annotations
 
-import time
 from typing import Optional
 
-import jax
-import jax.numpy as jnp
-
 from purejaxppo.run import executable_cache
+from purejaxppo.run.compile_once import CompileOnce
+from purejaxppo.run.guards import first_non_finite, tree_finite
 from purejaxppo.scale import parallel
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.step.train import PPO, make_ppo
 
 
 class Program:
-    """The jitted per-run functions of one setup over the runs axis. It owns their compile
-    cache: pass the same Program to several ``train_chunked``/``resume_run`` calls (same
-    config and devices) and each chunk length compiles once.
+    """The jitted per-run functions of one setup over the runs axis: the
+    :class:`~purejaxppo.run.protocol.RunProgram` of plain runs and sweeps. It owns their
+    compile cache: pass the same Program to several ``train_chunked``/``resume_run`` calls
+    (same config and devices) and each chunk length compiles once.
 
     ``split="seeds"``: runs sharded over ``num_devices``; ``split="envs"``: every run's envs
     split over ``num_devices`` (``parallel.split_envs``), runs vmapped on top."""
@@ -42,7 +41,8 @@ class Program:
             ppo = parallel.split_envs(config, num_devices) if split == "envs" else make_ppo(config)
         self.config, self.ppo, self.num_devices, self.split = config, ppo, num_devices, split
         self.shard = num_devices if split == "seeds" else 1
-        self._fns, self._compiled, self._loaded = {}, set(), {}
+        self.run_info = {}  # the front door records "run" or "sweep"
+        self._fns, self._once, self._loaded = {}, CompileOnce(), {}
 
     def _fn(self, n: Optional[int], stacked: bool):
         if (n, stacked) not in self._fns:
@@ -52,7 +52,7 @@ class Program:
             else:
                 def one(r, c=cfg):
                     out = ppo.run(r, c, n)
-                    return out, _tree_finite(out[0].train)  # extra output: does not change the numbers
+                    return out, tree_finite(out[0].train)  # extra output: does not change the numbers
             self._fns[n, stacked] = parallel.shard_runs(one, self.shard)
         return self._fns[n, stacked]
 
@@ -72,17 +72,15 @@ class Program:
         """Compile the ``n``-update chunk for these inputs (once); returns the seconds it took."""
         args = (runner,) if configs is None else (runner, configs)
         sig = (n, executable_cache.signature(args))  # weak types and committed-ness compile separately too
-        if sig in self._compiled:
-            return 0.0
-        t = time.perf_counter()
         fn = self._fn(n, configs is not None)
-        if self.executables is None:
-            fn.lower(*args).compile()  # the call in chunk() reuses it
-        else:
-            args = fn.place(*args)
-            self._loaded[sig] = self.executables.get(("chunk", n, configs is not None), fn.jitted, args)
-        self._compiled.add(sig)
-        return time.perf_counter() - t
+
+        def compile_it():
+            if self.executables is None:
+                fn.lower(*args).compile()  # the call in chunk() reuses it
+            else:
+                self._loaded[sig] = self.executables.get(("chunk", n, configs is not None), fn.jitted, fn.place(*args))
+
+        return self._once(sig, compile_it)
 
     def chunk(self, n: int, runner, configs=None):
         """``n`` updates of every run -> ``((runner, metrics {name: [R, n]}), finite [R])``."""
@@ -94,7 +92,9 @@ class Program:
                 return compiled(*fn.place(*args))
         return fn(*args)
 
+    def check_finite(self, metrics: dict, finite, first_update: int, describe):
+        """The NaN stop: the first non-finite loss, diagnostic or parameter, in words."""
+        return first_non_finite(metrics, finite, first_update, describe)
 
-def _tree_finite(tree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+    def training_state(self, state):
+        return state

@@ -1,5 +1,7 @@
 """What stops training early: non-finite numbers and signals.
 
+* :func:`tree_finite` (traced) says whether every float leaf of a state is finite, the flag a
+  compiled chunk returns next to its metrics;
 * :func:`first_non_finite` finds the earliest non-finite loss, diagnostic or parameter of a
   chunk (``episode_return``/``episode_length`` are NaN by design when no episode finished);
   the loop then raises :class:`NonFiniteError`.
@@ -8,7 +10,9 @@
 * :class:`RunFolderWriteError`: the run folder could not be written (full disk,
   permissions); the loop raises it with what is kept and where to resume from;
 * :func:`sigterm_as_interrupt` turns SIGTERM into KeyboardInterrupt (as Ctrl-C), which the
-  loop turns into :class:`TrainingInterrupted` after saving a checkpoint.
+  loop turns into :class:`TrainingInterrupted` after saving a checkpoint;
+* :func:`interrupts_deferred` holds SIGINT/SIGTERM while a checkpoint is written, so a save
+  is never cut in half (orbax's writer threads would be left mid-file).
 
 The exceptions carry what a caller needs (``checkpoint``, ``updates_done``) as fields.
 """
@@ -20,7 +24,15 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Optional
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+def tree_finite(tree) -> jax.Array:
+    """Traced: a scalar bool, True when every inexact leaf of ``tree`` is finite."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
 
 # NaN by design: when no episode finished; evaluation columns at updates without an evaluation
 MAY_BE_NAN = ("episode_return", "episode_length", "eval_return", "eval_episodes")
@@ -122,3 +134,24 @@ def sigterm_as_interrupt():
     finally:
         if old is not None:
             signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
+def interrupts_deferred():
+    """Within the block SIGINT and SIGTERM are recorded, not acted on; when the block ends the
+    previous handlers are back and the first signal received is raised again, so it acts as
+    it would have (KeyboardInterrupt under Ctrl-C or :func:`sigterm_as_interrupt`). For a
+    short block that must finish whole: a checkpoint save. Outside the main thread (where
+    Python delivers no signals) it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    old = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if received:
+            signal.raise_signal(received[0])

@@ -9,7 +9,7 @@ import numpy as np
 
 def progress_bar(quiet: bool, label: str):
     """``(on_chunk, close)``: ``on_chunk(info)`` is the chunk loop's callback (see
-    :func:`purejaxppo.run.loop.train_chunked`); the bar appears with the first chunk."""
+    :func:`purejaxppo.run.loop.run_chunks`); the bar appears with the first chunk."""
     state = {"bar": None, "eval": ""}
 
     def on_chunk(info):

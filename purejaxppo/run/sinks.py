@@ -2,7 +2,7 @@
 
 A sink has ``write(metrics, first_update)`` with ``metrics`` ``{name: [R, n]}`` (runs x the
 chunk's updates ``first_update .. first_update+n-1``) and ``close()``. The chunk loop calls
-every sink after every chunk (:func:`purejaxppo.run.loop.train_chunked`, ``loggers=``); any object
+every sink after every chunk (:func:`purejaxppo.run.loop.run_chunks`, ``loggers=``); any object
 with these two methods is a sink.
 
 * :class:`CSVLogger`: one row per update per run in ``metrics.csv`` (the run folder's record);

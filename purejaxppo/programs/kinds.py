@@ -1,0 +1,38 @@
+"""Run kinds by name: how a run folder's program is rebuilt to resume it.
+
+``config.json`` records its run's ``kind``; :func:`program_for_folder` looks the kind up here.
+A new run kind adds its module to :mod:`purejaxppo.programs` and one entry to :data:`KINDS`
+(or calls :func:`register_kind`), and the loop, ``resume_run`` and ``train --resume`` need no
+other change.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+from purejaxppo.programs.pbt_program import PBTProgram, PBTSettings
+from purejaxppo.programs.program import Program
+from purejaxppo.run.checkpoint import CheckpointError
+from purejaxppo.run.protocol import RunProgram
+
+#: ``kind -> build(info, num_devices, split) -> RunProgram``; ``info``: the folder's config.json
+KINDS: Dict[str, Callable[..., RunProgram]] = {
+    "run": lambda info, num_devices, split: Program(info["config"], num_devices=num_devices, split=split),
+    "sweep": lambda info, num_devices, split: Program(info["config"], num_devices=num_devices, split=split),
+    "pbt": lambda info, num_devices, split: PBTProgram(info["config"], PBTSettings.from_dict(info["pbt"]),
+                                                       num_devices=num_devices),
+}
+
+
+def register_kind(name: str, build: Callable[..., RunProgram]) -> None:
+    """Make run folders of kind ``name`` resumable: ``build(info, num_devices, split)``."""
+    KINDS[name] = build
+
+
+def program_for_folder(info: dict, *, num_devices: int = 1, split: str = "seeds") -> RunProgram:
+    """The program that continues a folder with this ``config.json`` (``info``)."""
+    kind = info.get("kind") or ("sweep" if info.get("members") else "run")  # folders from before kinds were recorded
+    if kind not in KINDS:
+        raise CheckpointError(f"this folder holds a {kind!r} run, which this purejaxppo cannot resume (known kinds: "
+                              f"{', '.join(sorted(KINDS))}); nothing was changed")
+    return KINDS[kind](info, num_devices, split)

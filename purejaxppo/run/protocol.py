@@ -1,0 +1,85 @@
+"""The run protocol: what a compiled run gives the chunk loop (:mod:`purejaxppo.run.loop`).
+
+The loop is written once against these two interfaces and never asks which kind of run it
+drives. A run kind (plain runs and sweeps, PBT, and next token-level PPO) is one module in
+:mod:`purejaxppo.programs` with a class that meets :class:`RunProgram`, plus one entry in
+:mod:`purejaxppo.programs.kinds` so that a run folder of that kind can be resumed.
+
+Shapes: ``R`` runs on one leading axis (members x seeds: run ``r`` is member ``r // S``,
+seed ``r % S``); ``n`` updates per chunk. ``state`` is whatever pytree the kind carries
+(a :class:`~purejaxppo.step.train.RunnerState` ``[R, ...]`` for plain runs, a population
+state for PBT); the loop only checkpoints it, restores it and hands it back.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Protocol, Tuple
+
+import jax
+import numpy as np
+
+from purejaxppo.config import PPOConfig
+
+
+class RunProgram(Protocol):
+    """A compiled run over the runs axis.
+
+    Contract:
+
+    * ``config``: the run's config (the loop reads ``num_updates`` and ``batch_size``);
+      ``num_devices``, ``split`` and ``shard`` (devices the runs axis is split over) describe
+      its layout for ``config.json`` and for evaluation.
+    * ``run_info``: entries this kind adds to ``config.json`` (at least ``{"kind": NAME}`` for a
+      kind other than plain runs and sweeps, plus its settings), so the folder can be resumed.
+    * ``place(keys [R], configs [R] | None) -> inputs``: the inputs laid out on the devices;
+      ``init(*inputs) -> state``: the state before update 0 (pure: the same inputs give the
+      same state, so a resume can build the template a checkpoint is restored into).
+    * ``compile(n, state, configs) -> seconds``: compiles the ``n``-update chunk for these
+      inputs once (0.0 when it already is); ``chunk(n, state, configs) ->
+      ((state, metrics {name: [R, n]}), finite [R])``: dispatches it and returns at once
+      (JAX's asynchronous dispatch), ``finite`` saying whether each run's state is finite.
+    * ``check_finite(metrics, finite, first_update, describe) -> message | None``: the NaN
+      stop (``describe(r)`` names run ``r``); a kind may tolerate what it repairs itself.
+    * ``training_state(state) -> RunnerState [R, ...]``: the per-run training state inside
+      (what evaluation during training plays with).
+    """
+
+    config: PPOConfig
+    num_devices: int
+    split: str
+    shard: int
+    run_info: dict
+
+    def place(self, *inputs) -> tuple: ...
+
+    def init(self, keys: jax.Array, configs=None): ...
+
+    def compile(self, n: int, state, configs=None) -> float: ...
+
+    def chunk(self, n: int, state, configs=None) -> Tuple[tuple, jax.Array]: ...
+
+    def check_finite(self, metrics: dict, finite: np.ndarray, first_update: int,
+                     describe: Callable[[int], str]) -> Optional[str]: ...
+
+    def training_state(self, state): ...
+
+
+class Evaluator(Protocol):
+    """Evaluation during training, a separate compiled program at chunk boundaries.
+
+    Contract: ``updates_to_next(done)``: updates from ``done`` to the next evaluation (a chunk
+    never runs past it); ``due(done)``: whether one is due after ``done`` updates;
+    ``compile(keys [R], runner) -> seconds``; ``__call__(keys [R], done, runner) -> {name: [R]}``
+    (``runner``: :meth:`RunProgram.training_state`); ``columns(result | None, R, n) -> {name:
+    [R, n]}``: the chunk's extra ``metrics.csv`` columns (NaN where nothing was evaluated).
+    It must not change the training numbers (its keys are its own)."""
+
+    def updates_to_next(self, done: int) -> int: ...
+
+    def due(self, done: int) -> bool: ...
+
+    def compile(self, keys: jax.Array, runner) -> float: ...
+
+    def __call__(self, keys: jax.Array, done: int, runner) -> dict: ...
+
+    def columns(self, result: Optional[dict], runs: int, n: int) -> dict: ...
