@@ -1,4 +1,4 @@
-"""Learning quality of the fused GRU (purejaxppo/gru.py) against the GRU before it, 16 seeds.
+"""Learning quality of the fused GRU (purejaxppo/agents/gru.py) against the GRU before it, 16 seeds.
 
 The fused cell computes flax's GRUCell with its own backward pass, so the numbers change at
 float rounding only; this checks that learning is unchanged in distribution. Run from a

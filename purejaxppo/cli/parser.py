@@ -73,9 +73,9 @@ def _add_train(t: argparse.ArgumentParser) -> None:
     t.add_argument("--no-compile-cache", action="store_true",
                    help="do not use JAX's persistent compilation cache (default: on, in ~/.cache/purejaxppo/xla)")
     t.add_argument("--preset", action="store_true",
-                   help="start from the shipped per-env config (purejaxppo/presets.py); flags still override")
+                   help="start from the shipped per-env config (purejaxppo/config/presets.py); flags still override")
     t.add_argument("--reference", choices=("gymnax-blines",), default=None,
-                   help="start from a published baseline's own config for --env (purejaxppo/references.py); "
+                   help="start from a published baseline's own config for --env (purejaxppo/config/references.py); "
                         "flags still override; not with --preset")
     t.add_argument("--sweep", action="append", default=None, metavar="NAME=V1,V2,...",
                    help="train a hyperparameter population in one compile (repeatable: grid over all); "
