@@ -1,4 +1,4 @@
-"""One frozen, typed PPO configuration (defaults: shared/PPO.md §6).
+"""One frozen, typed PPO configuration (defaults: docs/conventions.md, "Defaults").
 
 Fields are of two kinds:
 
