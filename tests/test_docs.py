@@ -90,7 +90,9 @@ def block_results(request, tmp_path_factory):
                 if getattr(item, "originalname", None) == "test_readme_block_runs"}
     runnable = {f"line{line}": code for line, code in BLOCKS
                 if skip_reason(code) is None and f"line{line}" in selected}
-    return run_blocks(runnable, str(tmp_path_factory.mktemp("readme")))
+    results = run_blocks(runnable, str(tmp_path_factory.mktemp("readme")))
+    print("README blocks (seconds):", {name: r["seconds"] for name, r in results.items()})  # shown with -s
+    return results
 
 
 def test_readme_starts_with_the_newcomer_commands():
@@ -123,7 +125,9 @@ def test_block_runner_reports_a_failing_block(tmp_path):  # the check can fail
 PREFIXES = ("purejaxppo", "docs", "benchmarks", "experiments", "tests")
 PATH = re.compile(r"(?<![\w./~$-])((?:%s)/(?:[\w.*<>-]|\{[\w,.]*\}|/)*)" % "|".join(PREFIXES))
 EXTENSIONS = {"py", "md", "sh", "json", "jsonl", "csv", "png", "txt", "toml", "yaml", "yml", "gif", "cfg"}
-OUTPUT = re.compile(r"(--out|--json|\s-o\s|>|\bout=|\b[Ww]rites?\b|\b[Ww]ritten\b|\b[Ss]aved? (to|in)\b)")
+# text right before a path that makes it an output of the command (it need not exist yet)
+OUTPUT = re.compile(r"((--out|--json|\s-o|(?<![-=<])>>?|\bout=|\b[Ww]rites?|\b[Ww]ritten to|\b[Ss]aved? (to|in))[\s=]*[\"'`]?"
+                    r"|[\"'](--out|--json)[\"'],.*default=[\"'])$")
 DOTTED = re.compile(r"(?<![\w.])purejaxppo(?:\.\w+)+")
 
 
@@ -266,11 +270,11 @@ def test_path_checker_can_fail(tmp_path):  # the checks themselves can fail
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "real.md").write_text("x")
     text = ("see `docs/real.md` and `docs/missing.md`.\n"
-            "python benchmarks/nope.py --out benchmarks/results/new.json\n"
+            "python benchmarks/nope.py --out benchmarks/results/new.json -> docs/gone.md\n"
             "experiments/<ENV>/x.csv and experiments/tests in prose\n")
     assert path_problems(text, "t", str(tmp_path)) == [
         "t:1: docs/missing.md does not exist", "t:2: benchmarks/nope.py does not exist",
-        "t:2: benchmarks/results/new.json no folder benchmarks/results", "t:3: experiments/<ENV>/x.csv no folder experiments"]
+        "t:2: benchmarks/results/new.json no folder benchmarks/results", "t:2: docs/gone.md does not exist", "t:3: experiments/<ENV>/x.csv no folder experiments"]
     assert dotted_problem("purejaxppo.stages.gae.gae") is None
     assert dotted_problem("purejaxppo.stages.gae.no_such") and dotted_problem("purejaxppo.no_such_module")
     assert FORBIDDEN in "see " + FORBIDDEN + "PPO.md"
