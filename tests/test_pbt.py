@@ -144,10 +144,10 @@ def test_one_compile_determinism_and_resume(program, runs):
     lineage = {}
     for name in ("whole", "again", "part"):
         lineage[name] = _read(root / name / "lineage.csv")
-        assert _read(root / name / "metrics.csv") == _read(root / "whole" / "metrics.csv"), name
+        assert _read(root / name / "metrics.csv") == _read(root / "whole" / "metrics.csv"), name  # exact: same chunks
     assert lineage["again"] == lineage["whole"] and lineage["part"] == lineage["whole"]
     for a, b in zip(jax.tree.leaves(resumed.runner_state), jax.tree.leaves(whole.runner_state)):
-        np.testing.assert_array_equal(a, b)  # bit-exact on CPU
+        np.testing.assert_array_equal(a, b)  # exact: the same chunk program (one trace) on the restored state
     rows = list(csv.DictReader(open(root / "whole" / "lineage.csv")))
     assert {int(r["update"]) for r in rows} == {0, 2, 4}  # never after the last update
     copies = [r for r in rows if r["parent"] != r["member"]]
@@ -183,7 +183,7 @@ def test_loser_holds_the_winner_state_after_the_exploit(program, runs):
         take = lambda tree, j: [np.asarray(x[j]) for x in jax.tree.leaves(tree)]
         for a, b in zip(take((s2.runner.train, s2.runner.env_state, s2.runner.obs), i),
                         take((s2.runner.train, s2.runner.env_state, s2.runner.obs), parents[i])):
-            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, b)  # exact: a copy
         assert not np.array_equal(s2.runner.rng[i], s2.runner.rng[parents[i]])
         assert not np.array_equal(s2.hparams[i], s2.hparams[parents[i]])  # explored
     # a blown-up member is replaced at the next exploit and the population goes on
@@ -205,7 +205,7 @@ def test_cli_pbt_errors_and_eval_best_member(runs, capsys):
     for argv, msg in ((["--search", "lr=loguniform:1e-5:1e-2"], "add --pbt N"),
                       (["--pbt", "4"], "needs at least one --search"),
                       (["--pbt", "4", "--search", "lr=1e-5"], "name=DIST:LOW:HIGH"),
-                      (["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--seeds", "2"], "--seeds cannot"),
+                      (["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--sweep", "lr=1e-3,1e-4"], "--sweep cannot"),
                       (["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--pbt-quantile", "0.7"], "quantile")):
         assert main(["train", "--devices", "1", "--quiet"] + argv) == 2
         err = capsys.readouterr().err

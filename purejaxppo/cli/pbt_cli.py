@@ -38,34 +38,39 @@ def check_pbt_flags(args) -> None:
         return
     if not args.search:
         raise ConfigError("--pbt needs at least one --search NAME=DIST:LOW:HIGH, e.g. --search lr=loguniform:1e-5:1e-2")
-    for flag, v in (("--sweep", args.sweep), ("--seeds", args.seeds)):
-        if v is not None:
-            raise ConfigError(f"--pbt trains one population; {flag} cannot be combined with it (repeat the run "
-                              "with another --seed for repetitions)")
+    if args.sweep is not None:
+        raise ConfigError("--pbt searches its hyperparameters itself; --sweep cannot be combined with it (give "
+                          "each searched range with --search, or fix a value with its own flag)")
     if args.split == "envs":
-        raise ConfigError("--pbt shards its members over the devices; --split envs is not supported with it")
+        raise ConfigError("--pbt splits its members over the devices, and --split envs would split each member's "
+                          "envs over the same devices; one layout at a time: drop --split envs (members are "
+                          "independent runs, so splitting them is the faster layout)")
 
 
-def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers) -> int:
-    """Train (``args`` parsed, ``config`` validated, ``devices`` set before JAX started)."""
+def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers, seeds: int = 1, init_from=None,
+                  evaluation=None) -> int:
+    """Train (``args`` parsed, ``config`` validated, ``devices`` set before JAX started);
+    ``seeds`` independent populations, ``init_from`` a warm-start record, ``evaluation`` the
+    ``eval_every``/``eval_episodes`` keywords."""
     from purejaxppo.run.run_folder import refuse_existing_run
     from purejaxppo.programs.pbt_program import PBTProgram
     from purejaxppo.programs.pbt_run import train_pbt
 
     settings = pbt_settings(args, config)
-    program = PBTProgram(config, settings, num_devices=devices)  # unknown envs etc. fail here, before any folder
+    program = PBTProgram(config, settings, num_devices=devices, num_seeds=seeds)  # unknown envs etc. fail here
     run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(':', '-')}-pbt-{time.strftime('%Y%m%d-%H%M%S')}")
     refuse_existing_run(run_dir)
     if not args.quiet:
-        print(f"purejaxppo: PBT of {args.pbt} members on {config.env_name} ({', '.join(settings.space.names)}; "
+        pops = f" x {seeds} independent populations" if seeds > 1 else ""
+        print(f"purejaxppo: PBT of {args.pbt} members{pops} on {config.env_name} ({', '.join(settings.space.names)}; "
               f"exploit every {settings.interval or 'never'} updates) in one compile on {devices} device(s) | "
               f"{config.num_updates} updates x {config.batch_size} steps | run folder {run_dir} | compiling...",
               flush=True)
     try:
-        res = train_pbt(config, settings, args.pbt, seed=args.seed or 0, run_dir=run_dir, program=program,
-                        chunk_updates=args.chunk or 25, on_chunk=on_chunk,
+        res = train_pbt(config, settings, args.pbt, seed=args.seed or 0, num_seeds=seeds, run_dir=run_dir,
+                        program=program, chunk_updates=args.chunk or 25, on_chunk=on_chunk,
                         checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
-                        loggers=loggers(run_dir, args.pbt))
+                        loggers=loggers(run_dir, args.pbt), init_from=init_from, **(evaluation or {}))
     finally:
         close()
     return report(res, run_dir)
@@ -84,10 +89,13 @@ def report(res, run_dir: str) -> int:
     import numpy as np
 
     fr = np.asarray(res.final_return, np.float64)
-    print(f"final return over {len(fr)} members: best {np.nanmax(fr) if np.isfinite(fr).any() else float('nan'):.1f}"
+    seeds = len(fr) // len(res.members or fr)
+    runs = f"{len(fr) // seeds} members x {seeds} populations" if seeds > 1 else f"{len(fr)} members"
+    print(f"final return over {runs}: best {np.nanmax(fr) if np.isfinite(fr).any() else float('nan'):.1f}"
           f"  median {np.nanmedian(fr) if np.isfinite(fr).any() else float('nan'):.1f}")
     if "best_member" in res.extra:
-        print(f"best member {res.extra['best_member']} (final return {res.extra['best_final_return']:.1f}); "
+        where = f" of population {res.extra['best_seed']}" if "best_seed" in res.extra else ""
+        print(f"best member {res.extra['best_member']}{where} (final return {res.extra['best_final_return']:.1f}); "
               f"{res.extra.get('exploits', 0)} member copies (exploits) in lineage.csv")
         for seg in res.extra.get("best_schedule", []):
             vals = ", ".join(f"{k}={v:.4g}" for k, v in seg.items() if k not in ("from_update", "member"))

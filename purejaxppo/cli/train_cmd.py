@@ -45,7 +45,8 @@ def cmd_train(args) -> int:
         from purejaxppo.cli.pbt_cli import cmd_train_pbt
 
         return cmd_train_pbt(args, config, devices, *progress_bar(args.quiet, config.env_name),
-                             loggers=lambda run_dir, n: sinks_for(args, run_dir, config, n))
+                             loggers=lambda run_dir, n: sinks_for(args, run_dir, config, n), seeds=seeds,
+                             init_from=init_from, evaluation=evaluation)
     from purejaxppo.programs.runs import train_chunked
     from purejaxppo.scale.population import make_population
     from purejaxppo.programs.program import Program
@@ -84,7 +85,8 @@ def _devices(args, config, split: str, n_members, seeds: int) -> int:
         units = config.num_envs // config.num_minibatches if config.network == "gru" else config.minibatch_size
         devices = choose_devices(args.devices, math.gcd(config.num_envs, units), "", check=False)
     elif args.pbt is not None:
-        devices = choose_devices(args.devices, max(args.pbt, 1), f"the PBT population's {args.pbt} members")
+        runs = f"the PBT population's {args.pbt} members" + (f" x {seeds} seeds" if seeds > 1 else "")
+        devices = choose_devices(args.devices, max(args.pbt, 1) * seeds, runs)
     else:
         runs = (f"the sweep's {n_members} members x {seeds} seed(s) = {n_members * seeds} runs" if n_members
                 else f"--seeds={seeds}")

@@ -29,7 +29,7 @@ def check_init_from(args, config, seeds):
         return None
     from purejaxppo.run.warm_start import describe
 
-    return describe(args.init_from, args.member, config, seeds, "pbt" if args.pbt is not None else "run")
+    return describe(args.init_from, args.member, config, seeds)
 
 
 def check_counts(args, seeds=None) -> None:
@@ -61,9 +61,6 @@ def eval_flags(args, config) -> dict:
         if args.eval_episodes is not None:
             raise UserError("--eval-episodes needs --eval-every N (how often to evaluate, in updates)")
         return {}
-    if args.pbt is not None:
-        raise UserError("--eval-every is not available with --pbt yet; evaluate a PBT run afterwards with "
-                        "`python -m purejaxppo eval RUN_DIR`")
     from purejaxppo.programs.eval_program import check_eval
 
     episodes = 10 if args.eval_episodes is None else args.eval_episodes

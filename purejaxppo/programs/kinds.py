@@ -20,7 +20,7 @@ KINDS: Dict[str, Callable[..., RunProgram]] = {
     "run": lambda info, num_devices, split: Program(info["config"], num_devices=num_devices, split=split),
     "sweep": lambda info, num_devices, split: Program(info["config"], num_devices=num_devices, split=split),
     "pbt": lambda info, num_devices, split: PBTProgram(info["config"], PBTSettings.from_dict(info["pbt"]),
-                                                       num_devices=num_devices),
+                                                       num_devices=num_devices, num_seeds=info["num_seeds"]),
 }
 
 

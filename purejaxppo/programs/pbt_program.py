@@ -88,8 +88,9 @@ class PBTProgram:
     split = "seeds"
 
     def __init__(self, config: PPOConfig, settings: PBTSettings, *, num_devices: int = 1, ppo: Optional[PPO] = None,
-                 axis: str = "runs"):
+                 axis: str = "runs", num_seeds: int = 1):
         self.config, self.settings, self.num_devices, self.axis = config, settings, num_devices, axis
+        self.num_seeds = num_seeds  # independent populations: run m*S + s is member m of population s
         self.shard = num_devices  # members are split over the devices
         self.ppo = ppo if ppo is not None else make_ppo(config)
         self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
@@ -130,7 +131,7 @@ class PBTProgram:
     # --- the chunk ------------------------------------------------------------------------
     def _local_chunk(self, n: int, sharded: bool):
         ppo, s, num_updates = self.ppo, self.settings, self.config.num_updates
-        space, interval, window = s.space, s.interval, s.score_window
+        space, interval, window, seeds = s.space, s.interval, s.score_window, self.num_seeds
         axis = self.axis if sharded else None
 
         def gather(tree):
@@ -151,16 +152,20 @@ class PBTProgram:
 
         def own_index(n_loc):
             base = 0 if axis is None else jax.lax.axis_index(axis) * n_loc
-            return base + jnp.arange(n_loc)
+            return (base + jnp.arange(n_loc)) // seeds  # the member each run is, in its population
 
         def exploit(st: PBTState, upd):
             n_loc = st.hparams.shape[0]
             finite = jax.vmap(lambda r: tree_finite((r.train, r.obs)))(st.runner)
             score = window_score(st.ret_sum, st.ret_count)
             runner, hparams, full_score, full_finite = gather((st.runner, st.hparams, score, finite))
-            runner, hparams, parents = exploit_explore(
-                jax.random.fold_in(st.key[0], upd), runner, hparams, full_score, space, quantile=s.quantile,
-                resample_prob=s.resample_prob, finite=full_finite)
+            key = jax.random.fold_in(st.key[0], upd)
+            if seeds == 1:
+                runner, hparams, parents = exploit_explore(key, runner, hparams, full_score, space, quantile=s.quantile,
+                                                           resample_prob=s.resample_prob, finite=full_finite)
+            else:
+                runner, hparams, parents = exploit_populations(key, runner, hparams, full_score, full_finite, space,
+                                                               seeds, s.quantile, s.resample_prob)
             runner, hparams, parents = mine((runner, hparams, parents), n_loc)
             zeros = jnp.zeros_like(st.ret_sum)
             new = PBTState(runner, hparams, zeros, zeros, st.key)
@@ -225,3 +230,26 @@ class PBTProgram:
 
     def training_state(self, state: PBTState) -> RunnerState:
         return state.runner
+
+    def with_training_state(self, state: PBTState, runner: RunnerState) -> PBTState:
+        return state._replace(runner=runner)
+
+
+def exploit_populations(key, runners, hparams, scores, finite, space, num_seeds: int, quantile: float,
+                        resample_prob: float):
+    """:func:`~purejaxppo.scale.pbt.exploit_explore` in each of ``S = num_seeds`` independent
+    populations at once: ``[R = N*S, ...]`` arrays, run ``m*S + s`` being member ``m`` of
+    population ``s``; population ``s`` draws with ``fold_in(key, s)`` and its losers copy only its
+    own winners. Returns ``(runners, hparams, parents [R])``, ``parents`` as member indices."""
+    def by_population(x):  # [N*S, ...] -> [S, N, ...]
+        return jnp.swapaxes(x.reshape((-1, num_seeds) + x.shape[1:]), 0, 1)
+
+    def back(x):  # [S, N, ...] -> [N*S, ...]
+        return jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:])
+
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(num_seeds))
+    one = lambda k, r, h, sc, f: exploit_explore(k, r, h, sc, space, quantile=quantile,  # noqa: E731
+                                                 resample_prob=resample_prob, finite=f)
+    out = jax.vmap(one)(keys, jax.tree.map(by_population, runners), by_population(hparams), by_population(scores),
+                        by_population(finite))
+    return jax.tree.map(back, out)

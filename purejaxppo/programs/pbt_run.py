@@ -35,18 +35,25 @@ def initial_members(space: SearchSpace, num_members: int, seed: int) -> list:
     return space.members(sample_members(key, space, num_members))
 
 
-def train_pbt(config: PPOConfig, settings: PBTSettings, num_members: int, *, seed: int = 0,
+def train_pbt(config: PPOConfig, settings: PBTSettings, num_members: int, *, seed: int = 0, num_seeds: int = 1,
               run_dir: Optional[str] = None, num_devices: int = 1, program: Optional[PBTProgram] = None,
               loggers=(), **kwargs) -> RunResult:
     """Train a PBT population of ``num_members`` (``kwargs``: ``train_chunked``'s, e.g.
-    ``chunk_updates``, ``on_chunk``, ``stop_after``); see the module docstring."""
+    ``chunk_updates``, ``on_chunk``, ``stop_after``, ``eval_every``, ``init_from``); see the
+    module docstring. ``num_seeds = S > 1`` trains ``S`` independent populations with the same
+    initial members (seed key ``s`` each; run ``m*S + s`` is member ``m`` of population ``s``),
+    each exploiting only within itself: repetitions of one PBT experiment in one compile."""
     members = initial_members(settings.space, num_members, seed)
-    prog = program if program is not None else PBTProgram(config, settings, num_devices=num_devices)
+    prog = program if program is not None else PBTProgram(config, settings, num_devices=num_devices,
+                                                          num_seeds=num_seeds)
+    if prog.num_seeds != num_seeds:
+        raise ConfigError(f"program= was built for {prog.num_seeds} populations, not num_seeds={num_seeds}")
     sinks = list(loggers)
     if run_dir:
         os.makedirs(run_dir, exist_ok=True)
-        sinks.append(LineageSink(os.path.join(run_dir, LINEAGE), settings.space.names, members))
-    res = train_chunked(config, seed=seed, members=members, run_dir=run_dir, program=prog, loggers=sinks, **kwargs)
+        sinks.append(LineageSink(os.path.join(run_dir, LINEAGE), settings.space.names, members, num_seeds=num_seeds))
+    res = train_chunked(config, seed=seed, num_seeds=num_seeds, members=members, run_dir=run_dir, program=prog,
+                        loggers=sinks, **kwargs)
     return _finish(res, run_dir)
 
 
@@ -56,7 +63,8 @@ def resume_pbt(run_dir: str, loggers=(), **kwargs) -> RunResult:
     if info.get("kind") != "pbt":
         raise CheckpointError(f"{run_dir!r} is not a PBT run; resume it with resume_run")
     names = tuple(info["pbt"]["space"])
-    sink = LineageSink(os.path.join(run_dir, LINEAGE), names, info["members"], append=True)
+    sink = LineageSink(os.path.join(run_dir, LINEAGE), names, info["members"], append=True,
+                       num_seeds=info["num_seeds"])
     return _finish(resume_run(run_dir, loggers=list(loggers) + [sink], **kwargs), run_dir)
 
 
@@ -72,11 +80,16 @@ def _finish(res: RunResult, run_dir: Optional[str]) -> RunResult:
     """Add the best member, its schedule and the exploit count to the result (and summary.json)."""
     if not np.isfinite(np.asarray(res.final_return, np.float64)).any():
         return res
-    best = best_member(res.final_return)
-    res.extra.update(best_member=best, best_final_return=float(res.final_return[best]))
+    seeds = len(res.final_return) // len(res.members or res.final_return)
+    best_run = best_member(res.final_return)  # run m*S + s: member m of population s
+    best, seed = best_run // seeds, best_run % seeds
+    res.extra.update(best_member=best, best_final_return=float(res.final_return[best_run]))
+    if seeds > 1:
+        res.extra["best_seed"] = seed
     if run_dir and os.path.exists(os.path.join(run_dir, LINEAGE)):
-        names, table = read_lineage(run_dir)
-        res.extra.update(best_schedule=ancestry(names, table, best, res.updates_done), exploits=exploit_count(table))
+        names, table = read_lineage(run_dir, seed)
+        copies = sum(exploit_count(read_lineage(run_dir, s)[1]) for s in range(seeds))
+        res.extra.update(best_schedule=ancestry(names, table, best, res.updates_done), exploits=copies)
     path = os.path.join(run_dir, rf.SUMMARY) if run_dir else None
     if path and res.finished and os.path.exists(path):
         with open(path) as f:
@@ -93,7 +106,7 @@ def load_pbt_run(run_dir: str, checkpoint: Optional[str] = None):
     if path is None:
         raise CheckpointError(f"{run_dir!r} has no complete checkpoint yet; train it (or resume it with "
                               f"python -m purejaxppo train --resume {run_dir}) first")
-    prog = PBTProgram(config, PBTSettings.from_dict(info["pbt"]))
+    prog = PBTProgram(config, PBTSettings.from_dict(info["pbt"]), num_seeds=info["num_seeds"])
     keys, configs = rf.run_inputs(config, info["seed"], info["num_seeds"], info["members"])
     state, meta = restore_checkpoint(path, jax.eval_shape(prog.init_state, keys, configs))
     info["checkpoint"], info["update"] = path, int(meta["update"])

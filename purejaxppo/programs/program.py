@@ -98,3 +98,6 @@ class Program:
 
     def training_state(self, state):
         return state
+
+    def with_training_state(self, state, runner):
+        return runner

@@ -86,9 +86,10 @@ def train_chunked(
     start_from = None
     if init_from is not None:  # checked (JSON only) before any folder is made
         record = (init_from if isinstance(init_from, dict) else
-                  warm_start.describe(init_from, init_member, config, num_seeds, info["kind"]))
+                  warm_start.describe(init_from, init_member, config, num_seeds))
         info["init_from"] = record
-        start_from = lambda state: warm_start.apply(record, state, num_seeds)  # noqa: E731
+        def start_from(state):
+            return prog.with_training_state(state, warm_start.apply(record, prog.training_state(state), num_seeds))
     if resume and run_dir:
         _check_same_evaluation(run_dir, info)
     inputs = rf.run_inputs(config, seed, num_seeds, members)

@@ -30,15 +30,25 @@ class LineageSink:
     the initial ``members`` (``[{name: value}]``); ``append=True`` (a resume) keeps the file
     but drops rows after the update training continues from."""
 
-    def __init__(self, path: str, names: Sequence[str], members: Sequence[dict], append: bool = False):
-        self.path, self.names, self.append = path, list(names), append
+    def __init__(self, path: str, names: Sequence[str], members: Sequence[dict], append: bool = False,
+                 num_seeds: int = 1):
+        self.path, self.names, self.append, self.seeds = path, list(names), append, num_seeds
         if not append or not os.path.exists(path):
             self.append = False
             with open(path, "w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(["update", "member", "parent"] + self.names + ["score", "non_finite"])
-                for m, values in enumerate(members):
-                    w.writerow([0, m, m] + [_fmt(values[n]) for n in self.names] + ["nan", 0])
+                w.writerow(["update"] + self._lead() + ["member", "parent"] + self.names
+                           + ["score", "non_finite"])
+                for s in range(num_seeds):
+                    for m, values in enumerate(members):
+                        w.writerow([0] + self._lead(s) + [m, m] + [_fmt(values[n]) for n in self.names]
+                                   + ["nan", 0])
+
+    def _lead(self, seed=None):
+        """The ``seed`` column, present when there are several populations (``num_seeds > 1``)."""
+        if self.seeds == 1:
+            return []
+        return ["seed"] if seed is None else [seed]
 
     def write(self, metrics: dict, first_update: int) -> None:
         if self.append:  # rows written after the checkpoint we resumed from
@@ -56,34 +66,39 @@ class LineageSink:
             w = csv.writer(f)
             for u in np.flatnonzero(exploited > 0):
                 update = first_update + int(u) + 1
-                for m in range(parent.shape[0]):
-                    w.writerow([update, m, int(parent[m, u])] + [_fmt(c[m, u]) for c in cols]
-                               + [_fmt(score[m, u]), int(bad[m, u])])
-                    if bad[m, u]:
-                        warnings.warn(f"PBT: member {m} had non-finite numbers at update {update}; replaced by a "
-                                      f"copy of member {int(parent[m, u])}", RuntimeWarning, stacklevel=2)
+                for s in range(self.seeds):
+                    for r in range(s, parent.shape[0], self.seeds):  # run r: member r // S of population s
+                        m = r // self.seeds
+                        w.writerow([update] + self._lead(s) + [m, int(parent[r, u])]
+                                   + [_fmt(c[r, u]) for c in cols] + [_fmt(score[r, u]), int(bad[r, u])])
+                        if bad[r, u]:
+                            warnings.warn(f"PBT: member {m} had non-finite numbers at update {update}; replaced by "
+                                          f"a copy of member {int(parent[r, u])}", RuntimeWarning, stacklevel=2)
 
     def close(self) -> None:
         pass
 
 
-def read_lineage(path: str) -> tuple[list, dict]:
+def read_lineage(path: str, seed: int = 0) -> tuple[list, dict]:
     """``(names, {update: {"parent": [N] int, "hparams": [N, K], "score": [N]}})`` from a run
-    folder or a ``lineage.csv``."""
+    folder or a ``lineage.csv``; with several populations (a ``seed`` column), population ``seed``."""
     if os.path.isdir(path):
         path = os.path.join(path, LINEAGE)
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header, body = rows[0], [r for r in rows[1:] if r]
-    names = header[3:-2]
+    m_col, p_col = header.index("member"), header.index("parent")
+    names = header[p_col + 1:-2]
+    if "seed" in header:
+        body = [r for r in body if int(r[header.index("seed")]) == seed]
     out: dict = {}
     for r in body:
         out.setdefault(int(r[0]), []).append(r)
     table = {}
     for u, rs in sorted(out.items()):
-        rs = sorted(rs, key=lambda r: int(r[1]))
-        table[u] = {"parent": np.array([int(r[2]) for r in rs]),
-                    "hparams": np.array([[float(x) for x in r[3:3 + len(names)]] for r in rs]),
+        rs = sorted(rs, key=lambda r: int(r[m_col]))
+        table[u] = {"parent": np.array([int(r[p_col]) for r in rs]),
+                    "hparams": np.array([[float(x) for x in r[p_col + 1:p_col + 1 + len(names)]] for r in rs]),
                     "score": np.array([float(r[-2]) for r in rs])}
     return names, table
 

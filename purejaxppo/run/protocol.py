@@ -41,7 +41,8 @@ class RunProgram(Protocol):
     * ``check_finite(metrics, finite, first_update, describe) -> message | None``: the NaN
       stop (``describe(r)`` names run ``r``); a kind may tolerate what it repairs itself.
     * ``training_state(state) -> RunnerState [R, ...]``: the per-run training state inside
-      (what evaluation during training plays with).
+      (what evaluation during training plays with); ``with_training_state(state, runner) ->
+      state``: the same state holding ``runner`` instead (a warm start replaces it).
     """
 
     config: PPOConfig
@@ -62,6 +63,8 @@ class RunProgram(Protocol):
                      describe: Callable[[int], str]) -> Optional[str]: ...
 
     def training_state(self, state): ...
+
+    def with_training_state(self, state, runner): ...
 
 
 class Evaluator(Protocol):

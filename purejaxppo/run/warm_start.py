@@ -38,14 +38,11 @@ SAME_FIELDS = ("env_name", "obs_keep", "network", "normalize_obs", "normalize_re
 CARRIED = (".train.", ".env_state.obs_stats.", ".reward_scale.return_stats.")
 
 
-def describe(source: str, member: Optional[int], config, num_seeds: int, kind: str = "run") -> dict:
+def describe(source: str, member: Optional[int], config, num_seeds: int) -> dict:
     """Check that ``source`` (a run folder: its latest checkpoint; or an ``update_*`` folder)
     can start a new run of ``config`` with ``num_seeds`` seeds; return the record kept in the new
     run's ``config.json`` as ``init_from``: ``{run_dir, checkpoint, update, member, source_seeds,
     seeds}``. Reads only JSON files. Raises :class:`CheckpointError` naming the problem."""
-    if kind == "pbt":
-        raise CheckpointError("--init-from starts a plain run or a sweep; a PBT population samples its own members "
-                              "(drop --init-from or --pbt)")
     ckpt = _checkpoint(source)
     meta = read_meta(ckpt)
     src_kind, src_members = meta.get("kind") or ("sweep" if meta.get("members") else "run"), meta.get("members")
