@@ -18,7 +18,7 @@ import numpy as np
 
 import purejaxppo
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.driver import final_returns
+from purejaxppo.run.run_folder import final_returns
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--label", required=True)

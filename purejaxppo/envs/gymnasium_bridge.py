@@ -123,31 +123,9 @@ def _no_vmap(fn: Callable) -> Callable:
     return wrapped
 
 
-def gymnasium_vec_env(
-    env: Union[str, Callable[[], Any], Any],
-    num_envs: int = 1,
-    *,
-    vectorization_mode: str = "sync",
-    **make_kwargs,
-) -> VecEnv:
-    """A Gymnasium env as a :class:`~purejaxppo.envs.VecEnv` stepped by host callbacks.
-
-    Args:
-      env: a Gymnasium id (``"LunarLander-v3"``), a zero-argument factory returning a
-        ``gymnasium.Env``, or a ``gymnasium.vector.VectorEnv`` built with
-        ``autoreset_mode=AutoresetMode.SAME_STEP`` (then ``num_envs`` is taken from it).
-      num_envs: ``E``, sub-envs in the vector env.
-      vectorization_mode: ``"sync"`` (one process) or ``"async"`` (one subprocess per
-        sub-env; worth it only when the env step is slow compared with the IPC).
-      **make_kwargs: passed to ``gymnasium.make`` for an id (e.g. ``continuous=True``).
-
-    Returns:
-      ``VecEnv(spec, E, reset, step)``: ``reset(key) -> (obs [E, *obs], state [E] int32)``;
-      ``step(key, state, action [E] | [E, D]) -> (obs [E, *obs] f32, state, reward [E] f32,
-      terminated [E] bool, truncated [E] bool, {"final_observation": [E, *obs] f32})``.
-      Wrap it with ``envs.episode_statistics`` before ``make_ppo(config, venv=...)``
-      (``config.num_envs`` must equal ``E``).
-    """
+def _vector_env(env, num_envs, vectorization_mode: str, make_kwargs: dict):
+    """``(gymnasium VectorEnv with SAME_STEP autoreset, its name)`` from what
+    :func:`gymnasium_vec_env` accepts; ConfigError naming the fix for anything else."""
     import gymnasium as gym
 
     try:
@@ -175,6 +153,35 @@ def gymnasium_vec_env(
         if cls is None:
             raise ConfigError(f"vectorization_mode={vectorization_mode!r}; use 'sync' or 'async'")
         vec = cls([factory] * num_envs, autoreset_mode=AutoresetMode.SAME_STEP)
+    return vec, name
+
+
+def gymnasium_vec_env(
+    env: Union[str, Callable[[], Any], Any],
+    num_envs: int = 1,
+    *,
+    vectorization_mode: str = "sync",
+    **make_kwargs,
+) -> VecEnv:
+    """A Gymnasium env as a :class:`~purejaxppo.envs.VecEnv` stepped by host callbacks.
+
+    Args:
+      env: a Gymnasium id (``"LunarLander-v3"``), a zero-argument factory returning a
+        ``gymnasium.Env``, or a ``gymnasium.vector.VectorEnv`` built with
+        ``autoreset_mode=AutoresetMode.SAME_STEP`` (then ``num_envs`` is taken from it).
+      num_envs: ``E``, sub-envs in the vector env.
+      vectorization_mode: ``"sync"`` (one process) or ``"async"`` (one subprocess per
+        sub-env; worth it only when the env step is slow compared with the IPC).
+      **make_kwargs: passed to ``gymnasium.make`` for an id (e.g. ``continuous=True``).
+
+    Returns:
+      ``VecEnv(spec, E, reset, step)``: ``reset(key) -> (obs [E, *obs], state [E] int32)``;
+      ``step(key, state, action [E] | [E, D]) -> (obs [E, *obs] f32, state, reward [E] f32,
+      terminated [E] bool, truncated [E] bool, {"final_observation": [E, *obs] f32})``.
+      Wrap it with ``envs.episode_statistics`` before ``make_ppo(config, venv=...)``
+      (``config.num_envs`` must equal ``E``).
+    """
+    vec, name = _vector_env(env, num_envs, vectorization_mode, make_kwargs)
     first_spec = getattr(vec, "spec", None) or (getattr(vec.envs[0], "spec", None) if hasattr(vec, "envs") else None)
     max_steps = getattr(first_spec, "max_episode_steps", None)
     spec = _spaces_spec(name, vec.single_observation_space, vec.single_action_space, max_steps)
