@@ -30,6 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from purejaxppo.config import ConfigError
 from purejaxppo.envs import observation
 from purejaxppo.stages.distributions import CATEGORICAL, GAUSSIAN, MASKED_CATEGORICAL, Distribution, multi_discrete
 
@@ -172,10 +173,12 @@ class ActorCritic(nn.Module):
 def distribution_for(spec) -> Distribution:
     """The action distribution an :class:`~purejaxppo.envs.EnvSpec` calls for."""
     if spec.action_mask:
-        if getattr(spec, "action_nvec", ()):
-            raise ValueError(f"{spec.name}: action masks with MultiDiscrete actions are not supported")
+        if spec.action_nvec:
+            raise ConfigError(f"{spec.name} has action masks and MultiDiscrete actions; the masked categorical "
+                              "is over one flat set of actions, and a mask per component is not built: give the env "
+                              "one Discrete action (the product of the components) with one flat mask")
         return MASKED_CATEGORICAL
-    if getattr(spec, "action_nvec", ()):
+    if spec.action_nvec:
         return multi_discrete(spec.action_nvec)
     return CATEGORICAL if spec.discrete else GAUSSIAN
 
@@ -185,7 +188,7 @@ def observation_adapter(spec, flatten: bool = True):
 
     ``x`` is the observation array; a structured observation is flattened
     (:func:`purejaxppo.envs.observation.flatten`) unless ``flatten=False`` (a custom torso)."""
-    structure = getattr(spec, "obs_structure", None)
+    structure = spec.obs_structure
 
     def prepare(obs):
         x, mask = (obs.obs, obs.action_mask) if spec.action_mask else (obs, None)
@@ -198,7 +201,7 @@ def observation_adapter(spec, flatten: bool = True):
 
 def dummy_observation(spec, batch: tuple = (1,)):
     """A zero observation of ``spec`` (with leading dims ``batch``) for initialisation."""
-    structure = getattr(spec, "obs_structure", None)
+    structure = spec.obs_structure
     x = (observation.zeros(structure, batch) if structure is not None
          else jnp.zeros(tuple(batch) + tuple(spec.obs_shape), jnp.float32))
     if spec.action_mask:
