@@ -1,4 +1,4 @@
-"""The on-disk executable cache (purejaxppo/executable_cache.py): a repeated run loads its
+"""The on-disk executable cache (purejaxppo/run/executable_cache.py): a repeated run loads its
 compiled init and chunks instead of tracing them, and gets the same numbers as a run that
 compiled; anything that changes the program changes the key; a bad entry is compiled again."""
 
@@ -38,18 +38,18 @@ def test_a_repeated_run_loads_every_program_and_gives_the_same_numbers(tmp_path)
     assert len(files) == 3
     second, b = _run(CFG, folder)  # traces nothing: loads all three
     assert (second.executables.hits, second.executables.misses) == (3, 0)
-    assert _same(a.metrics, b.metrics) and len(a.metrics) > 5
-    assert _same(a.runner_state, b.runner_state)
+    assert _same(a.metrics, b.metrics) and len(a.metrics) > 5  # exact: the loaded executables are the saved ones
+    assert _same(a.runner_state, b.runner_state)  # exact: the loaded executables are the saved ones
     # a corrupt entry (a truncated write, a foreign file) is compiled again, same numbers, and rewritten
     with open(files[0], "wb") as f:
         f.write(b"not an executable")
     third, c = _run(CFG, folder)
     assert (third.executables.hits, third.executables.misses) == (2, 1)
-    assert _same(a.metrics, c.metrics)
+    assert _same(a.metrics, c.metrics)  # exact: the same program compiled again (XLA compiles deterministically)
     assert os.path.getsize(files[0]) > 100_000
 
 
-def test_the_key_changes_with_everything_that_changes_the_program(tmp_path):
+def test_the_key_changes_with_everything_that_changes_the_program(tmp_path, monkeypatch):
     args = (jnp.zeros((2, 2), jnp.uint32),)
     key = lambda cfg, role=("chunk", 4, False), a=args, **kw: executable_cache.for_program(
         str(tmp_path), cfg, num_devices=kw.get("devices", 1), split=kw.get("split", "seeds")).key(role, a)
@@ -59,6 +59,13 @@ def test_the_key_changes_with_everything_that_changes_the_program(tmp_path):
                key(CFG.replace(network="gru")), key(CFG, role=("chunk", 3, False)), key(CFG, role=("init", False)),
                key(CFG, a=(jnp.zeros((4, 2), jnp.uint32),)), key(CFG, a=(jnp.zeros((2, 2), jnp.int32),)),
                key(CFG, devices=2), key(CFG, split="envs")]
+    monkeypatch.setenv("XLA_FLAGS", (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX2").strip())
+    changed.append(key(CFG))  # code generation capped at another instruction set
+    monkeypatch.undo()  # the session's flags again
+    monkeypatch.setattr(executable_cache, "cpu_identity", lambda: "another CPU")
+    changed.append(key(CFG))  # the same flags on another CPU
+    monkeypatch.undo()
+    assert key(CFG) == base
     assert len(set(changed + [base])) == len(changed) + 1
 
 
@@ -76,6 +83,43 @@ def test_cli_second_identical_run_loads_its_programs_and_writes_the_same_metrics
     assert set(glob.glob(os.path.join(folder, "*.jaxexe"))) - before == set(new)  # nothing compiled anew ...
     assert all(os.stat(p).st_mtime_ns == t for p, t in new.items())  # ... or rewritten: both were loaded
     csv = [open(tmp_path / r / "metrics.csv").read() for r in "ab"]
-    assert csv[0] == csv[1] and len(csv[0].splitlines()) == 11
+    assert csv[0] == csv[1] and len(csv[0].splitlines()) == 11  # exact: loaded vs compiled, the same executables
     assert main(argv + ["--run-dir", str(tmp_path / "c"), "--no-compile-cache"]) == 0  # the opt-out: same numbers
-    assert open(tmp_path / "c" / "metrics.csv").read() == csv[0]
+    assert open(tmp_path / "c" / "metrics.csv").read() == csv[0]  # exact: the same program compiled in-process
+
+
+def test_another_cpu_compiles_anew_and_the_same_cpu_loads(tmp_path, monkeypatch):
+    """A cache folder shared by machines with different CPUs (a network home folder): JAX calls
+    every x86 device "cpu", so the key holds the CPU itself, and an executable compiled for one
+    CPU's instruction set is never loaded on another."""
+    folder = str(tmp_path / "exe")
+    fn, args = jax.jit(lambda x: jnp.sin(x) * 2.0), (jnp.arange(4.0),)
+
+    def lookup():
+        cache = executable_cache.for_program(folder, CFG)
+        np.testing.assert_allclose(cache.get(("chunk", 1, False), fn, args)(*args), np.sin(np.arange(4.0)) * 2.0,
+                                   rtol=1e-6)
+        return cache.hits, cache.misses
+
+    assert lookup() == (0, 1)  # compiled and saved
+    assert lookup() == (1, 0)  # the same CPU loads it
+    monkeypatch.setattr(executable_cache, "cpu_identity", lambda: "another model, other instruction-set flags")
+    assert lookup() == (0, 1)  # another CPU compiles its own ...
+    assert len(glob.glob(os.path.join(folder, "*.jaxexe"))) == 2  # ... beside the first CPU's
+    assert lookup() == (1, 0)
+    monkeypatch.undo()
+    assert lookup() == (1, 0)  # the first CPU still finds its own
+
+
+def test_cpu_identity_reads_model_and_features_of_the_first_processor():
+    block = "processor\t: {n}\nvendor_id\t: GenuineIntel\nmodel name\t: Xeon X\nflags\t\t: {flags}\n\n"
+    avx2 = block.format(n=0, flags="fpu sse4_2 avx avx2") + block.format(n=1, flags="fpu sse4_2 avx avx2")
+    parsed = executable_cache._cpuinfo_identity(avx2)
+    assert parsed == "GenuineIntel|Xeon X|||avx avx2 fpu sse4_2"
+    assert executable_cache._cpuinfo_identity(block.format(n=0, flags="avx2 avx sse4_2 fpu")) == parsed  # order
+    assert executable_cache._cpuinfo_identity(block.format(n=0, flags="fpu sse4_2 avx avx2 avx512f")) != parsed
+    arm = "processor\t: 0\nFeatures\t: fp asimd sve\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n"
+    assert executable_cache._cpuinfo_identity(arm) == "||0x41|0xd0c|asimd fp sve"
+    assert executable_cache._cpuinfo_identity("") == ""  # then cpu_identity falls back to platform.processor()
+    ident = executable_cache.cpu_identity()
+    assert len(ident) == 16 and ident == executable_cache.cpu_identity()

@@ -12,7 +12,12 @@ key computed WITHOUT tracing, from everything that decides the program:
   sharding;
 * the code: a hash of every ``.py`` file of the installed ``purejaxppo`` package, the
   versions of jax, jaxlib, flax, optax, gymnax and of the env's suite package, JAX's
-  config values (PRNG implementation, x64, ...), ``XLA_FLAGS`` and the devices.
+  config values (PRNG implementation, x64, ...), ``XLA_FLAGS`` (``--xla_cpu_max_isa`` and every
+  other flag that changes code generation) and the devices;
+* the host CPU (:func:`cpu_identity`: its model and instruction-set features). XLA:CPU compiles
+  for the CPU it runs on, and JAX reports every x86 machine as the same ``cpu`` device, so a
+  cache folder shared by machines with different CPUs (a network home folder) must not hand
+  one an executable built for another's instruction set.
 
 A changed config, flag, library or source file therefore compiles anew, in full: programs
 saved here are compiled without JAX's persistent cache (see ``_without_persistent_cache``), so
@@ -31,6 +36,8 @@ import hashlib
 import json
 import os
 import pickle
+import platform
+import subprocess
 from typing import Any, Callable, Optional
 
 import jax
@@ -60,14 +67,54 @@ def _version(dist: str) -> str:
         return "-"
 
 
+def _cpuinfo_identity(text: str) -> str:
+    """Model name and sorted feature flags of the first processor in ``/proc/cpuinfo`` text
+    (x86: ``model name``/``flags``; ARM: ``CPU implementer``/``CPU part``/``Features``)."""
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break  # the first processor's block only: every core of one machine is one kind
+            continue
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip().lower(), value.strip())
+    model = [fields.get(k, "") for k in ("vendor_id", "model name", "cpu implementer", "cpu part")]
+    flags = " ".join(sorted((fields.get("flags") or fields.get("features") or "").split()))
+    return "|".join(model + [flags]) if any(model) or flags else ""
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_identity() -> str:
+    """The host CPU as code generation sees it: a hash of its model and instruction-set
+    features (Linux: ``/proc/cpuinfo``; macOS: ``sysctl machdep.cpu``; elsewhere
+    ``platform.machine()`` and ``platform.processor()``)."""
+    text = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = _cpuinfo_identity(f.read())
+    except OSError:
+        pass
+    if not text and platform.system() == "Darwin":
+        try:
+            text = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string", "machdep.cpu.features",
+                                   "machdep.cpu.leaf7_features"], capture_output=True,
+                                  text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    text = text or f"{platform.machine()}|{platform.processor()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def environment(env_name: str) -> dict:
-    """What besides the config decides a compiled program: code, versions, JAX flags, devices."""
+    """What besides the config decides a compiled program: code, versions, JAX and XLA flags,
+    devices and the host CPU."""
     suite = env_name.split(":", 1)[0] if ":" in env_name else "gymnax"
     dists = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "gymnax", suite)  # each suite's extra names its package
     return {"source": _source_hash(), "versions": {d: _version(d) for d in dists},
             "jax_config": sorted((k, repr(v)) for k, v in jax.config.values.items() if "cache" not in k),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "devices": [(d.platform, d.device_kind, d.id) for d in jax.devices()]}
+            "devices": [(d.platform, d.device_kind, d.id) for d in jax.devices()],
+            "host_cpu": cpu_identity()}  # every x86 machine's device is the same "cpu": the CPU itself tells them apart
 
 
 @contextlib.contextmanager
