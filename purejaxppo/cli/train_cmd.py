@@ -16,7 +16,7 @@ def cmd_train(args) -> int:
     import time
 
     from purejaxppo.run.run_folder import refuse_existing_run
-    from purejaxppo.config import validate
+    from purejaxppo.agents.registry import validate_config as validate  # the config's checks, then its agent's
     from purejaxppo.envs.registry import check_env_name
     from purejaxppo.run.outputs import check_run_dir
     from purejaxppo.scale.population import parse_sweep
@@ -79,10 +79,11 @@ def _devices(args, config, split: str, n_members, seeds: int) -> int:
     is None without a sweep."""
     import math
 
+    from purejaxppo.agents.registry import minibatch_units
     from purejaxppo.cli.devices import choose_devices, set_devices
 
     if split == "envs":  # a minibatch's units (env sequences for the GRU) are split too
-        units = config.num_envs // config.num_minibatches if config.network == "gru" else config.minibatch_size
+        units, _ = minibatch_units(config)
         devices = choose_devices(args.devices, math.gcd(config.num_envs, units), "", check=False)
     elif args.pbt is not None:
         runs = f"the PBT population's {args.pbt} members" + (f" x {seeds} seeds" if seeds > 1 else "")
