@@ -32,10 +32,11 @@ def test_member_equals_separate_run_and_one_compile():
     for i in (0, 7):  # (lr 1e-4, clip 0.1, gamma 0.9) and (1e-3, 0.3, 0.99)
         cfg, st = member(pop, i, state)
         for x, y in zip(jax.tree.leaves(st.train.params), jax.tree.leaves(state.train.params)):
-            np.testing.assert_array_equal(x, y[2 * i:2 * i + 2])  # member i = runs 2i, 2i+1
+            np.testing.assert_array_equal(x, y[2 * i:2 * i + 2])  # exact: a slice; member i = runs 2i, 2i+1
         # a separate run with the member's plain (Python float) config; run i*S + 1
         single = jax.jit(make_ppo(cfg).train)(seed_key, cfg)[1]
         for k in ("actor_loss", "critic_loss", "approx_kl", "episode_return", "lr"):
+            # tolerance: the vmapped population and a separate run (Python-float config) are two programs
             np.testing.assert_allclose(metrics[k][2 * i + 1], single[k], rtol=1e-4, atol=1e-6, err_msg=k)
     # members differ
     assert not np.allclose(metrics["actor_loss"][1], metrics["actor_loss"][15])
@@ -83,7 +84,7 @@ def test_cli_sweep_writes_table_best_first(tmp_path, capsys):
 
 
 def test_cli_preset_applies_per_env_defaults(monkeypatch):
-    from purejaxppo.cli import main as cli
+    import purejaxppo.cli.main as cli
 
     args = cli.build_parser().parse_args(["train", "--env", "Pendulum-v1", "--preset", "--lr", "5e-4"])
     cfg = cli.config_from_args(args)

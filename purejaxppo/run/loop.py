@@ -149,7 +149,7 @@ class _Session:
                 ev.compile(self.keys, self.prog.training_state(state))
         self.compile_s = time.perf_counter() - t0  # init (+ restore) and the first chunk's compile
         csv_sink = CSVLogger(os.path.join(self.run_dir, rf.METRICS), self.num_seeds, self.members is not None,
-                             self.resume) if self.run_dir else None
+                             self.resume, self.config.batch_size, self.note) if self.run_dir else None
         self.sinks = ([csv_sink] if csv_sink else []) + self.user_sinks
 
     def checkpoint(self, state, update) -> Optional[str]:
