@@ -58,11 +58,11 @@ def test_training_is_bit_identical_with_and_without_evaluation(sweep_runs):
     with_eval, without = sweep_runs
     a, b = read_metrics(with_eval), read_metrics(without)
     assert set(a) - set(b) == {"eval_return", "eval_episodes"}
-    for k in b:
+    for k in b:  # exact: both runs go through the same training chunks (6 updates in 2s); evaluation is apart
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     sa, sb = load_run(with_eval)[2], load_run(without)[2]  # final state: params, env states, PRNG keys
     for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))  # exact: same chunks, same state
     info = json.load(open(os.path.join(with_eval, "config.json")))
     assert info["eval_every"] == 2 and info["eval_episodes"] == K
 
@@ -72,7 +72,7 @@ def test_eval_returns_equal_a_hand_evaluation(sweep_runs):
     m = read_metrics(with_eval)
     ret, count = m["eval_return"], m["eval_episodes"]  # [R=4, U=6]
     assert np.isnan(ret[:, 0::2]).all() and np.isnan(count[:, 0::2]).all()  # only after updates 2, 4, 6
-    np.testing.assert_array_equal(count[:, 1::2], K)
+    np.testing.assert_array_equal(count[:, 1::2], K)  # exact: episode counts
     seed_keys = np.tile(np.asarray(jax.random.split(jax.random.PRNGKey(0), 2)), (2, 1))  # run m*S+s: seed key s
     checkpoints = dict(list_checkpoints(os.path.join(with_eval, "checkpoints")))
     play = None
@@ -80,6 +80,8 @@ def test_eval_returns_equal_a_hand_evaluation(sweep_runs):
         config, _, runner, ppo = load_run(with_eval, checkpoints[update])
         play = play or jax.jit(make_episodes(config, ppo.agent, K))
         want = hand_eval(play, runner.train.params, None, seed_keys, update)
+        # tolerance: the compiled evaluation over runs vs one run at a time are two programs (the
+        # returns are sums of CartPole's 1s, so only the float mean over episodes can round differently)
         np.testing.assert_allclose(ret[:, update - 1], want, rtol=1e-6, err_msg=f"update {update}")
     assert not np.allclose(ret[:, 3], ret[:, 5])  # sensitivity: the params (or keys) of each update are used
 
@@ -106,8 +108,8 @@ def test_gru_with_observation_normalisation():
     got = EvalProgram(cfg, agent, every=1, episodes=4)(seed_keys, 3, runner)
     play = jax.jit(make_episodes(cfg, agent, 4))
     want = hand_eval(play, params, stats, seed_keys, 3)
-    np.testing.assert_allclose(got["eval_return"], want, rtol=1e-6)
-    np.testing.assert_array_equal(got["eval_episodes"], 4)
+    np.testing.assert_allclose(got["eval_return"], want, rtol=1e-6)  # tolerance: two programs (sums of 1s, then a mean)
+    np.testing.assert_array_equal(got["eval_episodes"], 4)  # exact: a count
     # sensitivity: with identity statistics (raw observations) the greedy returns differ
     identity = stats._replace(mean=np.zeros_like(stats.mean), var=np.ones_like(stats.var))
     assert not np.allclose(hand_eval(play, params, identity, seed_keys, 3), want)
@@ -125,8 +127,8 @@ def test_plot_draws_the_evaluation(sweep_runs, tmp_path, monkeypatch):
     m = read_metrics(with_eval)
     x, v = evals[1]  # member 1: runs 2, 3
     keep = np.isfinite(v).any(0)
-    np.testing.assert_array_equal(x[keep], [2 * 64, 4 * 64, 6 * 64])  # env steps per run after updates 2, 4, 6
-    np.testing.assert_array_equal(v, m["eval_return"][2:4])
+    np.testing.assert_array_equal(x[keep], [2 * 64, 4 * 64, 6 * 64])  # exact: integer env steps per run after updates 2, 4, 6
+    np.testing.assert_array_equal(v, m["eval_return"][2:4])  # exact: the plot draws the file's numbers
     assert main(["plot", with_eval, "--metric", "eval_return", "-o", str(tmp_path / "e.png")]) == 0
 
 
@@ -148,7 +150,8 @@ def test_progress_bar_shows_the_latest_evaluation(capsys):
     (["--eval-every", "2", "--eval-episodes", "100001"], "--eval-episodes=100001 must be between 1 and 100,000"),
     (["--eval-episodes", "5"], "--eval-episodes needs --eval-every"),
     (["--eval-every", "5"], "more than the run's 4 updates"),
-    (["--eval-every", "2", "--pbt", "2", "--search", "lr=loguniform:1e-5:1e-2"], "not available with --pbt"),
+    # PBT evaluates during training too (tests/test_pbt_options.py); its flags get the same checks
+    (["--eval-every", "5", "--pbt", "2", "--search", "lr=loguniform:1e-5:1e-2"], "more than the run's 4 updates"),
 ])
 def test_bad_eval_flags_exit_2_before_any_work(argv, needle, tmp_path, capsys):
     run = str(tmp_path / "r")
@@ -168,7 +171,7 @@ def test_resume_keeps_the_runs_evaluation_settings(sweep_runs, capsys):
 
 def test_library_resume_with_other_evaluation_settings_is_refused(sweep_runs):
     from purejaxppo.config import ConfigError
-    from purejaxppo.run.loop import resume_run
+    from purejaxppo.programs.runs import resume_run
 
     with_eval, without = sweep_runs
     with pytest.raises(ConfigError, match="eval_every=2"):
