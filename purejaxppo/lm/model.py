@@ -1,4 +1,5 @@
-"""A tiny causal transformer LM with a per-token value head, and sampling by ``lax.scan``.
+"""A tiny causal transformer LM with a per-token value head, its KV cache, and the protocol
+that generation (:mod:`purejaxppo.lm.sampling`) drives.
 
 Batches are ``tokens [B, L]`` with ``valid [B, L]`` (False on padding). Prompts are
 LEFT-padded and responses RIGHT-padded, so positions come from the mask
@@ -14,16 +15,69 @@ sets of one module.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Protocol
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from purejaxppo.lm.sampling import sample_response
+
 _NEG = -1e9  # finite: a row with every key masked stays finite (softmax -> uniform), never NaN
 
 
-def positions_from_mask(valid: jax.Array) -> jax.Array:
-    """``[B, L]`` position ids counting valid tokens only (left padding does not shift them)."""
-    return jnp.maximum(jnp.cumsum(valid.astype(jnp.int32), axis=1) - 1, 0)
+class CausalLM(Protocol):
+    """What generation needs of a language model; ``params`` is whatever the model takes.
+
+    * ``logits(params, tokens [B, L], valid [B, L]) -> [B, L, V]``: teacher-forced;
+      ``logits[:, t]`` predicts token ``t+1``. Prompts are left-padded (``valid`` False on
+      padding); outputs at valid positions do not depend on how much padding there is.
+    * ``prefill(params, tokens [B, P], valid [B, P], max_len) -> (logits_last [B, V], cache)``:
+      reads a left-padded prompt into a cache of ``max_len >= P`` slots (slot ``i`` holds
+      token ``i`` of the row); ``logits_last == logits(params, tokens, valid)[:, -1]``.
+    * ``decode(params, cache, token [B], position) -> (logits [B, V], cache)``: appends
+      ``token`` (a valid token) at slot ``position`` (an int32 scalar, traced, the same for
+      every row: ``P`` for the first decoded token, then ``P+1``, ...; ``< max_len``) and
+      returns the logits predicting the next token, i.e. ``logits(params, seq, valid)[:, -1]``
+      of the prompt with every decoded token appended as valid.
+
+    The cache is a pytree with fixed shapes (it rides a ``lax.scan`` carry); it is opaque to
+    the caller. :class:`TinyLMCached` and :class:`FullRecompute` implement this.
+    """
+
+    def logits(self, params: Any, tokens: jax.Array, valid: jax.Array) -> jax.Array: ...
+
+    def prefill(self, params: Any, tokens: jax.Array, valid: jax.Array, max_len: int) -> tuple[jax.Array, Any]: ...
+
+    def decode(self, params: Any, cache: Any, token: jax.Array, position: jax.Array) -> tuple[jax.Array, Any]: ...
+
+
+class KVCache(NamedTuple):
+    """TinyLM's cache for ``S`` slots: per layer ``k[i], v[i]: [B, heads, S, head_dim]``
+    (written with ``lax.dynamic_update_slice``), ``valid [B, S]`` (which slots hold valid
+    tokens; False on padding and on slots not yet written) and ``count [B]`` (valid tokens
+    so far: the position id of the next valid token)."""
+
+    k: tuple
+    v: tuple
+    valid: jax.Array
+    count: jax.Array
+
+
+def positions_from_mask(valid: jax.Array, start: jax.Array | int = 0) -> jax.Array:
+    """``[B, L]`` position ids counting valid tokens only (left padding does not shift them);
+    ``start [B]``: valid tokens before this chunk (a cache's ``count``)."""
+    start = jnp.asarray(start, jnp.int32).reshape(-1, 1)
+    return jnp.maximum(start + jnp.cumsum(valid.astype(jnp.int32), axis=1) - 1, 0)
+
+
+def attention_mask(key_valid: jax.Array, slot: jax.Array | int, length: int) -> jax.Array:
+    """``[B, length, S]``: queries at slots ``slot .. slot+length-1`` see keys that are valid
+    and not in the future; a query always sees itself (no empty rows)."""
+    q = slot + jnp.arange(length)[:, None]
+    k = jnp.arange(key_valid.shape[1])[None, :]
+    return ((k <= q)[None] & key_valid[:, None, :]) | (k == q)[None]
 
 
 class Block(nn.Module):
@@ -31,18 +85,26 @@ class Block(nn.Module):
     n_heads: int
 
     @nn.compact
-    def __call__(self, x, attn_mask):
+    def __call__(self, x, attn_mask, kv=None, slot=0):
+        """``x [B, L, D]``, ``attn_mask [B, L, S]``. Without ``kv`` the keys are this chunk's
+        (``S == L``); with ``kv = (k, v)`` (``[B, H, S, hd]``) the chunk's keys and values are
+        written at ``slot`` first and attention reads the whole cache. ``-> (x, kv)``."""
         b, l, d = x.shape
         hd = d // self.n_heads
         h = nn.LayerNorm()(x)
         qkv = nn.Dense(3 * d, use_bias=False)(h).reshape(b, l, 3, self.n_heads, hd)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(hd).astype(x.dtype)
+        spec = "bkhd"
+        if kv is not None:
+            at = (0, 0, slot, 0)
+            kv = tuple(jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3), at) for c, n in zip(kv, (k, v)))
+            (k, v), spec = kv, "bhkd"
+        scores = jnp.einsum(f"bqhd,{spec}->bhqk", q, k) / jnp.sqrt(hd).astype(x.dtype)
         scores = jnp.where(attn_mask[:, None], scores, _NEG)
         att = jax.nn.softmax(scores, axis=-1)
-        x = x + nn.Dense(d)(jnp.einsum("bhqk,bkhd->bqhd", att, v).reshape(b, l, d))
+        x = x + nn.Dense(d)(jnp.einsum(f"bhqk,{spec}->bqhd", att, v).reshape(b, l, d))
         h = nn.LayerNorm()(x)
-        return x + nn.Dense(d)(nn.gelu(nn.Dense(4 * d)(h)))
+        return x + nn.Dense(d)(nn.gelu(nn.Dense(4 * d)(h))), kv
 
 
 class TinyLM(nn.Module):
@@ -50,28 +112,93 @@ class TinyLM(nn.Module):
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 2
-    max_len: int = 32
+    max_len: int = 32  # position-embedding rows: valid tokens per row, prompt + response
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array):
+    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0):
+        """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])``; with a ``cache`` the
+        chunk sits at slots ``slot..slot+L-1`` after what the cache holds, and the updated
+        cache is returned third. One code path: without a cache it is the full causal pass."""
         valid = valid.astype(bool)
         l = tokens.shape[1]
+        start = 0 if cache is None else cache.count
+        key_valid = valid if cache is None else jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot))
         x = nn.Embed(self.vocab_size, self.d_model)(tokens)
-        x = x + nn.Embed(self.max_len, self.d_model)(positions_from_mask(valid))
-        causal = jnp.tril(jnp.ones((l, l), bool))
-        # key must be valid and not in the future; a query always sees itself (no empty rows)
-        attn_mask = (causal[None] & valid[:, None, :]) | jnp.eye(l, dtype=bool)[None]
-        for _ in range(self.n_layers):
-            x = Block(self.d_model, self.n_heads)(x, attn_mask)
+        x = x + nn.Embed(self.max_len, self.d_model)(positions_from_mask(valid, start))
+        attn_mask = attention_mask(key_valid, slot, l)
+        ks, vs = [], []
+        for i in range(self.n_layers):
+            x, kv = Block(self.d_model, self.n_heads)(x, attn_mask, None if cache is None else (cache.k[i], cache.v[i]), slot)
+            if kv is not None:
+                ks.append(kv[0])
+                vs.append(kv[1])
         x = nn.LayerNorm()(x)
         logits = nn.Dense(self.vocab_size)(x)
         values = nn.Dense(1, kernel_init=nn.initializers.zeros)(x)[..., 0]
-        return logits, values
+        if cache is None:
+            return logits, values
+        return logits, values, KVCache(tuple(ks), tuple(vs), key_valid, cache.count + valid.sum(1, dtype=jnp.int32))
+
+    def empty_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
+        """A :class:`KVCache` of ``max_len`` slots holding nothing."""
+        shape = (batch, self.n_heads, max_len, self.d_model // self.n_heads)
+        zeros = tuple(jnp.zeros(shape, dtype) for _ in range(self.n_layers))
+        return KVCache(zeros, zeros, jnp.zeros((batch, max_len), bool), jnp.zeros((batch,), jnp.int32))
+
+    def prefill(self, tokens: jax.Array, valid: jax.Array, max_len: int):
+        """``[B, P] -> (logits_last [B, V], KVCache)`` (the prompt at slots ``0..P-1``)."""
+        logits, _, cache = self(tokens, valid, self.empty_cache(tokens.shape[0], max_len), 0)
+        return logits[:, -1], cache
+
+    def decode(self, cache: KVCache, token: jax.Array, position):
+        """``token [B]`` at slot ``position`` ``-> (logits [B, V], KVCache)``."""
+        logits, _, cache = self(token[:, None], jnp.ones(token.shape + (1,), bool), cache, position)
+        return logits[:, 0], cache
+
+
+@dataclass(frozen=True)
+class TinyLMCached:
+    """:class:`CausalLM` for a :class:`TinyLM` with its KV cache (``params``: its variables)."""
+
+    model: TinyLM
+
+    def logits(self, params, tokens, valid):
+        return self.model.apply(params, tokens, valid)[0]
+
+    def prefill(self, params, tokens, valid, max_len: int):
+        return self.model.apply(params, tokens, valid, max_len, method=TinyLM.prefill)
+
+    def decode(self, params, cache, token, position):
+        return self.model.apply(params, cache, token, position, method=TinyLM.decode)
+
+
+@dataclass(frozen=True)
+class FullRecompute:
+    """:class:`CausalLM` from any teacher-forced ``logits_fn(params, tokens [B, L], valid [B, L])
+    -> [B, L, V]``, without a cache: the "cache" is the token buffer ``(tokens [B, S], valid
+    [B, S])`` and every step re-runs the full causal pass over all ``S`` slots."""
+
+    logits_fn: Callable
+
+    def logits(self, params, tokens, valid):
+        return self.logits_fn(params, tokens, valid)
+
+    def prefill(self, params, tokens, valid, max_len: int):
+        b, p = tokens.shape
+        buf = jnp.concatenate([tokens, jnp.zeros((b, max_len - p), tokens.dtype)], axis=1)
+        vbuf = jnp.concatenate([valid.astype(bool), jnp.zeros((b, max_len - p), bool)], axis=1)
+        return self.logits_fn(params, buf, vbuf)[:, p - 1], (buf, vbuf)
+
+    def decode(self, params, cache, token, position):
+        buf, vbuf = cache
+        buf, vbuf = buf.at[:, position].set(token.astype(buf.dtype)), vbuf.at[:, position].set(True)
+        return self.logits_fn(params, buf, vbuf)[:, position], (buf, vbuf)
 
 
 def generate(apply_fn, params, key, prompt, prompt_valid, max_new: int, eos_id: int, pad_id: int):
-    """Sample ``max_new`` tokens after left-padded prompts, by ``lax.scan`` (no KV cache:
-    one full causal pass per step, which is cheap at these lengths).
+    """Sample ``max_new`` tokens after left-padded prompts at temperature 1, by ``lax.scan``,
+    WITHOUT a cache (:class:`FullRecompute`: one full causal pass per step). For the cached
+    loop and the sampling controls see :func:`purejaxppo.lm.sampling.sample_response`.
 
     Args:
       apply_fn: ``apply_fn(params, tokens [B, L], valid [B, L]) -> (logits, values)``.
@@ -81,25 +208,8 @@ def generate(apply_fn, params, key, prompt, prompt_valid, max_new: int, eos_id: 
       non-pad token, ``action_mask`` the generated ones (up to and including EOS).
       After EOS the row is padded with ``pad_id``.
     """
-    b, p = prompt.shape
-    total = p + max_new
-    tokens = jnp.concatenate([prompt, jnp.full((b, max_new), pad_id, prompt.dtype)], axis=1)
-    valid = jnp.concatenate([prompt_valid.astype(bool), jnp.zeros((b, max_new), bool)], axis=1)
-
-    def step(carry, t):
-        tokens, valid, done, key = carry
-        key, sub = jax.random.split(key)
-        logits, _ = apply_fn(params, tokens, valid)
-        nxt = jax.random.categorical(sub, logits[:, p + t - 1], axis=-1).astype(tokens.dtype)
-        live = ~done
-        nxt = jnp.where(live, nxt, pad_id)
-        tokens = tokens.at[:, p + t].set(nxt)
-        valid = valid.at[:, p + t].set(live)
-        done = done | (nxt == eos_id)
-        return (tokens, valid, done, key), None
-
-    (tokens, valid, _, _), _ = jax.lax.scan(
-        step, (tokens, valid, jnp.zeros((b,), bool), key), jnp.arange(max_new)
-    )
-    action_mask = valid & (jnp.arange(total)[None, :] >= p)
-    return tokens, valid, action_mask
+    lm = FullRecompute(lambda p, t, v: apply_fn(p, t, v)[0])
+    toks, _, mask = sample_response(lm, params, key, prompt, prompt_valid, max_new, jnp.array([eos_id]), pad_id)
+    valid = jnp.concatenate([prompt_valid.astype(bool), mask], axis=1)
+    action_mask = jnp.concatenate([jnp.zeros(prompt.shape, bool), mask], axis=1)
+    return jnp.concatenate([prompt, toks], axis=1), valid, action_mask

@@ -1,0 +1,93 @@
+"""Sampling controls and the generation loop over a :class:`purejaxppo.lm.model.CausalLM`.
+
+Old log-probs and the sampled distribution. :func:`sample_tokens` returns the log-prob of the
+token under the distribution it was ACTUALLY drawn from: ``softmax`` of the logits divided by
+``temperature``, restricted to the top-k / top-p set and renormalised. That is the behaviour
+policy's log-prob. It equals the policy's own log-prob (``token_logprobs`` of the raw logits,
+as :mod:`purejaxppo.lm.tokens` computes it for PPO) only at ``temperature=1, top_k=0,
+top_p=1`` (up to the 1e-5 between the cached and the teacher-forced programs). With any other
+setting, a PPO ratio ``exp(logp_new - logp_old)`` with ``logp_new`` from the raw logits and
+``logp_old`` from here compares two DIFFERENT distributions, so it is not 1 on the first
+minibatch: either sample on-policy at the defaults, or compute ``logp_new`` through the same
+:func:`filter_logits` (same temperature; the cut set then depends on the parameters), or keep
+the raw-logit log-probs as ``logp_old`` and treat the sampler as an off-policy behaviour.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def filter_logits(logits, temperature=1.0, top_k: int = 0, top_p=1.0):
+    """``logits [B, V] -> [B, V]``: the logits of the distribution :func:`sample_tokens`
+    draws from (``-inf`` on the tokens cut; softmax of the result is the renormalised law).
+
+    In order: divide by ``temperature`` (traced, > 0); keep the ``top_k`` largest (static int,
+    exactly ``k`` tokens, ties broken by lower index; 0 = off; 1 = greedy); keep the smallest
+    set of most probable tokens whose renormalised mass is ``>= top_p`` (traced; ``1.0`` = off,
+    exactly: nothing is cut by rounding; the most probable token is always kept).
+    """
+    x = logits / temperature
+    order = jnp.argsort(-x, axis=-1, stable=True)  # descending, ties by index
+    rank = jnp.argsort(order, axis=-1)  # rank[i]: where token i sits in ``order``
+    if top_k:
+        x = jnp.where(rank < top_k, x, -jnp.inf)
+    probs = jax.nn.softmax(jnp.take_along_axis(x, order, axis=-1), axis=-1)
+    before = jnp.cumsum(probs, axis=-1) - probs  # mass of the more probable tokens
+    keep = jnp.take_along_axis(before < top_p, rank, axis=-1) | (top_p >= 1.0)
+    return jnp.where(keep, x, -jnp.inf)
+
+
+def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0):
+    """One token per row from ``logits [B, V]`` ``-> (token [B] int32, logp [B])``: a
+    ``jax.random.categorical`` draw from :func:`filter_logits` (at the defaults bit for bit
+    ``jax.random.categorical(key, logits)``). ``logp`` is the log of the token's renormalised
+    probability under that filtered distribution, the one actually sampled from.
+    """
+    x = filter_logits(logits, temperature, top_k, top_p)
+    token = jax.random.categorical(key, x, axis=-1).astype(jnp.int32)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(x, axis=-1), token[:, None], axis=-1)[:, 0]
+    return token, logp
+
+
+def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_ids, pad_id: int,
+                    temperature=1.0, top_k: int = 0, top_p=1.0):
+    """Sample up to ``max_new`` tokens after left-padded prompts with ``lm``'s cache, by
+    ``lax.scan`` (one :meth:`CausalLM.prefill`, then one ``decode`` per token).
+
+    Args:
+      lm: a :class:`purejaxppo.lm.model.CausalLM`; ``params``: its parameters.
+      prompt, prompt_valid: ``[B, P]``, left-padded.
+      max_new: static; the cache has ``P + max_new`` slots.
+      stop_ids: ``[N]`` int array (``N`` may be 0): a row stops after sampling one of them.
+      temperature, top_k, top_p: as :func:`sample_tokens`.
+    Returns:
+      ``(tokens [B, max_new], logp [B, max_new], mask [B, max_new])``: ``mask`` is True up to
+      and including the first stop token; after it ``tokens`` is ``pad_id`` and ``logp`` 0.
+      ``logp`` is the log-prob under the distribution sampled from (see the module docstring).
+    The key is split once per token (``key, sub = split(key)``), as ``model.generate`` did.
+    """
+    assert max_new >= 1, max_new
+    b, p = prompt.shape
+    stop_ids = jnp.asarray(stop_ids, prompt.dtype).reshape(-1)
+
+    def pick(logits, done, key):
+        key, sub = jax.random.split(key)
+        tok, lp = sample_tokens(sub, logits, temperature, top_k, top_p)
+        live = ~done
+        tok = jnp.where(live, tok.astype(prompt.dtype), pad_id)
+        done = done | jnp.any(tok[:, None] == stop_ids[None, :], axis=1)
+        return (tok, jnp.where(live, lp, 0.0), live), done, key
+
+    def step(carry, t):
+        logits, cache, done, key = carry
+        out, done, key = pick(logits, done, key)
+        logits, cache = lm.decode(params, cache, out[0], p + t)
+        return (logits, cache, done, key), out
+
+    logits, cache = lm.prefill(params, prompt, prompt_valid, p + max_new)
+    carry = (logits, cache, jnp.zeros((b,), bool), key)
+    (logits, _, done, key), outs = jax.lax.scan(step, carry, jnp.arange(max_new - 1))
+    last, _, _ = pick(logits, done, key)  # the last token needs no decode
+    return tuple(jnp.concatenate([o.T, l[:, None]], axis=1) for o, l in zip(outs, last))
