@@ -38,7 +38,7 @@ def _same(a, b):
     for x, y in zip(ka, kb):
         x, y = np.asarray(x), np.asarray(y)
         assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(x, y)  # exact: restored vs saved
 
 
 def test_round_trip_is_exact_and_keeps_structure(tmp_path):
@@ -144,7 +144,7 @@ def test_relative_checkpoint_folder_round_trips(tmp_path, monkeypatch):
     save_checkpoint("runs/rel/checkpoints", 5, state)
     path = latest_checkpoint("runs/rel/checkpoints")
     restored, _ = restore_checkpoint(os.path.relpath(path), state)
-    np.testing.assert_array_equal(restored["w"], state["w"])
+    np.testing.assert_array_equal(restored["w"], state["w"])  # exact: restored vs saved
     assert int(restored["n"]) == 3
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from purejaxppo import PPOConfig
 from purejaxppo.run import executable_cache
-from purejaxppo.run.loop import train_chunked
+from purejaxppo.programs.runs import train_chunked
 from purejaxppo.programs.program import Program
 
 # 7 updates in chunks of 4: init, a chunk of 4 and a remainder chunk of 3 = three programs

@@ -79,10 +79,10 @@ def test_cut_metrics_tail_stale_lock_and_tmp_folder_resume_to_the_uninterrupted_
     assert main(["train", "--resume", run, "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "recomputing from checkpoint update 4" in err and "Traceback" not in err, err
-    assert _read(metrics) == _read(os.path.join(straight, "metrics.csv"))
+    assert _read(metrics) == _read(os.path.join(straight, "metrics.csv"))  # exact: the same command's chunks (--chunk 4)
     assert not [n for n in os.listdir(os.path.join(run, "checkpoints")) if n.startswith(".tmp-")]
     s, ref = (json.load(open(os.path.join(d, "summary.json"))) for d in (run, straight))
-    assert s["final_return_per_seed"] == ref["final_return_per_seed"]
+    assert s["final_return_per_seed"] == ref["final_return_per_seed"]  # exact: same chunks
 
 
 def test_resuming_a_finished_run_changes_nothing(straight, tmp_path, capsys):
@@ -90,7 +90,7 @@ def test_resuming_a_finished_run_changes_nothing(straight, tmp_path, capsys):
     before = _tree_digest(run)
     assert main(["train", "--resume", run, "--quiet"]) == 0
     assert "already finished all 16 updates; nothing to do" in capsys.readouterr().out
-    assert _tree_digest(run) == before  # summary.json, metrics.csv, config.json, checkpoints byte-identical
+    assert _tree_digest(run) == before  # exact: nothing is rewritten; summary.json, metrics.csv, config.json, checkpoints byte-identical
 
 
 def _as_sweep(src, tmp_path):
@@ -108,7 +108,7 @@ def _as_sweep(src, tmp_path):
 
 
 def test_a_sweep_folder_is_not_resumed_as_a_single_run(half, tmp_path, capsys):
-    from purejaxppo.run.loop import train_chunked
+    from purejaxppo.programs.runs import train_chunked
 
     run = _as_sweep(half, tmp_path)
     shutil.rmtree(os.path.join(run, "checkpoints"))  # even with no checkpoint to compare against

@@ -59,7 +59,7 @@ def _flax_scan(cell, params, x, h0, reset):
 def test_sequence_and_cell_equal_a_numpy_loop():
     cell, params, x, h0, reset, _ = _setup()
     ref = _numpy_gru(params, x, h0, reset)
-    np.testing.assert_allclose(_ours(params, x, h0, reset), ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_ours(params, x, h0, reset), ref, rtol=1e-5, atol=1e-5)  # tolerance: fused XLA vs a NumPy loop
     w = fuse(params)
     one = gru_cell(w, jnp.where(reset[0][:, None], 0.0, h0), input_projection(w, x[0]))
     np.testing.assert_allclose(one, ref[0], rtol=1e-5, atol=1e-5)
@@ -74,6 +74,7 @@ def test_hand_written_backward_equals_autodiff_of_flax_cell(seed):
     ours = jax.jit(jax.grad(loss(_ours), argnums=(0, 1, 2)))(params, h0, x)
     for path, a in jax.tree_util.tree_leaves_with_path(ref):
         b = dict(jax.tree_util.tree_leaves_with_path(ours))[path]
+        # tolerance: the hand-written backward vs autodiff of flax's cell are two programs
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
         assert np.abs(np.asarray(a)).max() > 1e-4, jax.tree_util.keystr(path)  # every gradient is exercised
 
@@ -87,4 +88,4 @@ def test_vmapped_gradients_equal_one_at_a_time():
     for i in range(3):
         single = jax.grad(f, argnums=(0, 1))(params, h0s[i])
         for a, b in zip(jax.tree.leaves(single), jax.tree.leaves(batched)):
-            np.testing.assert_allclose(b[i], a, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(b[i], a, rtol=1e-5, atol=1e-6)  # tolerance: vmapped vs single, two programs

@@ -93,7 +93,7 @@ def test_trains_through_make_ppo_reproducibly():
     assert np.all(np.asarray(m1["episodes"]) > 0)
     assert np.all(np.isfinite(np.asarray(m1["actor_loss"])))
     for k in m1:
-        np.testing.assert_array_equal(np.asarray(m1[k]), np.asarray(m2[k]), err_msg=k)
+        np.testing.assert_array_equal(np.asarray(m1[k]), np.asarray(m2[k]), err_msg=k)  # exact: one executable twice
     assert not np.array_equal(np.asarray(m1["critic_loss"]), np.asarray(m3["critic_loss"]))
 
 

@@ -79,6 +79,7 @@ def test_reset_ratio_follows_the_documented_rule(ratio):
     venv = auto_reset_vec_env(SPEC, N, reset1, step1, reset_ratio=ratio)
     obs, final = run(venv, key, T)
     ref_obs, ref_final, overflow = reference(key, T, ratio)
+    # exact: the toy env's numbers are small integers (float32 holds them exactly in any program)
     np.testing.assert_array_equal(final, ref_final)  # the pre-reset observation, always
     np.testing.assert_array_equal(obs, ref_obs)
     if ratio > 1:
@@ -108,7 +109,7 @@ def test_optimistic_resets_equal_exact_ones_while_one_episode_per_group_ends():
     key = jax.random.PRNGKey(3)
     exact = run(venv(1), key, T)
     for ratio in (2, 4):
-        np.testing.assert_array_equal(run(venv(ratio), key, T)[0], exact[0])
+        np.testing.assert_array_equal(run(venv(ratio), key, T)[0], exact[0])  # exact: integer-valued observations
 
 
 def test_vmapped_seeds_give_the_same_numbers_as_one_at_a_time():
@@ -127,6 +128,7 @@ def test_vmapped_seeds_give_the_same_numbers_as_one_at_a_time():
 
         return jax.lax.scan(body, state, ks[1:])[1]
 
+    # exact although two programs: integer-valued observations, no float rounding anywhere
     np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(many))(keys)), np.stack(singles))
 
 

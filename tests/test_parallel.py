@@ -11,7 +11,8 @@ def test_runs_sharded_over_devices_equal_one_device():
     r = run_worker("runs")
     assert r["finite"]
     assert r["out_devices"] == 2, "outputs should stay sharded over the devices"
-    # same per-run programs on each device: equal to float tolerance (vmap batch size differs)
+    # tolerance: the same per-run program on each device, but the vmap batch differs (4 vs 8 runs):
+    # two programs; the worker's max |a-b|/(1+|b|) over 3 updates
     assert r["runs_vs_ref"] < 1e-5, r
     assert r["members_differ"] > 1e-3, "members with different lr should differ (else the test proves nothing)"
 
@@ -19,8 +20,8 @@ def test_runs_sharded_over_devices_equal_one_device():
 def test_pbt_members_on_two_devices_equal_one_device():
     """The exploit over an all_gather: same lineage, same numbers."""
     r = run_worker("pbt")
-    assert r["pbt_copies"] > 0 and r["pbt_same_parents"], r
-    assert r["pbt_params"] < 1e-5 and r["pbt_metrics"] < 1e-4 and r["pbt_out_devices"] == 2, r
+    assert r["pbt_copies"] > 0 and r["pbt_same_parents"], r  # exact: integer lineage
+    assert r["pbt_params"] < 1e-5 and r["pbt_metrics"] < 1e-4 and r["pbt_out_devices"] == 2, r  # tolerance: 1 vs 2 devices
 
 
 def test_clear_errors():

@@ -191,13 +191,14 @@ def test_determinism_and_vmap_over_seeds_and_stacked_configs():
                 "grad_norm", "lr", "episode_return", "episode_length", "episodes", "minibatches_taken", "env_steps"}
     assert expected <= set(again) and all(v.shape == (SMALL.num_updates,) for v in again.values())
     for k in again:
-        np.testing.assert_array_equal(again[k], single[0][k], err_msg=k)  # same seed, same numbers
+        np.testing.assert_array_equal(again[k], single[0][k], err_msg=k)  # exact: one executable, same inputs twice
     assert not np.array_equal(single[0]["actor_loss"], single[1]["actor_loss"])
     # vmap over seeds AND stacked configs at once equals the separate runs
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *map(as_arrays, cfgs))
     batched = _np(jax.jit(jax.vmap(ppo.train))(keys, stacked)[1])
     for i in range(2):
         for k in single[i]:
+            # tolerance: vmapped and single are two programs (a few float32 roundings over the run)
             np.testing.assert_allclose(batched[k][i], single[i][k], rtol=2e-5, atol=1e-6, err_msg=k)
     np.testing.assert_allclose(batched["lr"][:, 0], [1e-3, 3e-4], rtol=1e-6)
 
