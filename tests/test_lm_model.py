@@ -68,6 +68,12 @@ def test_kv_cache_decoding_equals_full_recompute(lm, top_k, temperature, top_p, 
     assert len({tuple(r) for r in np.asarray(toks_c)}) > 1  # rows differ: not a degenerate model
     if stop.size:  # the stop ids end some rows early, not all
         assert 0 < int((~np.asarray(mask_c)).any(1).sum()) < B, np.asarray(mask_c)
+    if (top_k, temperature, top_p) == (0, 1.0, 1.0):  # defaults: the sampled log-probs are the policy's
+        model, seq = lm[0], jnp.concatenate([prompt, toks_c], 1)
+        seq_valid = jnp.concatenate([valid, mask_c], 1)
+        tf = jax.nn.log_softmax(jax.jit(model.apply)(params, seq, seq_valid)[0][:, P - 1:-1])
+        tf = np.take_along_axis(np.asarray(tf), np.asarray(toks_c)[..., None], -1)[..., 0]
+        np.testing.assert_allclose(np.where(mask_c, logp_c, 0), np.where(mask_c, tf, 0), atol=TOL)
     if top_k == 1:  # greedy: the same for any key
         other = _sampler("cached", top_k)(jax.random.PRNGKey(8), params, prompt, valid, temperature, top_p, stop)
         np.testing.assert_array_equal(toks_c, other[0])

@@ -1,16 +1,19 @@
 """Sampling controls and the generation loop over a :class:`purejaxppo.lm.model.CausalLM`.
 
 Old log-probs and the sampled distribution. :func:`sample_tokens` returns the log-prob of the
-token under the distribution it was ACTUALLY drawn from: ``softmax`` of the logits divided by
-``temperature``, restricted to the top-k / top-p set and renormalised. That is the behaviour
-policy's log-prob. It equals the policy's own log-prob (``token_logprobs`` of the raw logits,
-as :mod:`purejaxppo.lm.tokens` computes it for PPO) only at ``temperature=1, top_k=0,
-top_p=1`` (up to the 1e-5 between the cached and the teacher-forced programs). With any other
-setting, a PPO ratio ``exp(logp_new - logp_old)`` with ``logp_new`` from the raw logits and
-``logp_old`` from here compares two DIFFERENT distributions, so it is not 1 on the first
-minibatch: either sample on-policy at the defaults, or compute ``logp_new`` through the same
-:func:`filter_logits` (same temperature; the cut set then depends on the parameters), or keep
-the raw-logit log-probs as ``logp_old`` and treat the sampler as an off-policy behaviour.
+token under the distribution ``q`` it was ACTUALLY drawn from: ``softmax`` of the logits divided
+by ``temperature``, restricted to the top-k / top-p set and renormalised (:func:`filter_logits`).
+At ``temperature=1, top_k=0, top_p=1`` ``q`` is the policy ``pi`` itself and these log-probs
+are PPO's old log-probs (equal to a teacher-forced ``token_logprobs`` of the raw logits up to
+float rounding, 1e-5: two different programs). With any other setting the tokens come
+from ``q``, not ``pi``, and a choice has to be made: (a) sample at the defaults (on-policy);
+(b) treat ``q`` as the policy: compute ``logp_new`` through the same :func:`filter_logits`
+(the first-minibatch ratio is then 1; the cut set depends on the parameters, and a token cut
+under the new parameters gets ``logp_new = -inf``); (c) keep ``pi``'s teacher-forced log-probs
+as ``logp_old`` (as experiments/rlhf_toy.py does): the ratio starts at 1, but the samples are
+from ``q``, so the update is biased towards ``q``'s support unless weighted by
+``pi / q = exp(logp_pi - logp_sampled)``. Mixing them (``logp_old`` from here, ``logp_new``
+from the raw logits) compares two different distributions: the first ratio is not 1.
 """
 
 from __future__ import annotations
