@@ -22,10 +22,12 @@ from purejaxppo.lm.sampling import filter_logits, sample_response, sample_tokens
 
 V, P, T, B = 13, 6, 10, 5
 PAD = 0
-# Two different programs compute the same numbers: the cache attends a [1, S] row per layer
-# where the recompute runs a [S, S] pass (other shapes, other reduction orders, float32). Their
-# logits differ by rounding only, ~1e-6 at these sizes; 1e-5 leaves room yet would catch any
-# real error (a wrong position or a leaked padded key moves logits by ~1e-1).
+# Tolerance, not bitwise: two different programs compute the same numbers. The cache attends a
+# [1, S] row per layer against stored keys where the recompute runs an [S, S] pass (other
+# shapes, other fusions and reduction orders in float32). Measured: at most 2.1e-6 apart over
+# every step (logits up to ~5 in size, x86 CPU), so 1e-5 leaves a ~5x margin; a real error is
+# far above it (a leaked padded key moved logits by 1.7 when tried). Equal tokens then follow
+# unless two Gumbel-perturbed logits tie to within 1e-5 (not the case for these seeds).
 TOL = 1e-5
 
 
