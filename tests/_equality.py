@@ -12,13 +12,16 @@
   :func:`assert_close_metrics`.
 
 The tolerances are for a few updates (<= 8) of this suite's tiny PPO configs. Measured for
-one call vs the chunk loop (tests/test_driver.py's seeds and sweep at both optimisation levels,
-under ``--xla_cpu_max_isa`` SSE4_2, AVX, AVX2, AVX512 and none): params and optimizer state
-differ by at most 3e-8 absolute (a few float32 ulps of weights of ~1e-2; Adam's second moments
-are ~1e-8, so the relative difference of such tiny leaves means nothing and ``atol`` carries
-them), metrics by at most 4e-6 absolute, 6e-5 relative (critic losses of ~10-100, approx_kl
-near 0). The bounds leave a margin of 30x or more, and a real difference is far above them:
-another member's lr, or one update more, moves params by ~1e-4 and metrics by >1e-2.
+one call vs the chunk loop (tests/test_driver.py's seeds and sweep, at both optimisation
+levels, under ``--xla_cpu_max_isa`` SSE4_2, AVX, AVX2, AVX512 and none, on an AVX2 machine):
+at full optimisation, and with SSE4_2 or AVX code, the two agree bit for bit; AVX2 code (this
+machine's own, so also AVX512 and none) at little optimisation puts the sweep's params up to
+3e-8 apart (a few float32 ulps of weights of ~1e-2; 176 of its elements differ), its optimizer
+state within rtol 1e-5 plus 1.3e-10 (Adam's second moments are ~1e-8: ``atol`` carries such
+tiny leaves), and its metrics up to 3.8e-6 apart, 1e-5 relative (critic losses ~0.4). The
+bounds leave a margin of 30x or more over that, and a real difference is far above them: one
+Adam update moves a param by up to the lr (2.5e-4 here), and another member's runs fail them
+(test_driver's sweep test asserts so).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import jax
 import numpy as np
 
 STATE_TOL = dict(rtol=1e-5, atol=1e-6)
-METRIC_TOL = dict(rtol=2e-3, atol=1e-4)
+METRIC_TOL = dict(rtol=3e-4, atol=3e-5)
 
 
 def _pairs(a, b):
