@@ -83,18 +83,6 @@ def run_blocks(blocks: dict, workdir: str, timeout: float = 1800) -> dict:
     return json.load(open(out))
 
 
-@pytest.fixture(scope="module")
-def block_results(request, tmp_path_factory):
-    """The results of the runnable blocks whose tests were selected (``-k line42`` runs one)."""
-    selected = {item.callspec.id for item in request.session.items
-                if getattr(item, "originalname", None) == "test_readme_block_runs"}
-    runnable = {f"line{line}": code for line, code in BLOCKS
-                if skip_reason(code) is None and f"line{line}" in selected}
-    results = run_blocks(runnable, str(tmp_path_factory.mktemp("readme")))
-    print("README blocks (seconds):", {name: r["seconds"] for name, r in results.items()})  # shown with -s
-    return results
-
-
 def test_readme_starts_with_the_newcomer_commands():
     assert open(README).read().splitlines()[:len(NEWCOMER)] == NEWCOMER
 
@@ -107,11 +95,12 @@ def test_readme_has_python_examples_and_skips_say_why():
 
 
 @pytest.mark.parametrize("line,code", BLOCKS, ids=[f"line{line}" for line, _ in BLOCKS])
-def test_readme_block_runs(line, code, block_results):
+def test_readme_block_runs(line, code, tmp_path):
     reason = skip_reason(code)
     if reason is not None:
         pytest.skip(f"README.md:{line}: {reason}")
-    result = block_results[f"line{line}"]
+    # each block in its own runner process: the test workers share the blocks out, none runs them all
+    result = run_blocks({f"line{line}": code}, str(tmp_path))[f"line{line}"]
     assert result["ok"], f"README.md block at line {line} failed:\n{result['error']}"
 
 

@@ -84,10 +84,10 @@ def test_cli_sweep_writes_table_best_first(tmp_path, capsys):
 
 
 def test_cli_preset_applies_per_env_defaults(monkeypatch):
-    import purejaxppo.cli.main as cli
+    from purejaxppo.cli.main import build_parser, config_from_args
 
-    args = cli.build_parser().parse_args(["train", "--env", "Pendulum-v1", "--preset", "--lr", "5e-4"])
-    cfg = cli.config_from_args(args)
+    args = build_parser().parse_args(["train", "--env", "Pendulum-v1", "--preset", "--lr", "5e-4"])
+    cfg = config_from_args(args)
     assert cfg.gamma == 0.98 and cfg.update_epochs == 10 and cfg.lr == 5e-4  # preset + override
-    plain = cli.config_from_args(cli.build_parser().parse_args(["train", "--env", "Pendulum-v1"]))
+    plain = config_from_args(build_parser().parse_args(["train", "--env", "Pendulum-v1"]))
     assert plain.gamma == 0.99
