@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional
 
 from purejaxppo.run import executable_cache
-from purejaxppo.run.compile_once import CompileOnce
+from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
 from purejaxppo.scale import parallel
 from purejaxppo.config import ConfigError, PPOConfig
@@ -71,7 +71,7 @@ class Program:
     def compile(self, n: int, runner, configs=None) -> float:
         """Compile the ``n``-update chunk for these inputs (once); returns the seconds it took."""
         args = (runner,) if configs is None else (runner, configs)
-        sig = (n, executable_cache.signature(args))  # weak types and committed-ness compile separately too
+        sig = (n, signature(args))  # weak types and committed-ness compile separately too
         fn = self._fn(n, configs is not None)
 
         def compile_it():
@@ -87,7 +87,7 @@ class Program:
         args = (runner,) if configs is None else (runner, configs)
         fn = self._fn(n, configs is not None)
         if self._loaded:
-            compiled = self._loaded.get((n, executable_cache.signature(args)))
+            compiled = self._loaded.get((n, signature(args)))
             if compiled is not None:
                 return compiled(*fn.place(*args))
         return fn(*args)

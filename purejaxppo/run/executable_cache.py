@@ -42,6 +42,8 @@ from typing import Any, Callable, Optional
 
 import jax
 
+from purejaxppo.run.compile_once import signature
+
 
 @functools.lru_cache(maxsize=1)
 def _source_hash() -> str:
@@ -133,13 +135,6 @@ def _without_persistent_cache():
     finally:
         jax.config.update("jax_enable_compilation_cache", was)
         compilation_cache.reset_cache()
-
-
-def signature(args) -> tuple:
-    """Everything about the arguments that compiles separately: tree, shapes, dtypes, shardings."""
-    return (str(jax.tree.structure(args)),
-            tuple((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)), str(getattr(x, "sharding", "")),
-                   getattr(x, "committed", None)) for x in jax.tree.leaves(args)))
 
 
 class ExecutableCache:
