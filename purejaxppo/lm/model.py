@@ -28,11 +28,16 @@ _NEG = -1e9  # finite: a row with every key masked stays finite (softmax -> unif
 
 
 class CausalLM(Protocol):
-    """What generation needs of a language model; ``params`` is whatever the model takes.
+    """What generation and token-level PPO need of a language model; ``params`` is whatever
+    the model takes.
 
     * ``logits(params, tokens [B, L], valid [B, L]) -> [B, L, V]``: teacher-forced;
       ``logits[:, t]`` predicts token ``t+1``. Prompts are left-padded (``valid`` False on
       padding); outputs at valid positions do not depend on how much padding there is.
+    * ``forward(params, tokens, valid) -> (logits [B, L, V], values [B, L])``: one pass with
+      both heads (a value head on the trunk: ``values[:, t]`` is V of the prefix ending at
+      ``t``); ``values(params, tokens, valid) -> [B, L]``: the value head alone (no LM head
+      computed: a separate critic pays for its trunk only).
     * ``prefill(params, tokens [B, P], valid [B, P], max_len) -> (logits_last [B, V], cache)``:
       reads a left-padded prompt into a cache of ``max_len >= P`` slots (slot ``i`` holds
       token ``i`` of the row); ``logits_last == logits(params, tokens, valid)[:, -1]``.
@@ -42,11 +47,17 @@ class CausalLM(Protocol):
       returns the logits predicting the next token, i.e. ``logits(params, seq, valid)[:, -1]``
       of the prompt with every decoded token appended as valid.
 
-    The cache is a pytree with fixed shapes (it rides a ``lax.scan`` carry); it is opaque to
-    the caller. :class:`TinyLMCached` and :class:`FullRecompute` implement this.
+    Logits and values come back in float32 whatever the compute dtype. The cache is a pytree
+    with fixed shapes (it rides a ``lax.scan`` carry); it is opaque to the caller.
+    :class:`FlaxLM` (over :class:`TinyLM`, :class:`purejaxppo.lm.gpt2.GPT2`, or any module with
+    their calling convention) and :class:`FullRecompute` implement this.
     """
 
     def logits(self, params: Any, tokens: jax.Array, valid: jax.Array) -> jax.Array: ...
+
+    def forward(self, params: Any, tokens: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]: ...
+
+    def values(self, params: Any, tokens: jax.Array, valid: jax.Array) -> jax.Array: ...
 
     def prefill(self, params: Any, tokens: jax.Array, valid: jax.Array, max_len: int) -> tuple[jax.Array, Any]: ...
 
@@ -83,6 +94,7 @@ def attention_mask(key_valid: jax.Array, slot: jax.Array | int, length: int) -> 
 class Block(nn.Module):
     d_model: int
     n_heads: int
+    dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x, attn_mask, kv=None, slot=0):
@@ -91,97 +103,131 @@ class Block(nn.Module):
         written at ``slot`` first and attention reads the whole cache. ``-> (x, kv)``."""
         b, l, d = x.shape
         hd = d // self.n_heads
-        h = nn.LayerNorm()(x)
-        qkv = nn.Dense(3 * d, use_bias=False)(h).reshape(b, l, 3, self.n_heads, hd)
+        dense = lambda n, **kw: nn.Dense(n, dtype=self.dtype, **kw)  # noqa: E731
+        h = nn.LayerNorm(dtype=self.dtype)(x)
+        qkv = dense(3 * d, use_bias=False)(h).reshape(b, l, 3, self.n_heads, hd)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         spec = "bkhd"
         if kv is not None:
             at = (0, 0, slot, 0)
-            kv = tuple(jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3), at) for c, n in zip(kv, (k, v)))
+            kv = tuple(jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3).astype(c.dtype), at)
+                       for c, n in zip(kv, (k, v)))
             (k, v), spec = kv, "bhkd"
-        scores = jnp.einsum(f"bqhd,{spec}->bhqk", q, k) / jnp.sqrt(hd).astype(x.dtype)
+        scores = jnp.einsum(f"bqhd,{spec}->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(hd)
         scores = jnp.where(attn_mask[:, None], scores, _NEG)
-        att = jax.nn.softmax(scores, axis=-1)
-        x = x + nn.Dense(d)(jnp.einsum(f"bhqk,{spec}->bqhd", att, v).reshape(b, l, d))
-        h = nn.LayerNorm()(x)
-        return x + nn.Dense(d)(nn.gelu(nn.Dense(4 * d)(h))), kv
+        att = jax.nn.softmax(scores, axis=-1).astype(v.dtype)  # softmax in float32 under bf16
+        x = x + dense(d)(jnp.einsum(f"bhqk,{spec}->bqhd", att, v).reshape(b, l, d))
+        h = nn.LayerNorm(dtype=self.dtype)(x)
+        return x + dense(d)(nn.gelu(dense(4 * d)(h))), kv
+
+
+HEADS = ("both", "logits", "values")
 
 
 class TinyLM(nn.Module):
+    """A pre-LayerNorm causal transformer with learned positions, an LM head (``lm_head``) and
+    a zero-initialised value head (``value_head``). ``dtype``: the compute dtype (parameters
+    stay float32; ``jnp.bfloat16`` for mixed precision; attention softmax, logits and values in
+    float32)."""
+
     vocab_size: int
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 2
     max_len: int = 32  # position-embedding rows: valid tokens per row, prompt + response
+    dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0):
+    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0,
+                 heads: str = "both"):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])``; with a ``cache`` the
         chunk sits at slots ``slot..slot+L-1`` after what the cache holds, and the updated
-        cache is returned third. One code path: without a cache it is the full causal pass."""
+        cache is returned third. One code path: without a cache it is the full causal pass.
+        ``heads`` (static): ``"logits"`` or ``"values"`` computes that head only (the other
+        output is None)."""
         valid = valid.astype(bool)
         l = tokens.shape[1]
         start = 0 if cache is None else cache.count
         key_valid = valid if cache is None else jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot))
-        x = nn.Embed(self.vocab_size, self.d_model)(tokens)
-        x = x + nn.Embed(self.max_len, self.d_model)(positions_from_mask(valid, start))
+        x = nn.Embed(self.vocab_size, self.d_model, dtype=self.dtype, name="wte")(tokens)
+        x = x + nn.Embed(self.max_len, self.d_model, dtype=self.dtype, name="wpe")(positions_from_mask(valid, start))
         attn_mask = attention_mask(key_valid, slot, l)
         ks, vs = [], []
         for i in range(self.n_layers):
-            x, kv = Block(self.d_model, self.n_heads)(x, attn_mask, None if cache is None else (cache.k[i], cache.v[i]), slot)
+            x, kv = Block(self.d_model, self.n_heads, self.dtype, name=f"block_{i}")(
+                x, attn_mask, None if cache is None else (cache.k[i], cache.v[i]), slot)
             if kv is not None:
                 ks.append(kv[0])
                 vs.append(kv[1])
-        x = nn.LayerNorm()(x)
-        logits = nn.Dense(self.vocab_size)(x)
-        values = nn.Dense(1, kernel_init=nn.initializers.zeros)(x)[..., 0]
+        x = nn.LayerNorm(dtype=self.dtype, name="ln_f")(x)
+        logits = values = None
+        if heads in ("both", "logits"):
+            logits = nn.Dense(self.vocab_size, dtype=self.dtype, name="lm_head")(x).astype(jnp.float32)
+        if heads in ("both", "values"):
+            values = nn.Dense(1, kernel_init=nn.initializers.zeros, dtype=self.dtype,
+                              name="value_head")(x)[..., 0].astype(jnp.float32)
         if cache is None:
             return logits, values
         return logits, values, KVCache(tuple(ks), tuple(vs), key_valid, cache.count + valid.sum(1, dtype=jnp.int32))
 
-    def empty_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
-        """A :class:`KVCache` of ``max_len`` slots holding nothing."""
+    def empty_cache(self, batch: int, max_len: int) -> KVCache:
+        """A :class:`KVCache` of ``max_len`` slots holding nothing (in the compute dtype)."""
         shape = (batch, self.n_heads, max_len, self.d_model // self.n_heads)
-        zeros = tuple(jnp.zeros(shape, dtype) for _ in range(self.n_layers))
+        zeros = tuple(jnp.zeros(shape, self.dtype) for _ in range(self.n_layers))
         return KVCache(zeros, zeros, jnp.zeros((batch, max_len), bool), jnp.zeros((batch,), jnp.int32))
-
-    def prefill(self, tokens: jax.Array, valid: jax.Array, max_len: int):
-        """``[B, P] -> (logits_last [B, V], KVCache)`` (the prompt at slots ``0..P-1``)."""
-        logits, _, cache = self(tokens, valid, self.empty_cache(tokens.shape[0], max_len), 0)
-        return logits[:, -1], cache
-
-    def decode(self, cache: KVCache, token: jax.Array, position):
-        """``token [B]`` at slot ``position`` ``-> (logits [B, V], KVCache)``."""
-        logits, _, cache = self(token[:, None], jnp.ones(token.shape + (1,), bool), cache, position)
-        return logits[:, 0], cache
 
 
 @dataclass(frozen=True)
-class TinyLMCached:
-    """:class:`CausalLM` for a :class:`TinyLM` with its KV cache (``params``: its variables)."""
+class FlaxLM:
+    """:class:`CausalLM` over a Flax module with TinyLM's calling convention (``params``: its
+    variables): ``module(tokens, valid, cache=None, slot=0, heads="both")`` returning
+    ``(logits, values)``, or ``(logits, values, cache)`` with a cache, and
+    ``module.empty_cache(batch, max_len)``. :class:`TinyLM` and
+    :class:`purejaxppo.lm.gpt2.GPT2` meet it; so can a user's own model."""
 
-    model: TinyLM
+    model: Any
 
     def logits(self, params, tokens, valid):
-        return self.model.apply(params, tokens, valid)[0]
+        return self.model.apply(params, tokens, valid, heads="logits")[0]
+
+    def forward(self, params, tokens, valid):
+        return self.model.apply(params, tokens, valid)
+
+    def values(self, params, tokens, valid):
+        return self.model.apply(params, tokens, valid, heads="values")[1]
 
     def prefill(self, params, tokens, valid, max_len: int):
-        return self.model.apply(params, tokens, valid, max_len, method=TinyLM.prefill)
+        cache = self.model.empty_cache(tokens.shape[0], max_len)
+        logits, _, cache = self.model.apply(params, tokens, valid, cache, 0, heads="logits")
+        return logits[:, -1], cache
 
     def decode(self, params, cache, token, position):
-        return self.model.apply(params, cache, token, position, method=TinyLM.decode)
+        ones = jnp.ones(token.shape + (1,), bool)
+        logits, _, cache = self.model.apply(params, token[:, None], ones, cache, position, heads="logits")
+        return logits[:, 0], cache
+
+
+TinyLMCached = FlaxLM  # the name the first cache tests and benchmark used
 
 
 @dataclass(frozen=True)
 class FullRecompute:
     """:class:`CausalLM` from any teacher-forced ``logits_fn(params, tokens [B, L], valid [B, L])
     -> [B, L, V]``, without a cache: the "cache" is the token buffer ``(tokens [B, S], valid
-    [B, S])`` and every step re-runs the full causal pass over all ``S`` slots."""
+    [B, S])`` and every step re-runs the full causal pass over all ``S`` slots. It has no
+    value head: ``forward`` gives zero values (pair it with a separate critic)."""
 
     logits_fn: Callable
 
     def logits(self, params, tokens, valid):
         return self.logits_fn(params, tokens, valid)
+
+    def forward(self, params, tokens, valid):
+        logits = self.logits_fn(params, tokens, valid)
+        return logits, jnp.zeros(logits.shape[:2], jnp.float32)
+
+    def values(self, params, tokens, valid):
+        return jnp.zeros(tokens.shape, jnp.float32)
 
     def prefill(self, params, tokens, valid, max_len: int):
         b, p = tokens.shape
