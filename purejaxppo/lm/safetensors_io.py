@@ -15,6 +15,7 @@ A truncated or malformed file raises ``ValueError`` naming the file and what is 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 
@@ -31,15 +32,15 @@ def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def _header(path: str, buf: bytes) -> tuple[dict, int]:
+def _header(path: str, buf) -> tuple[dict, int]:
     """``(header dict, offset of the data)``; ``ValueError`` for a truncated or bad header."""
     if len(buf) < 8:
         raise ValueError(f"{path}: truncated safetensors file ({len(buf)} bytes, no 8-byte header length)")
-    (n,) = struct.unpack("<Q", buf[:8])
+    (n,) = struct.unpack("<Q", bytes(buf[:8]))
     if n > _MAX_HEADER or 8 + n > len(buf):
         raise ValueError(f"{path}: truncated or corrupt safetensors file (header of {n} bytes, file of {len(buf)})")
     try:
-        header = json.loads(buf[8:8 + n].decode("utf-8"))
+        header = json.loads(bytes(buf[8:8 + n]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path}: corrupt safetensors header (not UTF-8 JSON: {e})") from None
     if not isinstance(header, dict):
@@ -71,10 +72,12 @@ def _tensor(path: str, name: str, info, data: memoryview) -> np.ndarray:
 
 def load_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """``{name: array}`` of every tensor in the file, in native byte order (BF16 as float32).
-    The ``__metadata__`` entry is not a tensor and is dropped (see :func:`read_metadata`)."""
+    The ``__metadata__`` entry is not a tensor and is dropped (see :func:`read_metadata`).
+    The file is memory-mapped, so peak memory is the arrays returned, not twice the file."""
     path = os.fspath(path)
     with open(path, "rb") as f:
-        buf = f.read()
+        small = os.fstat(f.fileno()).st_size < 8  # (an empty file cannot be mapped)
+        buf = f.read() if small else memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     header, start = _header(path, buf)
     data = memoryview(buf)[start:]
     return {name: _tensor(path, name, info, data) for name, info in header.items() if name != "__metadata__"}
