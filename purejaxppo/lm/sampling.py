@@ -32,6 +32,8 @@ def filter_logits(logits, temperature=1.0, top_k: int = 0, top_p=1.0):
     exactly: nothing is cut by rounding; the most probable token is always kept).
     """
     x = logits / temperature
+    if not top_k and isinstance(top_p, (int, float)) and top_p >= 1.0:
+        return x  # nothing is cut (the same numbers as below, without sorting the vocabulary)
     order = jnp.argsort(-x, axis=-1, stable=True)  # descending, ties by index
     rank = jnp.argsort(order, axis=-1)  # rank[i]: where token i sits in ``order``
     if top_k:
@@ -55,7 +57,7 @@ def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0):
 
 
 def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_ids, pad_id: int,
-                    temperature=1.0, top_k: int = 0, top_p=1.0):
+                    temperature=1.0, top_k: int = 0, top_p=1.0, per_row: bool = False):
     """Sample up to ``max_new`` tokens after left-padded prompts with ``lm``'s cache, by
     ``lax.scan`` (one :meth:`CausalLM.prefill`, then one ``decode`` per token).
 
@@ -70,14 +72,24 @@ def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_id
       and including the first stop token; after it ``tokens`` is ``pad_id`` and ``logp`` 0.
       ``logp`` is the log-prob under the distribution sampled from (see the module docstring).
     The key is split once per token (``key, sub = split(key)``), as ``model.generate`` did.
+    ``per_row=True``: ``key`` is ``[B]`` keys, one per row, each split once per token, so a
+    row's tokens do not depend on the batch it sits in (a batch split over devices samples
+    what one device would).
     """
     assert max_new >= 1, max_new
     b, p = prompt.shape
     stop_ids = jnp.asarray(stop_ids, prompt.dtype).reshape(-1)
 
+    def draw(key, logits):
+        if not per_row:
+            key, sub = jax.random.split(key)
+            return key, sample_tokens(sub, logits, temperature, top_k, top_p)
+        keys = jax.vmap(jax.random.split)(key)
+        one = lambda k, x: jax.tree.map(lambda a: a[0], sample_tokens(k, x[None], temperature, top_k, top_p))  # noqa: E731
+        return keys[:, 0], jax.vmap(one)(keys[:, 1], logits)
+
     def pick(logits, done, key):
-        key, sub = jax.random.split(key)
-        tok, lp = sample_tokens(sub, logits, temperature, top_k, top_p)
+        key, (tok, lp) = draw(key, logits)
         live = ~done
         tok = jnp.where(live, tok.astype(prompt.dtype), pad_id)
         done = done | jnp.any(tok[:, None] == stop_ids[None, :], axis=1)

@@ -98,6 +98,7 @@ def update_epochs(
     num_minibatches: int,
     target_kl: Optional[jax.Array] = None,
     axis_name: Optional[str] = None,
+    grad_fn: Optional[Callable] = None,
 ) -> tuple[TrainState, dict]:
     """Run ``num_epochs`` x ``num_minibatches`` gradient steps of ``loss_fn(params, mb)``.
 
@@ -110,8 +111,12 @@ def update_epochs(
     With ``axis_name`` (inside ``shard_map``/``pmap``), gradients and metrics are averaged
     over that device axis before the step (data-parallel PPO: each device holds an equal
     share of every minibatch, so the mean of their gradients is the global gradient).
+
+    ``grad_fn(params, mb) -> ((loss, metrics), grads)`` replaces
+    ``jax.value_and_grad(loss_fn, has_aux=True)`` (``loss_fn`` is then unused), e.g.
+    :func:`accumulate_gradients` for a minibatch taken in several passes.
     """
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    grad_fn = grad_fn or jax.value_and_grad(loss_fn, has_aux=True)
 
     def minibatch_step(carry, mb):
         state, stopped = carry
@@ -138,3 +143,34 @@ def update_epochs(
     metrics = jax.tree.map(lambda m: jnp.sum(m * taken) / jnp.maximum(n_taken, 1.0), metrics)
     metrics["minibatches_taken"] = n_taken
     return state, metrics
+
+
+def accumulate_gradients(share_loss_fn: Callable, num_micro_batches: int) -> Callable:
+    """``grad_fn(params, mb, totals) -> ((loss, metrics), grads)`` taking the minibatch in
+    ``num_micro_batches`` passes of ``N/k`` units and summing their losses, metrics and
+    gradients (memory for one micro-batch's activations instead of the minibatch's).
+
+    ``share_loss_fn(params, micro, totals) -> (loss, metrics)`` returns the micro-batch's SHARE
+    of the minibatch loss, so that the shares add up to it: for a mean over valid tokens,
+    ``token_mean(micro) * tokens(micro) / totals["tokens"]``. ``totals`` (no gradient) is
+    computed once over the whole minibatch by the caller and passed to every pass. With one
+    micro-batch this is ``value_and_grad`` of the minibatch's own share. The sum equals the
+    one-pass gradient up to float rounding (another summation order). Bind ``totals`` to use
+    it as :func:`update_epochs`' ``grad_fn``.
+    """
+    def grad_fn(params, mb, totals=None):
+        totals = jax.lax.stop_gradient(totals)
+        one = jax.value_and_grad(lambda p, micro: share_loss_fn(p, micro, totals), has_aux=True)
+        if num_micro_batches == 1:
+            return one(params, mb)
+        n = jax.tree.leaves(mb)[0].shape[0]
+        micros = jax.tree.map(lambda x: x.reshape((num_micro_batches, n // num_micro_batches) + x.shape[1:]), mb)
+
+        def add(acc, micro):
+            return jax.tree.map(jnp.add, acc, one(params, micro)), None
+
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                             jax.eval_shape(one, params, jax.tree.map(lambda x: x[0], micros)))
+        return jax.lax.scan(add, zeros, micros)[0]
+
+    return grad_fn

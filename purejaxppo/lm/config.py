@@ -1,0 +1,134 @@
+"""The configuration of token-level PPO (:mod:`purejaxppo.lm.token_ppo`), frozen and typed.
+
+As :class:`purejaxppo.config.PPOConfig`: **structural** fields (``static``: sizes, flags,
+estimator names, stop ids) live in the treedef, so changing one compiles anew; **numeric**
+fields (learning rates, coefficients, the initial KL coefficient, temperature) are pytree
+leaves, traced under ``jit``: ``jax.vmap(train)(keys, configs)`` over stacked configs (a
+sweep over ``beta``, say) compiles once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from flax import struct
+
+from purejaxppo.config import ConfigError
+from purejaxppo.config.ppo_config import static
+
+CRITICS = ("separate", "value_head")
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+AGGREGATIONS = ("token-mean", "seq-mean")
+
+
+@struct.dataclass
+class TokenPPOConfig:
+    # --- structural (static) --------------------------------------------------------------
+    batch_size: int = static(64)  # prompts (and responses) per iteration
+    num_iterations: int = static(100)
+    update_epochs: int = static(4)
+    num_minibatches: int = static(4)  # over sequences; batch_size must divide evenly
+    micro_batches: int = static(1)  # gradient accumulation: each minibatch in this many passes
+    max_new_tokens: int = static(16)  # response budget T
+    stop_ids: tuple = static((1,))  # a response ends after the first of these (its EOS)
+    pad_id: int = static(0)
+    top_k: int = static(0)  # 0 = off
+    top_p: float = static(1.0)  # 1.0 = off (static: sorting the vocabulary is a code path)
+    kl_estimator: str = static("k1")  # the per-token KL in the rewards: k1 | k2 | k3 | abs
+    aggregation: str = static("token-mean")  # token-mean | seq-mean
+    critic: str = static("separate")  # separate: its own model and params; value_head: on the policy's trunk
+    whiten_advantages: bool = static(True)  # over the whole batch's valid tokens (micro-batching stays exact)
+    clip_value: bool = static(True)
+    adaptive_kl: bool = static(False)  # Ziegler et al.'s controller drives beta towards kl_target
+    ptx: bool = static(False)  # add ptx_coef * NLL of a supplied pretraining batch to the policy loss
+    # --- numeric (traced) -----------------------------------------------------------------
+    actor_lr: float = 1e-4
+    critic_lr: float = 1e-4
+    max_grad_norm: float = 1.0  # each network's gradient clipped apart
+    adam_eps: float = 1e-8
+    clip_eps: float = 0.2
+    vf_clip_eps: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    gamma: float = 1.0
+    gae_lambda: float = 0.95
+    beta: float = 0.05  # KL coefficient (the initial one under adaptive_kl)
+    kl_target: float = 1.0  # adaptive_kl: the target KL per sequence
+    kl_horizon: float = 10_000.0  # adaptive_kl: the controller's horizon, in sequences
+    temperature: float = 1.0
+    missing_eos_penalty: float = 1.0  # subtracted from the score of a response with no stop token
+    ptx_coef: float = 0.0
+
+    @property
+    def minibatch_size(self) -> int:
+        return self.batch_size // self.num_minibatches
+
+    # the chunk loop's counters: one update is one iteration of ``batch_size`` sequences
+    @property
+    def num_updates(self) -> int:
+        return self.num_iterations
+
+    @classmethod
+    def numeric_fields(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("pytree_node", True))
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else
+                         (v.tolist() if hasattr(v, "tolist") else v)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TokenPPOConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown token-PPO config field(s) {unknown}; valid fields: {sorted(names)}")
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+
+
+def _positive_int(cfg, name):
+    v = getattr(cfg, name)
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        raise ConfigError(f"{name}={v!r} must be a positive integer")
+
+
+def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
+    """Raise :class:`ConfigError` naming the field and the fix; return ``cfg``. Numeric
+    fields are checked when concrete (a traced or stacked value is the caller's)."""
+    for name in ("batch_size", "num_iterations", "update_epochs", "num_minibatches", "micro_batches",
+                 "max_new_tokens"):
+        _positive_int(cfg, name)
+    if cfg.batch_size % cfg.num_minibatches:
+        raise ConfigError(f"batch_size={cfg.batch_size} must be divisible by num_minibatches={cfg.num_minibatches}")
+    if cfg.minibatch_size % cfg.micro_batches:
+        raise ConfigError(f"the minibatch of {cfg.minibatch_size} sequences must be divisible by "
+                          f"micro_batches={cfg.micro_batches}")
+    choices = {"kl_estimator": KL_ESTIMATORS, "aggregation": AGGREGATIONS, "critic": CRITICS}
+    for name, allowed in choices.items():
+        if getattr(cfg, name) not in allowed:
+            raise ConfigError(f"{name}={getattr(cfg, name)!r} must be one of {allowed}")
+    if not isinstance(cfg.top_k, numbers.Integral) or cfg.top_k < 0:
+        raise ConfigError(f"top_k={cfg.top_k!r} must be an integer >= 0 (0 = off)")
+    if not 0.0 < float(cfg.top_p) <= 1.0:
+        raise ConfigError(f"top_p={cfg.top_p!r} must be in (0, 1] (1 = off)")
+    if not all(isinstance(i, numbers.Integral) for i in cfg.stop_ids):
+        raise ConfigError(f"stop_ids={cfg.stop_ids!r} must be token ids (ints)")
+    for name, lo in (("actor_lr", 0.0), ("critic_lr", 0.0), ("max_grad_norm", 0.0), ("clip_eps", 0.0),
+                     ("temperature", 0.0), ("kl_target", 0.0), ("kl_horizon", 0.0)):
+        v = getattr(cfg, name)
+        if isinstance(v, numbers.Real) and not v > lo:
+            raise ConfigError(f"{name}={v!r} must be > {lo}")
+    for name in ("beta", "vf_coef", "ent_coef", "missing_eos_penalty", "ptx_coef", "vf_clip_eps", "adam_eps"):
+        v = getattr(cfg, name)
+        if isinstance(v, numbers.Real) and v < 0:
+            raise ConfigError(f"{name}={v!r} must be >= 0")
+    for name in ("gamma", "gae_lambda"):
+        v = getattr(cfg, name)
+        if isinstance(v, numbers.Real) and not 0.0 <= v <= 1.0:
+            raise ConfigError(f"{name}={v!r} must be in [0, 1]")
+    return cfg
+
+
+def replace(cfg: TokenPPOConfig, **changes) -> TokenPPOConfig:
+    """``cfg`` with ``changes``, validated."""
+    return validate_token_config(dataclasses.replace(cfg, **changes))
+

@@ -1,0 +1,83 @@
+"""Token-level PPO over several devices: the prompt batch split, the parameters replicated.
+
+:func:`data_parallel` builds the one :func:`~purejaxppo.lm.token_ppo.make_token_ppo` program with
+an axis name and runs it under ``shard_map`` over a 1-D mesh of ``num_devices`` devices. Each
+device samples, re-reads and scores ``B / D`` prompts (the expensive part); the rows are
+gathered and every device takes its share of each minibatch, and the gradients are averaged
+(:mod:`purejaxppo.lm.token_ppo`, "Devices"). The state (parameters, optimizer, reference,
+beta, key) is replicated; the numbers equal one device's to float rounding (two programs,
+other reduction orders), not bit for bit.
+
+For models larger than one device, see :func:`fsdp_sharding` (the parameters and optimizer
+state split over the same mesh axis, for ``jit`` to partition).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from purejaxppo.config.ppo_config import ConfigError
+from purejaxppo.lm.token_ppo import TokenPPO
+
+AXIS = "data"
+
+
+def prompt_mesh(num_devices: int) -> Mesh:
+    """A 1-D mesh (axis ``"data"``) over the first ``num_devices`` devices."""
+    devices = jax.devices()
+    if num_devices > len(devices):
+        raise ConfigError(f"--devices {num_devices}: only {len(devices)} device(s) here (on CPU, set XLA_FLAGS="
+                          f"--xla_force_host_platform_device_count={num_devices} before starting Python)")
+    return Mesh(np.array(devices[:num_devices]), (AXIS,))
+
+
+def data_parallel(build: Callable[..., TokenPPO], num_devices: int) -> TokenPPO:
+    """``build(axis_name=, num_devices=) -> TokenPPO`` (e.g. a ``functools.partial`` of
+    ``make_token_ppo``) run over ``num_devices``: ``iteration``/``run``/``train`` are
+    ``shard_map``-ped with every input and output replicated; ``init`` is the plain one."""
+    if num_devices == 1:
+        return build(axis_name=None, num_devices=1)
+    inner = build(axis_name=AXIS, num_devices=num_devices)
+    mesh = prompt_mesh(num_devices)
+
+    def over_mesh(fn, static_argnums=()):
+        def call(*args):
+            static = {i: args[i] for i in static_argnums}
+            dynamic = [a for i, a in enumerate(args) if i not in static]
+
+            def body(*dyn):
+                it = iter(dyn)
+                return fn(*[static[i] if i in static else next(it) for i in range(len(args))])
+
+            return jax.shard_map(body, mesh=mesh, in_specs=tuple(P() for _ in dynamic), out_specs=P(),
+                                 check_vma=False)(*dynamic)
+        return call
+
+    return inner._replace(iteration=over_mesh(inner.iteration), run=over_mesh(inner.run, static_argnums=(1,)),
+                          train=over_mesh(inner.train))
+
+
+def fsdp_sharding(tree, mesh: Mesh, axis: str = AXIS, min_size: int = 1024):
+    """A ``NamedSharding`` per leaf of ``tree`` (params or optimizer state): each leaf of at
+    least ``min_size`` elements split along its largest dimension divisible by the mesh
+    axis, the rest replicated. ``jax.device_put(tree, fsdp_sharding(tree, mesh))`` lays it
+    out; ``jit`` then partitions the computation around it (gathering a layer's weights where
+    it is used: FSDP's memory, XLA's schedule)."""
+    n = mesh.shape[axis]
+
+    def one(x):
+        shape = np.shape(x)
+        if int(np.prod(shape, dtype=np.int64)) < min_size:
+            return NamedSharding(mesh, P())
+        dims = [d for d in np.argsort(shape)[::-1] if shape[d] % n == 0]
+        if not dims:
+            return NamedSharding(mesh, P())
+        spec = [None] * len(shape)
+        spec[int(dims[0])] = axis
+        return NamedSharding(mesh, P(*spec))
+
+    return jax.tree.map(one, tree)

@@ -1,0 +1,121 @@
+"""The experience stage of token-level PPO: sample responses, score them, shape the rewards.
+
+:func:`collect` is the token world's rollout. Given left-padded prompts it samples responses
+with the policy's KV cache (:func:`purejaxppo.lm.sampling.sample_response`, one key per row),
+re-reads the whole sequences teacher-forced (policy, reference, critic), scores them, folds
+the per-token KL into the rewards and puts the score on the LAST valid response token (the
+stop token when one was generated; never a prompt or pad slot). GAE and whitening are
+:func:`finish`'s, applied to the whole batch (over every device's rows, see
+:mod:`purejaxppo.lm.token_ppo`).
+
+Old log-probs. The policy being trained is the distribution responses are sampled FROM: the
+policy's logits divided by ``temperature`` and cut to the top-k / top-p set
+(:func:`purejaxppo.lm.sampling.filter_logits`). ``logp_old`` is the teacher-forced log-prob
+under that distribution, and the loss computes ``logp_new`` the same way, so the first
+minibatch's ratio is 1 (to float rounding) with every sampling control. The log-probs the
+sampler reported are kept only to measure ``logp_mismatch`` (the decode path against the
+teacher-forced pass). The reference is scored at the same temperature and never cut
+(a cut reference would make the KL infinite on tokens outside its set).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from purejaxppo.lm import tokens as tk
+from purejaxppo.lm.sampling import filter_logits, sample_response
+
+#: ``reward(reward_params, prompt [B, P], prompt_valid [B, P], response [B, T], mask [B, T]) -> [B]``
+RewardFn = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+class Models(NamedTuple):
+    """The three roles: ``policy`` (a :class:`~purejaxppo.lm.model.CausalLM`, the actor),
+    ``reference`` (scores the KL; frozen), ``critic`` (its ``values``; None when the values
+    come from the policy's own value head) and the ``reward``."""
+
+    policy: Any
+    reference: Any
+    critic: Optional[Any]
+    reward: RewardFn
+
+
+def filtered_logprobs(logits, tokens, cfg):
+    """``(logp [B, L], entropy [B, L])`` of the sampled-from distribution, aligned to tokens
+    (:func:`purejaxppo.lm.tokens.token_logprobs`). Tokens cut by top-k / top-p have
+    probability 0: their entropy terms are 0, never NaN."""
+    x = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+    logp_all = jax.nn.log_softmax(x, axis=-1)
+    finite = jnp.isfinite(logp_all)
+    plogp = jnp.where(finite, jnp.exp(logp_all) * jnp.where(finite, logp_all, 0.0), 0.0)
+    return tk.token_logprobs(x, tokens), tk.shift_right(-jnp.sum(plogp, axis=-1))
+
+
+def heads(models: Models, params: dict, tokens, valid):
+    """``(logits [B, L, V], values [B, L])`` of the policy and the critic, values aligned to
+    tokens (``values[:, t]`` is V of the state before token ``t``)."""
+    if models.critic is None:
+        logits, values = models.policy.forward(params["policy"], tokens, valid)
+    else:
+        logits = models.policy.logits(params["policy"], tokens, valid)
+        values = models.critic.values(params["critic"], tokens, valid)
+    return logits, tk.shift_right(values)
+
+
+def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
+    """Responses to ``prompt [B, P]``: ``(response [B, T], logp_sampled [B, T], mask [B, T])``,
+    row ``i`` drawn with ``row_keys[i]``."""
+    return sample_response(models.policy, params["policy"], row_keys, prompt, prompt_valid, cfg.max_new_tokens,
+                           jnp.asarray(cfg.stop_ids, jnp.int32), cfg.pad_id, cfg.temperature, cfg.top_k, cfg.top_p,
+                           per_row=True)
+
+
+def collect(models: Models, params: dict, reference_params, reward_params, row_keys, prompt, prompt_valid, cfg):
+    """The rows' experience before GAE: a dict of ``[B, ...]`` arrays.
+
+    ``tokens, valid, mask [B, P+T]`` (``mask``: the response tokens, the actions),
+    ``logp_old, logp_ref, values_old [B, P+T]`` (aligned), ``score [B]`` (the reward's),
+    ``has_stop [B]``, ``logp_sampled [B, P+T]`` (the sampler's own, for ``logp_mismatch``)."""
+    response, logp_sampled, rmask = sample(models, params, row_keys, prompt, prompt_valid, cfg)
+    prompt_valid = prompt_valid.astype(bool)
+    tokens = jnp.concatenate([prompt, response.astype(prompt.dtype)], axis=1)
+    valid = jnp.concatenate([prompt_valid, rmask], axis=1)
+    mask = jnp.concatenate([jnp.zeros_like(prompt_valid), rmask], axis=1)
+    logits, values = heads(models, params, tokens, valid)
+    logp_old, _ = filtered_logprobs(logits, tokens, cfg)
+    ref_logits = models.reference.logits(reference_params, tokens, valid)
+    logp_ref = tk.token_logprobs(ref_logits / cfg.temperature, tokens)
+    score = models.reward(reward_params, prompt, prompt_valid, response, rmask).astype(jnp.float32)
+    stops = jnp.asarray(cfg.stop_ids, response.dtype).reshape(-1)
+    has_stop = jnp.any(rmask & jnp.any(response[..., None] == stops, axis=-1), axis=1)
+    zeros = jnp.zeros_like(logp_old[:, : prompt.shape[1]])
+    return dict(tokens=tokens, valid=valid, mask=mask, logp_old=jnp.where(mask, logp_old, 0.0),
+                logp_ref=jnp.where(mask, logp_ref, 0.0), values_old=jnp.where(mask, values, 0.0), score=score,
+                has_stop=has_stop, logp_sampled=jnp.concatenate([zeros, logp_sampled], axis=1))
+
+
+def finish(exp: dict, beta, cfg) -> tuple[dict, dict]:
+    """GAE over the whole batch: ``(data, stats)``. ``data``: what the update reads
+    (``tokens, valid, mask, logp_old, values_old, advantages, returns``); ``stats``: the
+    batch's means (score, the KL per sequence, non-score reward, response length, EOS rate,
+    ``logp_mismatch``: the largest ``|logp_sampled - logp_old|``)."""
+    mask = exp["mask"]
+    total = exp["score"] - cfg.missing_eos_penalty * (~exp["has_stop"])
+    kl = tk.kl_penalty(exp["logp_old"], exp["logp_ref"], cfg.kl_estimator, mask)
+    rewards = tk.shaped_rewards(total, kl, mask, beta)
+    adv, ret = tk.token_gae(rewards, exp["values_old"], mask, cfg.gamma, cfg.gae_lambda)
+    if cfg.whiten_advantages:
+        adv = jnp.where(mask, tk.masked_whiten(adv, mask), 0.0)
+    data = {k: exp[k] for k in ("tokens", "valid", "mask", "logp_old", "values_old")}
+    data.update(advantages=adv, returns=ret)
+    k1 = tk.sequence_kl(tk.kl_penalty(exp["logp_old"], exp["logp_ref"], "k1", mask), mask)
+    seq_kl = tk.sequence_kl(kl, mask)
+    stats = dict(score=jnp.mean(exp["score"]), score_with_penalty=jnp.mean(total), kl=jnp.mean(seq_kl),
+                 kl_k1=jnp.mean(k1), non_score_reward=jnp.mean(-beta * seq_kl),
+                 response_length=jnp.mean(jnp.sum(mask, axis=1)), eos_rate=jnp.mean(exp["has_stop"]),
+                 logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp["logp_sampled"] - exp["logp_old"]), 0.0)),
+                 beta=jnp.asarray(beta, jnp.float32))
+    return jax.lax.stop_gradient(data), stats

@@ -1,0 +1,202 @@
+"""Token-level PPO composed ONCE: ``make_token_ppo(...) -> TokenPPO(init, iteration, run, train)``.
+
+One iteration, ``state, prompts -> state, metrics``, is one compiled program:
+
+1. sample a response per prompt with the policy's KV cache; teacher-forced log-probs of the
+   policy and the reference, the critic's values; the score, on the last valid response
+   token, minus the missing-EOS penalty; KL-shaped rewards (:mod:`purejaxppo.lm.experience`);
+2. masked GAE and whitening over the whole batch;
+3. ``update_epochs`` x ``num_minibatches`` steps over shuffled sequences through
+   :func:`purejaxppo.stages.update.update_epochs` (the control world's loop, not a copy), each
+   minibatch optionally in ``micro_batches`` passes (:func:`~purejaxppo.stages.update.accumulate_gradients`,
+   exact shares of the token mean); the clipped actor loss, the clipped value loss, an
+   entropy bonus and an optional pretraining (ptx) NLL;
+4. the adaptive KL controller moves ``beta`` (traced: it lives in the state).
+
+The actor and the critic have their own optimizer (Adam), learning rate and gradient clip:
+``critic="separate"`` trains a second model, ``critic="value_head"`` the value head on the
+policy's trunk (its leaves take ``critic_lr``; the trunk is the actor's).
+
+Devices. Built with ``axis_name`` (inside ``shard_map`` over ``num_devices``), each device
+samples and scores ``B / D`` of the prompts (rows ``[d*B/D, (d+1)*B/D)``, with the same row
+keys one device would use), the rows are gathered, and every device takes its share of each
+minibatch; gradients are the exact shares of the global token mean, averaged over devices.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from purejaxppo.config.ppo_config import ConfigError
+from purejaxppo.lm import experience
+from purejaxppo.lm import tokens as tk
+from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
+from purejaxppo.stages.update import TrainState, accumulate_gradients, make_optimizer, update_epochs
+
+#: ``prompts(key, batch) -> (prompt [B, P] int32, prompt_valid [B, P] bool)``, left-padded
+PromptFn = Callable[[jax.Array, int], tuple]
+#: ``ptx(key, batch) -> (tokens [B, L], valid [B, L], loss_mask [B, L])``: the pretraining batch
+PtxFn = Callable[[jax.Array, int], tuple]
+
+
+class TokenPPOState(NamedTuple):
+    """``train``: params ``{"policy", "critic"}`` (``critic`` None with a value head) and the
+    optimizer state; ``reference`` and ``reward`` params (frozen); ``beta`` (the KL
+    coefficient); ``key``; ``iteration`` (int32, iterations done)."""
+
+    train: TrainState
+    reference: Any
+    reward: Any
+    beta: jax.Array
+    key: jax.Array
+    iteration: jax.Array
+
+
+class TokenPPO(NamedTuple):
+    """``init(key, policy_params, reference_params, critic_params=None, reward_params=None,
+    config=None) -> state``; ``iteration(state, prompts=None, config=None) -> (state, metrics)``
+    (``prompts``: ``(prompt, prompt_valid)`` or None to draw them); ``run(state, n, config=None)
+    -> (state, metrics [n])``; ``train(key, policy_params, reference_params, ...) -> (state,
+    metrics [num_iterations])``; ``loss(params, minibatch, totals, config)``: the share loss."""
+
+    init: Callable
+    iteration: Callable
+    run: Callable
+    train: Callable
+    loss: Callable
+    config: TokenPPOConfig
+
+
+def _labels(params):
+    """``"actor"`` / ``"critic"`` per leaf: the critic's tree, or the value head's leaves."""
+    def label(path, _):
+        keys = [getattr(p, "key", getattr(p, "name", "")) for p in path]
+        return "critic" if keys[0] == "critic" or "value_head" in keys else "actor"
+    return jax.tree_util.tree_map_with_path(label, params)
+
+
+def token_optimizer(cfg: TokenPPOConfig) -> optax.GradientTransformation:
+    """Adam for the actor and for the critic, each with its own clip and learning rate."""
+    return optax.multi_transform({"actor": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.actor_lr),
+                                  "critic": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.critic_lr)}, _labels)
+
+
+def _units(mask, aggregation):
+    """What the loss averages over: valid tokens, or non-empty sequences."""
+    if aggregation == "token-mean":
+        return jnp.sum(mask, dtype=jnp.float32)
+    return jnp.sum(jnp.any(mask, axis=1), dtype=jnp.float32)
+
+
+def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, *,
+                   prompts: Optional[PromptFn] = None, critic=None, reference=None, ptx: Optional[PtxFn] = None,
+                   axis_name: Optional[str] = None, num_devices: int = 1) -> TokenPPO:
+    """Token-level PPO for ``policy`` (a :class:`~purejaxppo.lm.model.CausalLM`).
+
+    ``reward(reward_params, prompt, prompt_valid, response, mask) -> [B]`` scores a response
+    (a function ignores ``reward_params``; a reward model applies them). ``critic``: the
+    critic's model for ``config.critic == "separate"`` (default: the policy's architecture);
+    ``reference``: the reference's model (default: the policy's). ``prompts`` draws each
+    iteration's prompts (needed by ``run``/``train``); ``ptx`` the pretraining batch when
+    ``config.ptx``. ``config`` is bound; a traced config with the same static fields may be
+    passed to every function (a sweep)."""
+    validate_token_config(config)
+    if config.critic == "value_head" and critic is not None:
+        raise ConfigError("critic='value_head' takes the values from the policy's own head; pass no critic model "
+                          "(or use critic='separate')")
+    if config.ptx and ptx is None:
+        raise ConfigError("config.ptx is on but no ptx batch function was given (make_token_ppo(..., ptx=fn))")
+    if config.batch_size % num_devices:
+        raise ConfigError(f"batch_size={config.batch_size} prompts must split evenly over {num_devices} devices")
+    models = experience.Models(policy, reference or policy, None if config.critic == "value_head" else
+                               (critic or policy), reward)
+    local = config.batch_size // num_devices
+
+    def mine(x):  # this device's rows of a global [B, ...] array
+        if axis_name is None:
+            return x
+        return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis_name) * local, local, 0)
+
+    def gather(tree):
+        if axis_name is None:
+            return tree
+        return jax.tree.map(lambda x: jax.lax.all_gather(x, axis_name, axis=0, tiled=True), tree)
+
+    def share_loss(params, mb, totals, cfg):
+        """The minibatch loss's share held by ``mb`` (see ``accumulate_gradients``)."""
+        logits, values = experience.heads(models, params, mb["tokens"], mb["valid"])
+        logp, entropy = experience.filtered_logprobs(logits, mb["tokens"], cfg)
+        vf_clip = cfg.vf_clip_eps if cfg.clip_value else None
+        loss, m = tk.token_ppo_loss(logp, entropy, values, mb["logp_old"], mb["values_old"], mb["advantages"],
+                                    mb["returns"], mb["mask"], clip_eps=cfg.clip_eps, vf_coef=cfg.vf_coef,
+                                    ent_coef=cfg.ent_coef, vf_clip_eps=vf_clip, aggregation=cfg.aggregation)
+        share = _units(mb["mask"], cfg.aggregation) / jnp.maximum(totals["units"], 1.0) * num_devices
+        loss, m = loss * share, {k: v * share for k, v in m.items()}
+        if cfg.ptx:
+            ptx_logits = models.policy.logits(params["policy"], mb["ptx_tokens"], mb["ptx_valid"])
+            nll = -tk.masked_mean(tk.token_logprobs(ptx_logits, mb["ptx_tokens"]), mb["ptx_mask"])
+            ptx_share = jnp.sum(mb["ptx_mask"], dtype=jnp.float32) / jnp.maximum(totals["ptx"], 1.0) * num_devices
+            loss, m["ptx_loss"] = loss + cfg.ptx_coef * nll * ptx_share, nll * ptx_share
+        return loss, m
+
+    def init(key, policy_params, reference_params, critic_params=None, reward_params=None, cfg=None):
+        cfg = config if cfg is None else cfg
+        if cfg.critic == "separate" and critic_params is None:
+            critic_params = policy_params  # the usual start: the critic's trunk from the SFT model
+        params = {"policy": policy_params, "critic": critic_params if cfg.critic == "separate" else None}
+        return TokenPPOState(TrainState(params, token_optimizer(cfg).init(params)), reference_params, reward_params,
+                             jnp.asarray(cfg.beta, jnp.float32), key, jnp.zeros((), jnp.int32))
+
+    def iteration(state: TokenPPOState, batch_prompts=None, cfg=None):
+        cfg = config if cfg is None else cfg
+        key, k_prompt, k_sample, k_update, k_ptx = jax.random.split(state.key, 5)
+        if batch_prompts is None:
+            if prompts is None:
+                raise ConfigError("iteration() without prompts needs make_token_ppo(..., prompts=fn)")
+            batch_prompts = prompts(k_prompt, cfg.batch_size)
+        prompt, prompt_valid = (mine(x) for x in batch_prompts)
+        row_keys = mine(jax.random.split(k_sample, cfg.batch_size))
+        exp = experience.collect(models, state.train.params, state.reference, state.reward, row_keys, prompt,
+                                 prompt_valid, cfg)
+        data, stats = experience.finish(gather(exp), state.beta, cfg)
+        if cfg.ptx:
+            data["ptx_tokens"], data["ptx_valid"], data["ptx_mask"] = ptx(k_ptx, cfg.batch_size)
+        one_pass = accumulate_gradients(lambda p, mb, t: share_loss(p, mb, t, cfg), cfg.micro_batches)
+
+        def grad_fn(params, mb):  # totals over the whole (global) minibatch, then this device's share
+            totals = {"units": _units(mb["mask"], cfg.aggregation),
+                      "ptx": jnp.sum(mb["ptx_mask"], dtype=jnp.float32) if cfg.ptx else jnp.float32(0)}
+            return one_pass(params, jax.tree.map(mine_of(mb), mb), totals)
+
+        train, upd = update_epochs(k_update, state.train, data, loss_fn=None, optimizer=token_optimizer(cfg),
+                                   num_epochs=cfg.update_epochs, num_minibatches=cfg.num_minibatches,
+                                   axis_name=axis_name, grad_fn=grad_fn)
+        beta = state.beta
+        if cfg.adaptive_kl:
+            beta = tk.adaptive_kl_update(beta, stats["kl_k1"], cfg.kl_target, cfg.batch_size, cfg.kl_horizon)
+        new = TokenPPOState(train, state.reference, state.reward, beta, key, state.iteration + 1)
+        return new, {**stats, **upd}
+
+    def mine_of(mb):
+        share = jax.tree.leaves(mb)[0].shape[0] // num_devices
+
+        def take(x):
+            if axis_name is None:
+                return x
+            return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis_name) * share, share, 0)
+        return take
+
+    def run(state, n: int, cfg=None):
+        return jax.lax.scan(lambda s, _: iteration(s, None, cfg), state, None, length=n)
+
+    def train(key, policy_params, reference_params, critic_params=None, reward_params=None, cfg=None):
+        cfg = config if cfg is None else cfg
+        state = init(key, policy_params, reference_params, critic_params, reward_params, cfg)
+        return run(state, cfg.num_iterations, cfg)
+
+    return TokenPPO(init, iteration, run, train, lambda p, mb, t, cfg=None: share_loss(p, mb, t, cfg or config),
+                    config)
