@@ -39,7 +39,8 @@ def _run(tmp_path, sig, at, extra=()):
     run = str(tmp_path / "run")
     argv = ["train", *TINY, "--run-dir", run, *extra]
     code = SCRIPT.format(at=at, sig=int(sig), argv=argv)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       preexec_fn=_default_sigint)
     return run, p
 
 
@@ -70,7 +71,20 @@ def test_resume_after_a_signal_during_a_save_equals_the_uninterrupted_run(tmp_pa
     assert open(os.path.join(run, "metrics.csv")).read() == open(os.path.join(straight, "metrics.csv")).read()
 
 
-def test_interrupts_deferred_holds_a_signal_until_the_block_ends():
+def _default_sigint():
+    # A shell starts background jobs with SIGINT ignored and children inherit that (Python then
+    # installs no KeyboardInterrupt handler): the tests start from the disposition a terminal gives.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def sigint_handled():
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_interrupts_deferred_holds_a_signal_until_the_block_ends(sigint_handled):
     order = []
     with pytest.raises(KeyboardInterrupt):
         with interrupts_deferred():
