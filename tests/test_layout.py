@@ -7,10 +7,13 @@ import os
 PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "purejaxppo")
 
 # Bottom to top: a folder may import only from folders before it (``lm`` sits on the stages
-# and is imported by none of the control layers).
+# and is imported by none of the control layers below the programs: a token-level run kind
+# and its command are built on it).
 LAYERS = ["config", "envs", "stages", "agents", "step", "scale", "run", "programs", "cli"]
 ALLOWED = {name: set(LAYERS[:i]) for i, name in enumerate(LAYERS)}
 ALLOWED["lm"] = {"config", "stages"}
+ALLOWED["programs"] |= {"lm"}  # a token-level run kind is built on lm
+ALLOWED["cli"] |= {"lm"}
 MAX_LINES = 300
 
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m purejaxppo train|eval|plot|envs|bench ...``: parses, dispatches, reports errors.
+"""Command line: ``python -m purejaxppo train|eval|rlhf|plot|envs|bench ...``: parses, dispatches, reports errors.
 
 User errors (bad flags, invalid config, unknown env, missing or mismatched run folder)
 print the problem and the fix and exit with status 2, without a traceback. A training
@@ -7,7 +7,7 @@ that is interrupted (Ctrl-C, SIGTERM) saves a checkpoint and says how to resume 
 
 One module per command: :mod:`~purejaxppo.cli.parser` (the flags), :mod:`~purejaxppo.cli.train_cmd`
 (train, resume; shared checks in :mod:`~purejaxppo.cli.train_setup`), :mod:`~purejaxppo.cli.eval_cmd`,
-:mod:`~purejaxppo.cli.plot_cmd`, :mod:`~purejaxppo.cli.envs_cmd`, :mod:`~purejaxppo.cli.bench`.
+:mod:`~purejaxppo.cli.rlhf_cmd`, :mod:`~purejaxppo.cli.plot_cmd`, :mod:`~purejaxppo.cli.envs_cmd`, :mod:`~purejaxppo.cli.bench`.
 """
 
 from __future__ import annotations
@@ -81,6 +81,10 @@ def _command(name: str):
         from purejaxppo.cli.eval_cmd import cmd_eval
 
         return cmd_eval
+    if name == "rlhf":
+        from purejaxppo.cli.rlhf_cmd import cmd_rlhf
+
+        return cmd_rlhf
     if name == "plot":
         from purejaxppo.cli.plot_cmd import cmd_plot
 

@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--metric", default="episode_return", help="metric column to plot (default episode_return)")
     ev = _strict(sub.add_parser("envs", help="list the environment suites (and which extra installs each)"))
     ev.add_argument("--suite", default=None, help="list the env names of one suite (gymnax, brax, playground, ...)")
+    from purejaxppo.cli.rlhf_cmd import add_rlhf
+
+    add_rlhf(_strict(sub.add_parser("rlhf", help="token-level PPO for a language model on a built-in task")))
     b = sub.add_parser("bench", help="throughput benchmark (see benchmarks/throughput.py)")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     return p

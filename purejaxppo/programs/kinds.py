@@ -14,6 +14,7 @@ from purejaxppo.programs.pbt_program import PBTProgram, PBTSettings
 from purejaxppo.programs.program import Program
 from purejaxppo.run.checkpoint import CheckpointError
 from purejaxppo.run.protocol import RunProgram
+from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
 
 #: ``kind -> build(info, num_devices, split) -> RunProgram``; ``info``: the folder's config.json
 KINDS: Dict[str, Callable[..., RunProgram]] = {
@@ -22,6 +23,25 @@ KINDS: Dict[str, Callable[..., RunProgram]] = {
     "pbt": lambda info, num_devices, split: PBTProgram(info["config"], PBTSettings.from_dict(info["pbt"]),
                                                        num_devices=num_devices, num_seeds=info["num_seeds"]),
 }
+
+
+
+def _rlhf(info, num_devices, split):
+    settings = RLHFSettings.from_dict(info["rlhf"])
+    return RLHFProgram(info["config"], settings, *RLHFProgram.template(settings), num_devices=num_devices)
+
+
+KINDS["rlhf"] = _rlhf
+
+
+def _resume_rlhf(run_dir, **kwargs):
+    from purejaxppo.programs.rlhf_run import resume_rlhf
+
+    return resume_rlhf(run_dir, **kwargs)
+
+
+#: kinds with their own front door: ``resume(run_dir, **kwargs) -> RunResult`` (``resume_run`` hands over)
+RESUMERS: Dict[str, Callable] = {"rlhf": _resume_rlhf}
 
 
 def register_kind(name: str, build: Callable[..., RunProgram]) -> None:

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.programs.eval_program import EvalProgram
-from purejaxppo.programs.kinds import program_for_folder
+from purejaxppo.programs.kinds import RESUMERS, program_for_folder
 from purejaxppo.programs.program import Program
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run import warm_start
@@ -113,6 +113,8 @@ def resume_run(run_dir: str, **kwargs) -> RunResult:
     the others, e.g. ``on_chunk``, ``stop_after``, ``loggers``, ``program``). The program is
     rebuilt from the folder's kind (:mod:`purejaxppo.programs.kinds`)."""
     info = rf.load_run_info(run_dir)
+    if rf.folder_kind(info) in RESUMERS:  # a kind with its own front door (e.g. token-level PPO)
+        return RESUMERS[rf.folder_kind(info)](run_dir, **kwargs)
     opts = dict(seed=info["seed"], num_seeds=info["num_seeds"], members=info.get("members"),
                 chunk_updates=info.get("chunk_updates", 25), num_devices=info.get("num_devices", 1),
                 split=info.get("split", "seeds"), checkpoint_every=info.get("checkpoint_every", 10),

@@ -228,8 +228,8 @@ class _Session:
         return {"updates": self.done, "num_updates": self.config.num_updates, "env_steps": self.done * batch,
                 "run_s": self.run_s, "compile_s": self.compile_s, "start_update": self.start_update,
                 "steps_per_s": (self.done - self.start_update) * batch * self.runs / max(self.run_s, 1e-9),
-                "episode_return": metrics["episode_return"],
-                "eval_return": None if evaluated is None else evaluated["eval_return"]}
+                "metrics": metrics, "evaluated": evaluated, "episode_return": metrics.get("episode_return"),
+                "eval_return": None if evaluated is None else evaluated.get("eval_return")}
 
     # --- the whole session, with what every way out keeps ----------------------------------
     def run(self) -> RunResult:

@@ -7,9 +7,12 @@ import sys
 import numpy as np
 
 
-def progress_bar(quiet: bool, label: str):
+def progress_bar(quiet: bool, label: str, metric: str = "episode_return", eval_metric: str = "eval_return",
+                 shown: str = "return", steps: str = "steps", fmt: str = ".1f"):
     """``(on_chunk, close)``: ``on_chunk(info)`` is the chunk loop's callback (see
-    :func:`purejaxppo.run.loop.run_chunks`); the bar appears with the first chunk."""
+    :func:`purejaxppo.run.loop.run_chunks`); the bar appears with the first chunk. It shows
+    the runs' mean of ``metric`` (as ``shown``) and of the latest ``eval_metric``; ``steps``
+    names what the loop counts (env steps; sequences for token-level PPO)."""
     state = {"bar": None, "eval": ""}
 
     def on_chunk(info):
@@ -25,14 +28,14 @@ def progress_bar(quiet: bool, label: str):
                                            "[{elapsed}<{remaining} ETA{postfix}]")
         bar = state["bar"]
         bar.update(info["updates"] - bar.n)
-        ret = np.asarray(info["episode_return"], np.float64)
+        ret = np.asarray(info["metrics"][metric], np.float64)
         finite, last = ret[np.isfinite(ret)], ret[:, -1][np.isfinite(ret[:, -1])]
         latest = last.mean() if last.size else (finite.mean() if finite.size else float("nan"))
-        if info.get("eval_return") is not None:  # the latest evaluation (--eval-every), kept until the next
-            ev = np.asarray(info["eval_return"], np.float64)
-            state["eval"] = f" | eval {ev[np.isfinite(ev)].mean() if np.isfinite(ev).any() else float('nan'):.1f}"
-        bar.set_postfix_str(f"steps {info['env_steps']:,} | return {latest:.1f}{state['eval']} | "
-                            f"{info['steps_per_s']:,.0f} steps/s")
+        if (info.get("evaluated") or {}).get(eval_metric) is not None:  # the latest evaluation, kept until the next
+            ev = np.asarray(info["evaluated"][eval_metric], np.float64)
+            state["eval"] = f" | eval {ev[np.isfinite(ev)].mean() if np.isfinite(ev).any() else float('nan'):{fmt}}"
+        bar.set_postfix_str(f"{steps} {info['env_steps']:,} | {shown} {latest:{fmt}}{state['eval']} | "
+                            f"{info['steps_per_s']:,.0f} {steps}/s")
 
     def close():
         if state["bar"] is not None:

@@ -35,6 +35,7 @@ import numpy as np
 from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, place_like, read_meta,
                          restore_checkpoint)
 from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.run.config_types import CONFIG_TYPES
 from purejaxppo.run.metrics_file import complete_updates, lead_columns, load_rows, read_metrics, truncate_metrics  # noqa: F401
 from purejaxppo.scale.population import runs, seed_keys
 
@@ -117,7 +118,7 @@ def folder_kind(info: dict) -> str:
 
 
 def load_run_info(run_dir: str) -> dict:
-    """The run folder's ``config.json`` (with ``config`` as a :class:`PPOConfig`)."""
+    """The run folder's ``config.json`` (``config`` as its kind's config class, :mod:`.config_types`)."""
     path = os.path.join(run_dir, CONFIG)
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise CheckpointError(f"{run_dir!r} is a file, not a run folder; pass the folder given to train --run-dir")
@@ -134,7 +135,7 @@ def load_run_info(run_dir: str) -> dict:
     try:
         with open(path) as f:
             info = json.load(f)
-        info["config"] = PPOConfig.from_dict(info["config"])
+        info["config"] = CONFIG_TYPES.get(folder_kind(info), PPOConfig).from_dict(info["config"])
         if info.get("kind") == "pbt" and not isinstance(info.get("pbt"), dict):
             raise KeyError("a PBT folder without its 'pbt' settings")
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
@@ -155,7 +156,7 @@ def check_resumable(run_dir: str, info: dict) -> None:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed") from None
     kind, want = folder_kind(saved), folder_kind(info)
-    if kind not in ("run", "sweep", "pbt"):
+    if kind not in CONFIG_TYPES:
         raise CheckpointError(f"{run_dir!r} holds a {kind!r} folder, which this command cannot resume "
                               "(written by another command or a newer purejaxppo); nothing was changed")
     if kind != want:
@@ -168,8 +169,9 @@ def check_resumable(run_dir: str, info: dict) -> None:
                               "put metrics.csv back (e.g. from a backup) to resume, or start a new run folder")
     if os.path.exists(metrics):
         header = load_rows(metrics)[0]
-        if header and lead_columns(header, metrics) != (1 if kind == "run" else 2):
-            raise CheckpointError(f"{metrics} has the columns of a {'sweep' if kind == 'run' else 'run'} "
+        want_lead = 2 if saved.get("members") else 1  # the writer's layout: member, seed, update with members
+        if header and lead_columns(header, metrics) != want_lead:
+            raise CheckpointError(f"{metrics} has the columns of a {'sweep' if want_lead == 1 else 'run'} "
                                   f"but config.json says {kind}; the folder is mixed up, nothing was changed")
 
 
@@ -178,7 +180,7 @@ def check_same_setup(meta: dict, info: dict, path: str) -> None:
 
     A field the checkpoint does not name was added to :class:`PPOConfig` after it was
     written: it had the field's default behaviour then, so it compares as the default."""
-    defaults = PPOConfig().to_dict()
+    defaults = CONFIG_TYPES.get(folder_kind(info), PPOConfig)().to_dict()
     saved_cfg, cfg = meta.get("config", {}), info["config"]
     saved_cfg = {**{k: v for k, v in defaults.items() if k != "env_name"}, **saved_cfg} if saved_cfg else saved_cfg
     diffs = [f"{k}: checkpoint {saved_cfg.get(k)!r}, now {cfg.get(k)!r}"

@@ -1,0 +1,65 @@
+"""Evaluation during an RLHF run: greedy responses to a fixed prompt set, and sample generations.
+
+:class:`RLHFEvaluator` meets :class:`~purejaxppo.run.protocol.Evaluator`: every ``every``
+iterations each run answers the same ``batch`` prompts greedily (keys apart from training's,
+so the training numbers do not change); ``metrics.csv`` gets ``eval_score`` and
+``eval_<diagnostic>`` columns (NaN at the other iterations), and ``samples.txt`` in the run
+folder gets a few of run 0's prompts and answers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from purejaxppo.lm.sampling import sample_response
+from purejaxppo.run.compile_once import CompileOnce, signature
+
+EVAL_KEY = 0x5EED  # the evaluation prompts' key: the same prompts at every evaluation and every run
+SHOWN = 4  # sample generations written per evaluation
+
+
+class RLHFEvaluator:
+    def __init__(self, task, lm, every: int, batch: int, samples_path: Optional[str] = None):
+        self.task, self.every, self.batch, self.samples_path = task, every, batch, samples_path
+        prompt, valid = task.prompts(jax.random.PRNGKey(EVAL_KEY), batch)
+
+        def one(params):
+            response, _, mask = sample_response(lm, params, jax.random.PRNGKey(0), prompt, valid, task.max_new,
+                                                jnp.asarray(task.stop_ids), task.pad_id, top_k=1)  # greedy
+            stats = {"score": jnp.mean(task.score(prompt, valid, response, mask)),
+                     **task.diagnostics(prompt, valid, response, mask)}
+            return {f"eval_{k}": v for k, v in stats.items()}, (prompt[:SHOWN], jnp.where(mask, response, 0)[:SHOWN])
+
+        self._fn, self._once, self.names = jax.jit(jax.vmap(one)), CompileOnce(), None
+
+    def updates_to_next(self, done: int) -> int:
+        return self.every - done % self.every
+
+    def due(self, done: int) -> bool:
+        return done > 0 and done % self.every == 0
+
+    def compile(self, keys, runner) -> float:
+        params = runner.train.params["policy"]
+        self.names = sorted(jax.eval_shape(self._fn, params)[0])  # the columns, before any evaluation ran
+        return self._once(signature(params), lambda: self._fn.lower(params).compile())
+
+    def __call__(self, keys, done: int, runner) -> dict:
+        stats, (prompts, responses) = jax.device_get(self._fn(runner.train.params["policy"]))
+        if self.samples_path:
+            lines = [f"# iteration {done}, run 0, greedy"]
+            lines += [f"{self.task.decode(p)}  ->  {self.task.decode(r)}" for p, r in zip(prompts[0], responses[0])]
+            with open(self.samples_path, "a") as f:
+                f.write("\n".join(lines) + "\n")
+        return {k: np.asarray(v, np.float32) for k, v in stats.items()}
+
+    def columns(self, result: Optional[dict], runs: int, n: int) -> dict:
+        out = {k: np.full((runs, n), np.nan, np.float32) for k in self.names}
+        if result is not None:
+            for k in self.names:
+                out[k][:, -1] = result[k]
+        return out

@@ -1,0 +1,80 @@
+"""The front door of token-level PPO runs: :func:`train_rlhf` (SFT, then PPO through the chunk
+loop) and :func:`resume_rlhf` (continue a run folder of kind ``"rlhf"``).
+
+The SFT stage is part of the run's record, not of its state: it is one pure compiled program
+of the seed and the settings (:func:`purejaxppo.lm.sft.train_sft`), run before update 0, and
+its result is the policy, the critic's starting point and the frozen reference (all three in
+every checkpoint). A resume therefore restores them instead of repeating the SFT. Before PPO
+starts, ``config.json`` records the SFT model's own evaluation (``sft``: greedy score and
+diagnostics on the evaluation prompts), the baseline the PPO curves are read against.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import jax
+import numpy as np
+
+from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
+from purejaxppo.lm.sft import evaluate_policy, train_sft
+from purejaxppo.programs.rlhf_eval import EVAL_KEY, RLHFEvaluator
+from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
+from purejaxppo.run import run_folder as rf
+from purejaxppo.run.loop import RunResult, run_chunks
+
+SAMPLES = "samples.txt"
+
+
+def sft_model(settings: RLHFSettings, seed: int):
+    """``(lm, params, record)``: the settings' model after its SFT stage (from ``seed``), and
+    ``record`` (the SFT's final loss and its greedy evaluation)."""
+    task = settings.make_task()
+    key = jax.random.PRNGKey(seed)
+    lm, params = settings.model(jax.random.fold_in(key, 1))
+    losses = np.zeros(0)
+    if settings.sft_steps:
+        params, losses = train_sft(lm, params, task, jax.random.fold_in(key, 2), steps=settings.sft_steps,
+                                   batch=settings.sft_batch, learning_rate=settings.sft_lr)
+    evaluation = evaluate_policy(lm, params, task, jax.random.PRNGKey(EVAL_KEY), settings.eval_batch, greedy=True)
+    record = {"steps": settings.sft_steps, "final_loss": float(np.mean(np.asarray(losses)[-10:])) if len(losses) else None,
+              **{f"eval_{k}": float(v) for k, v in evaluation.items()}}
+    return lm, params, record
+
+
+def train_rlhf(config: TokenPPOConfig, settings: RLHFSettings = RLHFSettings(), *, seed: int = 0, num_seeds: int = 1,
+               run_dir: Optional[str] = None, resume: bool = False, num_devices: int = 1, chunk_updates: int = 10,
+               checkpoint_every: int = 1, stop_after: Optional[int] = None,
+               on_chunk: Optional[Callable[[dict], None]] = None, loggers: Sequence = (),
+               on_note: Optional[Callable[[str], None]] = None, sft: Optional[tuple] = None,
+               program: Optional[RLHFProgram] = None) -> RunResult:
+    """SFT (unless resuming, or ``sft=(lm, params, record)`` is given), then ``config.num_iterations``
+    PPO iterations of ``num_seeds`` runs in chunks of ``chunk_updates``, a checkpoint every
+    ``checkpoint_every`` chunks. Metrics per iteration and run go to ``metrics.csv``.
+    ``program``: an :class:`RLHFProgram` of this setup whose compiled chunks to reuse (its
+    SFT model is the one used; ``sft`` is then only the record)."""
+    validate_token_config(config)
+    if resume:
+        record = rf.load_run_info(run_dir).get("sft")
+        lm, params = (program.lm, program.sft_params) if program else RLHFProgram.template(settings)
+    else:
+        lm, params, record = sft if sft is not None else sft_model(settings, seed)
+    prog = program or RLHFProgram(config, settings, lm, params, num_devices=num_devices)
+    evaluator = (RLHFEvaluator(prog.task, lm, settings.eval_every, settings.eval_batch,
+                               None if run_dir is None else f"{run_dir}/{SAMPLES}") if settings.eval_every else None)
+    info = {"kind": "rlhf", "config": prog.config.to_dict(), "seed": seed, "num_seeds": num_seeds, "members": None,
+            "chunk_updates": max(1, min(chunk_updates, prog.config.num_iterations)), "num_devices": num_devices,
+            "split": prog.split, "checkpoint_every": checkpoint_every, **prog.run_info, "sft": record}
+    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 3), num_seeds)
+    return run_chunks(prog, info, (keys,), run_dir=run_dir, resume=resume, stop_after=stop_after, on_chunk=on_chunk,
+                      sinks=loggers, on_note=on_note, evaluator=evaluator)
+
+
+def resume_rlhf(run_dir: str, **kwargs) -> RunResult:
+    """Continue the RLHF run in ``run_dir`` with its saved config, settings, seeds and layout
+    (keyword arguments override the others, e.g. ``stop_after``, ``on_chunk``)."""
+    info = rf.load_run_info(run_dir)
+    opts = dict(seed=info["seed"], num_seeds=info["num_seeds"], num_devices=info.get("num_devices", 1),
+                chunk_updates=info["chunk_updates"], checkpoint_every=info["checkpoint_every"])
+    opts.update(kwargs)
+    return train_rlhf(info["config"], RLHFSettings.from_dict(info["rlhf"]), run_dir=run_dir, resume=True, **opts)
