@@ -109,24 +109,34 @@ class PPOConfig:
         return tuple(f.name for f in dataclasses.fields(cls) if not f.metadata.get("pytree_node", True))
 
     def to_dict(self) -> dict:
-        out = {}
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, tuple):
-                v = list(v)
-            elif hasattr(v, "tolist"):
-                v = v.tolist()
-            out[f.name] = v
-        return out
+        return fields_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "PPOConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"unknown config field(s) {unknown}; valid fields: {sorted(names)}")
-        kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
-        return cls(**kw)
+        return fields_from_dict(cls, d)
+
+
+def fields_to_dict(cfg) -> dict:
+    """A config dataclass as JSON-ready ``{field: value}`` (tuples as lists, arrays as lists)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if isinstance(v, tuple):
+            v = list(v)
+        elif hasattr(v, "tolist"):
+            v = v.tolist()
+        out[f.name] = v
+    return out
+
+
+def fields_from_dict(cls, d: dict, what: str = "config"):
+    """``cls(**d)`` with lists back as tuples; an unknown field raises :class:`ConfigError`
+    naming it and the valid ones (``what`` names the config in the message)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ConfigError(f"unknown {what} field(s) {unknown}; valid fields: {sorted(names)}")
+    return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
 
 
 def _is_traced(x) -> bool:

@@ -14,7 +14,7 @@ import numbers
 from flax import struct
 
 from purejaxppo.config import ConfigError
-from purejaxppo.config.ppo_config import static
+from purejaxppo.config.ppo_config import fields_from_dict, fields_to_dict, static
 
 CRITICS = ("separate", "value_head")
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
@@ -68,21 +68,12 @@ class TokenPPOConfig:
     def num_updates(self) -> int:
         return self.num_iterations
 
-    @classmethod
-    def numeric_fields(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("pytree_node", True))
-
     def to_dict(self) -> dict:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else
-                         (v.tolist() if hasattr(v, "tolist") else v)) for f in dataclasses.fields(self)}
+        return fields_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "TokenPPOConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ConfigError(f"unknown token-PPO config field(s) {unknown}; valid fields: {sorted(names)}")
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+        return fields_from_dict(cls, d, "token-PPO config")
 
 
 def _positive_int(cfg, name):

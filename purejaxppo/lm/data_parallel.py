@@ -44,21 +44,15 @@ def data_parallel(build: Callable[..., TokenPPO], num_devices: int) -> TokenPPO:
     inner = build(axis_name=AXIS, num_devices=num_devices)
     mesh = prompt_mesh(num_devices)
 
-    def over_mesh(fn, static_argnums=()):
+    def over_mesh(fn):
         def call(*args):
-            static = {i: args[i] for i in static_argnums}
-            dynamic = [a for i, a in enumerate(args) if i not in static]
-
-            def body(*dyn):
-                it = iter(dyn)
-                return fn(*[static[i] if i in static else next(it) for i in range(len(args))])
-
-            return jax.shard_map(body, mesh=mesh, in_specs=tuple(P() for _ in dynamic), out_specs=P(),
-                                 check_vma=False)(*dynamic)
+            return jax.shard_map(fn, mesh=mesh, in_specs=(P(),) * len(args), out_specs=P(), check_vma=False)(*args)
         return call
 
-    return inner._replace(iteration=over_mesh(inner.iteration), run=over_mesh(inner.run, static_argnums=(1,)),
-                          train=over_mesh(inner.train))
+    def run(state, n: int, cfg=None):  # n is static: bound, not passed through the mesh
+        return over_mesh(lambda s, c: inner.run(s, n, c))(state, cfg)
+
+    return inner._replace(iteration=over_mesh(inner.iteration), run=run, train=over_mesh(inner.train))
 
 
 def fsdp_sharding(tree, mesh: Mesh, axis: str = AXIS, min_size: int = 1024):

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 # _NEG: TinyLM's finite mask value, shared so both models mask padded keys the same way
-from purejaxppo.lm.model import _NEG, KVCache, attention_mask, positions_from_mask
+from purejaxppo.lm.model import _NEG, KVCache, attention_mask, empty_kv_cache, positions_from_mask, value_head, written_cache
 from purejaxppo.lm.safetensors_io import load_safetensors, save_safetensors
 
 CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon")
@@ -119,17 +119,14 @@ class GPT2(nn.Module):
             # tied head, h @ wte.T: [B, L, D] x [V, D] -> [B, L, V], accumulated in float32
             logits = jnp.einsum("bld,vd->blv", x, wte.embedding.astype(self.dtype), preferred_element_type=jnp.float32)
         if heads in ("both", "values"):
-            values = nn.Dense(1, kernel_init=nn.initializers.zeros, dtype=self.dtype,
-                              name="value_head")(x)[..., 0].astype(jnp.float32)
+            values = value_head(x, self.dtype)
         if cache is None:
             return logits, values
-        return logits, values, KVCache(tuple(ks), tuple(vs), key_valid, cache.count + valid.sum(1, dtype=jnp.int32))
+        return logits, values, written_cache(cache, ks, vs, key_valid, valid)
 
     def empty_cache(self, batch: int, max_len: int) -> KVCache:
         """A :class:`KVCache` of ``max_len`` slots holding nothing (in the compute dtype)."""
-        shape = (batch, self.n_head, max_len, self.n_embd // self.n_head)
-        zeros = tuple(jnp.zeros(shape, self.dtype) for _ in range(self.n_layer))
-        return KVCache(zeros, zeros, jnp.zeros((batch, max_len), bool), jnp.zeros((batch,), jnp.int32))
+        return empty_kv_cache(batch, max_len, self.n_layer, self.n_head, self.n_embd // self.n_head, self.dtype)
 
 
 # --- Hugging Face layout ------------------------------------------------------------------------

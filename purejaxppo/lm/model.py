@@ -91,6 +91,25 @@ def attention_mask(key_valid: jax.Array, slot: jax.Array | int, length: int) -> 
     return ((k <= q)[None] & key_valid[:, None, :]) | (k == q)[None]
 
 
+def value_head(x: jax.Array, dtype) -> jax.Array:
+    """The zero-initialised value head (a ``Dense`` named ``value_head``) on the final hidden
+    states ``x [B, L, D] -> [B, L]`` float32. Called inside a module's compact ``__call__``,
+    so its parameters are that module's ``value_head``."""
+    return nn.Dense(1, kernel_init=nn.initializers.zeros, dtype=dtype, name="value_head")(x)[..., 0].astype(jnp.float32)
+
+
+def empty_kv_cache(batch: int, max_len: int, n_layers: int, n_heads: int, head_dim: int, dtype) -> KVCache:
+    """A :class:`KVCache` of ``max_len`` slots holding nothing (keys and values in ``dtype``)."""
+    zeros = tuple(jnp.zeros((batch, n_heads, max_len, head_dim), dtype) for _ in range(n_layers))
+    return KVCache(zeros, zeros, jnp.zeros((batch, max_len), bool), jnp.zeros((batch,), jnp.int32))
+
+
+def written_cache(cache: KVCache, ks: list, vs: list, key_valid: jax.Array, valid: jax.Array) -> KVCache:
+    """The cache after a chunk: every layer's keys and values, the slots' validity, and the
+    count advanced by the chunk's valid tokens."""
+    return KVCache(tuple(ks), tuple(vs), key_valid, cache.count + valid.sum(1, dtype=jnp.int32))
+
+
 class Block(nn.Module):
     d_model: int
     n_heads: int
@@ -164,17 +183,14 @@ class TinyLM(nn.Module):
         if heads in ("both", "logits"):
             logits = nn.Dense(self.vocab_size, dtype=self.dtype, name="lm_head")(x).astype(jnp.float32)
         if heads in ("both", "values"):
-            values = nn.Dense(1, kernel_init=nn.initializers.zeros, dtype=self.dtype,
-                              name="value_head")(x)[..., 0].astype(jnp.float32)
+            values = value_head(x, self.dtype)
         if cache is None:
             return logits, values
-        return logits, values, KVCache(tuple(ks), tuple(vs), key_valid, cache.count + valid.sum(1, dtype=jnp.int32))
+        return logits, values, written_cache(cache, ks, vs, key_valid, valid)
 
     def empty_cache(self, batch: int, max_len: int) -> KVCache:
         """A :class:`KVCache` of ``max_len`` slots holding nothing (in the compute dtype)."""
-        shape = (batch, self.n_heads, max_len, self.d_model // self.n_heads)
-        zeros = tuple(jnp.zeros(shape, self.dtype) for _ in range(self.n_layers))
-        return KVCache(zeros, zeros, jnp.zeros((batch, max_len), bool), jnp.zeros((batch,), jnp.int32))
+        return empty_kv_cache(batch, max_len, self.n_layers, self.n_heads, self.d_model // self.n_heads, self.dtype)
 
 
 @dataclass(frozen=True)

@@ -114,12 +114,15 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         raise ConfigError(f"batch_size={config.batch_size} prompts must split evenly over {num_devices} devices")
     models = experience.Models(policy, reference or policy, None if config.critic == "value_head" else
                                (critic or policy), reward)
-    local = config.batch_size // num_devices
 
-    def mine(x):  # this device's rows of a global [B, ...] array
+    def mine(tree):  # this device's equal share of every leaf's leading axis (rows of a batch or minibatch)
         if axis_name is None:
-            return x
-        return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis_name) * local, local, 0)
+            return tree
+
+        def take(x):
+            n = x.shape[0] // num_devices
+            return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis_name) * n, n, 0)
+        return jax.tree.map(take, tree)
 
     def gather(tree):
         if axis_name is None:
@@ -158,7 +161,7 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
             if prompts is None:
                 raise ConfigError("iteration() without prompts needs make_token_ppo(..., prompts=fn)")
             batch_prompts = prompts(k_prompt, cfg.batch_size)
-        prompt, prompt_valid = (mine(x) for x in batch_prompts)
+        prompt, prompt_valid = mine(tuple(batch_prompts))
         row_keys = mine(jax.random.split(k_sample, cfg.batch_size))
         exp = experience.collect(models, state.train.params, state.reference, state.reward, row_keys, prompt,
                                  prompt_valid, cfg)
@@ -170,7 +173,7 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         def grad_fn(params, mb):  # totals over the whole (global) minibatch, then this device's share
             totals = {"units": _units(mb["mask"], cfg.aggregation),
                       "ptx": jnp.sum(mb["ptx_mask"], dtype=jnp.float32) if cfg.ptx else jnp.float32(0)}
-            return one_pass(params, jax.tree.map(mine_of(mb), mb), totals)
+            return one_pass(params, mine(mb), totals)
 
         train, upd = update_epochs(k_update, state.train, data, loss_fn=None, optimizer=token_optimizer(cfg),
                                    num_epochs=cfg.update_epochs, num_minibatches=cfg.num_minibatches,
@@ -180,15 +183,6 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
             beta = tk.adaptive_kl_update(beta, stats["kl_k1"], cfg.kl_target, cfg.batch_size, cfg.kl_horizon)
         new = TokenPPOState(train, state.reference, state.reward, beta, key, state.iteration + 1)
         return new, {**stats, **upd}
-
-    def mine_of(mb):
-        share = jax.tree.leaves(mb)[0].shape[0] // num_devices
-
-        def take(x):
-            if axis_name is None:
-                return x
-            return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis_name) * share, share, 0)
-        return take
 
     def run(state, n: int, cfg=None):
         return jax.lax.scan(lambda s, _: iteration(s, None, cfg), state, None, length=n)

@@ -107,7 +107,8 @@ class RLHFProgram:
         build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts)
         self.tp = data_parallel(build, num_devices)
         self._chunks, self._once = {}, CompileOnce()
-        self._init = jax.jit(jax.vmap(lambda k: self.tp.init(k, self.sft_params, self.sft_params)))
+        # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
+        self._init = jax.jit(jax.vmap(lambda k, p: self.tp.init(k, p, p), in_axes=(0, None)))
 
     @staticmethod
     def template(settings: RLHFSettings):
@@ -119,7 +120,7 @@ class RLHFProgram:
         return inputs
 
     def init(self, keys, configs=None):
-        return self._init(keys)
+        return self._init(keys, self.sft_params)
 
     def _chunk(self, n: int):
         if n not in self._chunks:
