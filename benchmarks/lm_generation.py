@@ -2,9 +2,9 @@
 
 Both sides run :func:`purejaxppo.lm.sampling.sample_response` (the same ``lax.scan``, the same
 sampling) on a TinyLM of about 1M parameters and left-padded ragged prompts: ``cached`` is
-:class:`purejaxppo.lm.model.TinyLMCached` (one prefill, then one single-token decode per token),
+:class:`purejaxppo.lm.model.FlaxLM` (one prefill, then one single-token decode per token),
 ``full`` is :class:`purejaxppo.lm.model.FullRecompute` (one causal pass over all ``P + T`` slots
-per token, what ``model.generate`` does). Compile time is reported apart; the per-token time is
+per token, the cost without a cache). Compile time is reported apart; the per-token time is
 the best of ``--rounds`` runs over the response length. Rounds of the two sides are interleaved.
 
     python benchmarks/lm_generation.py [--lengths 16,64,256] [--long] [--batch 8] [--rounds 3] [--json OUT]
@@ -26,7 +26,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from _common import hardware  # noqa: E402
-from purejaxppo.lm.model import FullRecompute, TinyLM, TinyLMCached  # noqa: E402
+from purejaxppo.lm.model import FlaxLM, FullRecompute, TinyLM  # noqa: E402
 from purejaxppo.lm.sampling import sample_response  # noqa: E402
 
 VOCAB, D_MODEL, LAYERS, HEADS, PROMPT, MAX_LONG = 256, 128, 4, 4, 16, 1024
@@ -63,7 +63,7 @@ def main(argv=None) -> dict:
     assert max(lengths) <= MAX_LONG, f"lengths up to {MAX_LONG}"
     model, params, prompt, valid = setup(args.batch)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
-    sides = {"cached": TinyLMCached(model), "full": FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])}
+    sides = {"cached": FlaxLM(model), "full": FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])}
     print(f"TinyLM {n_params / 1e6:.2f}M params (vocab {VOCAB}, d {D_MODEL}, {LAYERS} layers, {HEADS} heads), "
           f"batch {args.batch}, prompts <= {PROMPT} tokens, {jax.default_backend()}")
     print(f"{'T':>5} {'side':>7} {'compile s':>10} {'ms/token':>10} {'speedup':>8}")

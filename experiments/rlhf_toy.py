@@ -1,20 +1,16 @@
-"""Toy RLHF with token-level PPO on CPU (docs/conventions.md, "Token-level PPO"), in minutes.
+"""Toy RLHF with token-level PPO on CPU, in minutes: a thin script over :mod:`purejaxppo.lm`.
 
-1. A seeded synthetic grammar (a sparse Markov chain over content tokens) generates
-   ``prompt SEP response EOS`` sequences. A tiny causal transformer is pretrained on them
-   by supervised learning: the SFT model, which is also the frozen reference.
-2. PPO fine-tunes it against a programmatic reward model: the number of TARGET tokens in
-   the response, minus a penalty when no EOS is produced. Rewards are KL-shaped per token
-   (``-beta * k1`` on every response token, the score on the last one), advantages come
-   from masked GAE over response tokens, and the losses are the library's masked
-   token-mean losses. One jitted iteration = generate (``lax.scan``) -> score -> shape ->
-   GAE -> K epochs x M minibatches; the whole run is a ``lax.scan`` of iterations.
+1. The grammar task (:class:`purejaxppo.lm.tasks.GrammarTask`: a seeded sparse Markov chain)
+   gives ``prompt SEP response EOS`` demonstrations; a tiny causal transformer is pretrained on
+   them (:func:`purejaxppo.lm.sft.train_sft`): the SFT model, also the frozen reference.
+2. PPO (:func:`purejaxppo.lm.token_ppo.make_token_ppo`) fine-tunes it against the task's
+   score, the number of TARGET tokens in the response, minus a penalty when no EOS is produced.
 3. A beta sweep (``vmap`` over the traced beta: one compile) shows the trade-off: high beta
-   stays close to the reference (grammatical) with a small score gain, low beta hacks
-   the reward by spamming the target token ungrammatically.
+   stays close to the reference (grammatical) with a small score gain, low beta hacks the
+   reward by spamming the target token ungrammatically.
 4. An exact check on a tabular policy, where the KL-regularised optimum
-   ``J* = max_pi E[score] - beta * KL(pi || ref)`` is known by dynamic programming: PPO's
-   exactly evaluated ``J`` must approach ``J*`` and never exceed it.
+   ``J* = max_pi E[score] - beta * KL(pi || ref)`` is known by dynamic programming: PPO (the
+   library's token functions and ``update_epochs``) must approach ``J*`` and never exceed it.
 
 Usage::
 
@@ -31,7 +27,6 @@ import json
 import os
 import sys
 import time
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -41,245 +36,70 @@ import optax
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from purejaxppo.lm import tokens as tk  # noqa: E402
-from purejaxppo.lm.model import TinyLM, generate  # noqa: E402
-
-PAD, EOS, SEP = 0, 1, 2
-FIRST_CONTENT = 3
+from purejaxppo.lm.config import TokenPPOConfig  # noqa: E402
+from purejaxppo.lm.sft import init_tiny_lm, train_sft  # noqa: E402
+from purejaxppo.lm.tasks import GrammarTask  # noqa: E402
+from purejaxppo.lm.token_ppo import make_token_ppo  # noqa: E402
+from purejaxppo.stages.update import TrainState, update_epochs  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
 class ToyConfig:
     seed: int = 0
-    # grammar / data
-    n_content: int = 8
-    n_successors: int = 3
-    prompt_min: int = 2
-    prompt_max: int = 4
-    resp_min: int = 2
-    resp_max: int = 6  # SFT responses; generation may run to max_new
-    max_new: int = 10
-    target: int = FIRST_CONTENT  # the token the reward model counts
-    no_eos_penalty: float = 2.0
-    # model
     d_model: int = 32
     n_layers: int = 2
     n_heads: int = 2
-    # SFT
     sft_steps: int = 600
     sft_batch: int = 128
     sft_lr: float = 3e-3
-    # PPO
     iters: int = 120
     batch: int = 128
     epochs: int = 4
     minibatches: int = 4
     lr: float = 5e-4
-    clip_eps: float = 0.2
-    vf_clip_eps: Optional[float] = 0.2
-    vf_coef: float = 0.5
-    ent_coef: float = 0.0
-    gamma: float = 1.0
-    gae_lambda: float = 0.95
-    beta: float = 0.1
+    no_eos_penalty: float = 2.0
     kl_kind: str = "k1"
-    aggregation: str = "token-mean"
-    max_grad_norm: float = 1.0
-    adaptive_target: Optional[float] = None  # KL per sequence; None = fixed beta
+    adaptive_target: float | None = None  # KL per sequence; None = fixed beta
     adaptive_horizon: float = 1000.0
 
-    @property
-    def vocab(self) -> int:
-        return FIRST_CONTENT + self.n_content
-
-    @property
-    def prompt_len(self) -> int:
-        return self.prompt_max + 1  # + SEP
-
-
-# --- grammar -----------------------------------------------------------------------------
-def make_grammar(cfg: ToyConfig):
-    """``(trans [C, C], allowed [C, C])``: each content token has ``n_successors`` allowed
-    successors (never itself) with Dirichlet probabilities. Seeded."""
-    rng = np.random.default_rng(cfg.seed + 1000)
-    c = cfg.n_content
-    trans = np.zeros((c, c))
-    for i in range(c):
-        succ = rng.choice([j for j in range(c) if j != i], size=cfg.n_successors, replace=False)
-        trans[i, succ] = rng.dirichlet(np.ones(cfg.n_successors))
-    return jnp.asarray(trans, jnp.float32), jnp.asarray(trans > 0)
+    def ppo(self, task) -> TokenPPOConfig:
+        return TokenPPOConfig(
+            batch_size=self.batch, num_iterations=self.iters, update_epochs=self.epochs,
+            num_minibatches=self.minibatches, max_new_tokens=task.max_new, stop_ids=task.stop_ids,
+            pad_id=task.pad_id, kl_estimator=self.kl_kind, adaptive_kl=self.adaptive_target is not None,
+            kl_target=self.adaptive_target or 1.0, kl_horizon=self.adaptive_horizon, actor_lr=self.lr,
+            critic_lr=self.lr, missing_eos_penalty=self.no_eos_penalty)
 
 
-def sample_sequences(key, cfg: ToyConfig, trans, batch: int):
-    """SFT data: ``(tokens [B, P+T], valid [B, P+T])``; prompt left-padded (+SEP),
-    response = continuation of the chain + EOS, right-padded."""
-    k_len, k_start, k_chain = jax.random.split(key, 3)
-    lp = jax.random.randint(k_len, (batch,), cfg.prompt_min, cfg.prompt_max + 1)
-    lr = jax.random.randint(jax.random.fold_in(k_len, 1), (batch,), cfg.resp_min, cfg.resp_max + 1)
-    n_chain = cfg.prompt_max + cfg.resp_max
-    x0 = jax.random.randint(k_start, (batch,), 0, cfg.n_content)
-
-    def step(x, k):
-        nxt = jax.random.categorical(k, jnp.log(trans[x] + 1e-30), axis=-1)
-        return nxt, nxt
-
-    _, rest = jax.lax.scan(step, x0, jax.random.split(k_chain, n_chain - 1))
-    chain = jnp.concatenate([x0[:, None], rest.T], axis=1) + FIRST_CONTENT  # [B, n_chain]
-    p = cfg.prompt_len
-    j = jnp.arange(p)[None, :]
-    k = j - (p - 1 - lp[:, None])  # index into the chain
-    prompt = jnp.where(k < 0, PAD, jnp.take_along_axis(chain, jnp.clip(k, 0, n_chain - 1), axis=1))
-    prompt = prompt.at[:, -1].set(SEP)
-    j = jnp.arange(cfg.max_new)[None, :]
-    idx = jnp.clip(lp[:, None] + j, 0, n_chain - 1)
-    resp = jnp.where(j < lr[:, None], jnp.take_along_axis(chain, idx, axis=1),
-                     jnp.where(j == lr[:, None], EOS, PAD))
-    toks = jnp.concatenate([prompt, resp], axis=1).astype(jnp.int32)
-    return toks, toks != PAD
+# what the per-iteration table shows: the library's metrics, the task's grammaticality
+SUMMARY_KEYS = ("score", "kl", "task_grammatical", "eos_rate", "response_length", "clip_frac", "approx_kl", "beta")
 
 
-# --- reward model and diagnostics ---------------------------------------------------------
-def score_fn(cfg: ToyConfig, toks, action_mask):
-    """``[B]``: count of target tokens in the response, minus a penalty without EOS."""
-    count = jnp.sum((toks == cfg.target) & action_mask, axis=1).astype(jnp.float32)
-    has_eos = jnp.any((toks == EOS) & action_mask, axis=1)
-    return count - cfg.no_eos_penalty * (~has_eos), has_eos
+def quick_config(**kw) -> ToyConfig:
+    base = dict(sft_steps=300, iters=25, batch=32, minibatches=2, epochs=2, lr=1e-3)
+    base.update(kw)
+    return ToyConfig(**base)
 
 
-def grammatical_fraction(cfg: ToyConfig, allowed, toks, action_mask):
-    """Fraction of content->content transitions in the responses (the first one from the
-    last prompt token, skipping SEP) that the grammar allows."""
-    prev = tk.shift_right(toks)
-    prev = jnp.where(prev == SEP, tk.shift_right(prev), prev)
-    is_pair = action_mask & (toks >= FIRST_CONTENT) & (prev >= FIRST_CONTENT)
-    ok = allowed[jnp.clip(prev - FIRST_CONTENT, 0), jnp.clip(toks - FIRST_CONTENT, 0)]
-    return jnp.sum(ok & is_pair) / jnp.maximum(jnp.sum(is_pair), 1)
-
-
-# --- SFT -----------------------------------------------------------------------------------
-def make_model(cfg: ToyConfig) -> TinyLM:
-    return TinyLM(cfg.vocab, cfg.d_model, cfg.n_layers, cfg.n_heads, max_len=cfg.prompt_len + cfg.max_new)
-
-
-def train_sft(cfg: ToyConfig, trans):
-    """Supervised next-token training on grammar samples; returns ``(params, final_nll)``."""
-    model = make_model(cfg)
-    key = jax.random.PRNGKey(cfg.seed)
-    total = cfg.prompt_len + cfg.max_new
-    params = model.init(key, jnp.zeros((1, total), jnp.int32), jnp.ones((1, total), bool))
-    opt = optax.adam(cfg.sft_lr)
-
-    def nll(params, toks, valid):
-        logits, _ = model.apply(params, toks, valid)
-        m = valid & tk.shift_right(valid, False)  # predict every non-pad token after another
-        return -tk.masked_mean(tk.token_logprobs(logits, toks), m)
-
-    def step(carry, k):
-        params, opt_state = carry
-        toks, valid = sample_sequences(k, cfg, trans, cfg.sft_batch)
-        loss, g = jax.value_and_grad(nll)(params, toks, valid)
-        upd, opt_state = opt.update(g, opt_state, params)
-        return (optax.apply_updates(params, upd), opt_state), loss
-
-    keys = jax.random.split(jax.random.fold_in(key, 1), cfg.sft_steps)
-    (params, _), losses = jax.jit(lambda p, s, ks: jax.lax.scan(step, (p, s), ks))(params, opt.init(params), keys)
-    return params, float(np.mean(np.asarray(losses[-20:])))
-
-
-# --- PPO -----------------------------------------------------------------------------------
-def make_rl_train(cfg: ToyConfig, trans, allowed, ref_params):
-    """``train(key, beta0) -> (params, metrics)``: ``cfg.iters`` PPO iterations as one
-    ``lax.scan``. ``beta0`` is traced (vmap it for a sweep). ``metrics`` are ``[iters]``
-    (``[iters, K, M]`` for per-minibatch ones)."""
-    model = make_model(cfg)
-    apply = model.apply
-    b, m = cfg.batch, cfg.minibatches
-    assert b % m == 0, "batch must be divisible by minibatches"
-    opt = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr))
-
-    def forward(params, toks, valid):
-        logits, values = apply(params, toks, valid)
-        return logits, tk.shift_right(values)
-
-    def rollout(params, ref_params, key, beta):
-        k_prompt, k_gen = jax.random.split(key)
-        seqs, _ = sample_sequences(k_prompt, cfg, trans, b)
-        prompt = seqs[:, : cfg.prompt_len]
-        toks, valid, amask = generate(apply, params["policy"], k_gen, prompt, prompt != PAD,
-                                      cfg.max_new, EOS, PAD)
-        logits, _ = forward(params["policy"], toks, valid)
-        _, values = forward(params["critic"], toks, valid)
-        ref_logits, _ = forward(ref_params, toks, valid)
-        logp_old, logp_ref = tk.token_logprobs(logits, toks), tk.token_logprobs(ref_logits, toks)
-        score, has_eos = score_fn(cfg, toks, amask)
-        kl = tk.kl_penalty(logp_old, logp_ref, cfg.kl_kind, amask)
-        rewards = tk.shaped_rewards(score, kl, amask, beta)
-        adv, ret = tk.token_gae(rewards, values, amask, cfg.gamma, cfg.gae_lambda)
-        # exact KL(pi||ref) of each visited next-token distribution, summed along the response
-        lp, lr_ = jax.nn.log_softmax(logits), jax.nn.log_softmax(ref_logits)
-        kl_full = tk.shift_right(jnp.sum(jnp.exp(lp) * (lp - lr_), axis=-1))
-        batch = dict(toks=toks, valid=valid, mask=amask, logp_old=logp_old, values_old=values,
-                     adv=adv, ret=ret)
-        stats = dict(
-            score=jnp.mean(score),
-            kl_seq=jnp.mean(tk.sequence_kl(kl_full, amask)),
-            kl_seq_k1=jnp.mean(tk.sequence_kl(tk.kl_penalty(logp_old, logp_ref, "k1", amask), amask)),
-            grammatical=grammatical_fraction(cfg, allowed, toks, amask),
-            eos_rate=jnp.mean(has_eos),
-            resp_len=jnp.mean(jnp.sum(amask, axis=1)),
-            target_count=jnp.mean(jnp.sum((toks == cfg.target) & amask, axis=1)),
-        )
-        return jax.lax.stop_gradient(batch), stats
-
-    def loss_fn(params, mb):
-        logits, _ = forward(params["policy"], mb["toks"], mb["valid"])
-        _, values = forward(params["critic"], mb["toks"], mb["valid"])
-        logp = tk.token_logprobs(logits, mb["toks"])
-        adv = tk.masked_whiten(mb["adv"], mb["mask"])
-        loss, metrics = tk.token_ppo_loss(
-            logp, tk.token_entropy(logits), values, mb["logp_old"], mb["values_old"], adv, mb["ret"],
-            mb["mask"], clip_eps=cfg.clip_eps, vf_coef=cfg.vf_coef, ent_coef=cfg.ent_coef,
-            vf_clip_eps=cfg.vf_clip_eps, aggregation=cfg.aggregation)
-        ratio_dev = jnp.max(jnp.where(mb["mask"], jnp.abs(jnp.exp(logp - jnp.where(mb["mask"], mb["logp_old"], 0.0)) - 1), 0.0))
-        return loss, {**metrics, "max_ratio_dev": jax.lax.stop_gradient(ratio_dev)}
-
-    def update(params, opt_state, batch, key):
-        def epoch(carry, k):
-            params, opt_state = carry
-            perm = jax.random.permutation(k, b).reshape(m, b // m)
-
-            def minibatch(carry, idx):
-                params, opt_state = carry
-                mb = jax.tree_util.tree_map(lambda x: x[idx], batch)
-                (_, metrics), g = jax.value_and_grad(loss_fn, has_aux=True)(params, mb)
-                upd, opt_state = opt.update(g, opt_state, params)
-                metrics["grad_norm"] = optax.tree.norm(g)
-                return (optax.apply_updates(params, upd), opt_state), metrics
-
-            return jax.lax.scan(minibatch, (params, opt_state), perm)
-
-        (params, opt_state), metrics = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, cfg.epochs))
-        return params, opt_state, metrics
-
-    def iteration(state, ref_params):
-        params, opt_state, beta, key = state
-        key, k_roll, k_upd = jax.random.split(key, 3)
-        batch, stats = rollout(params, ref_params, k_roll, beta)
-        params, opt_state, upd_metrics = update(params, opt_state, batch, k_upd)
-        stats = {**stats, "beta": beta, **upd_metrics}
-        if cfg.adaptive_target is not None:
-            beta = tk.adaptive_kl_update(beta, stats["kl_seq_k1"], cfg.adaptive_target, b, cfg.adaptive_horizon)
-        return (params, opt_state, beta, key), stats
-
-    def init(key, beta0, sft_params):
-        params = {"policy": sft_params, "critic": sft_params}
-        return params, opt.init(params), jnp.asarray(beta0, jnp.float32), key
-
-    def train(key, beta0, sft_params):
-        state = init(key, beta0, sft_params)
-        state, metrics = jax.lax.scan(lambda s, _: iteration(s, ref_params), state, None, length=cfg.iters)
-        return state[0], metrics
-
-    return dict(train=train, iteration=iteration, init=init, rollout=rollout, loss_fn=loss_fn)
+def run_toy(cfg: ToyConfig, betas, log=print):
+    """SFT, then PPO for each beta (one vmapped compile). Returns ``(sft_nll, {beta: {name: [iters]}}, metrics)``."""
+    task = GrammarTask(seed=cfg.seed)
+    t0 = time.time()
+    lm, params = init_tiny_lm(task, jax.random.PRNGKey(cfg.seed), cfg.d_model, cfg.n_layers, cfg.n_heads)
+    params, losses = train_sft(lm, params, task, jax.random.PRNGKey(cfg.seed + 1), steps=cfg.sft_steps,
+                               batch=cfg.sft_batch, learning_rate=cfg.sft_lr)
+    sft_nll = float(np.mean(np.asarray(losses)[-20:]))
+    log(f"SFT: {cfg.sft_steps} steps, final NLL/token {sft_nll:.3f} ({time.time() - t0:.1f}s)")
+    config = cfg.ppo(task)
+    tp = make_token_ppo(config, lm, lambda _, *b: task.score(*b), prompts=task.prompts, diagnostics=task.diagnostics)
+    configs = jax.tree.map(lambda x: jnp.full((len(betas),), x, jnp.float32), config).replace(
+        beta=jnp.asarray(betas, jnp.float32))
+    t0 = time.time()
+    train = jax.jit(jax.vmap(tp.train, in_axes=(None, None, None, None, None, 0)))
+    _, metrics = jax.device_get(train(jax.random.PRNGKey(cfg.seed + 2), params, params, None, None, configs))
+    log(f"PPO: {len(betas)} beta(s) x {cfg.iters} iterations ({time.time() - t0:.1f}s incl. compile)")
+    tables = {float(beta): {k: np.asarray(v[i]) for k, v in metrics.items()} for i, beta in enumerate(betas)}
+    return sft_nll, tables, metrics
 
 
 # --- exact tabular check -------------------------------------------------------------------
@@ -408,21 +228,13 @@ def run_tabular(cfg: TabularConfig):
         def loss_fn(params, mb):
             logits, values = forward(params, mb)
             logp = tk.token_logprobs(logits, mb["toks"])
-            loss, _ = tk.token_ppo_loss(logp, tk.token_entropy(logits), values, mb["logp_old"], mb["values_old"],
-                                        tk.masked_whiten(mb["adv"], mb["mask"]), mb["ret"], mb["mask"],
-                                        clip_eps=cfg.clip_eps, vf_coef=0.5, ent_coef=0.0)
-            return loss
+            return tk.token_ppo_loss(logp, tk.token_entropy(logits), values, mb["logp_old"], mb["values_old"],
+                                     tk.masked_whiten(mb["adv"], mb["mask"]), mb["ret"], mb["mask"],
+                                     clip_eps=cfg.clip_eps, vf_coef=0.5, ent_coef=0.0)
 
-        def epoch(carry, k):
-            def minibatch(carry, idx):
-                params, opt_state = carry
-                g = jax.grad(loss_fn)(params, jax.tree_util.tree_map(lambda x: x[idx], data))
-                upd, opt_state = opt.update(g, opt_state, params)
-                return (optax.apply_updates(params, upd), opt_state), None
-
-            return jax.lax.scan(minibatch, carry, jax.random.permutation(k, b).reshape(m, b // m))[0], None
-
-        (params, opt_state), _ = jax.lax.scan(epoch, (params, opt_state), jax.random.split(k_upd, cfg.epochs))
+        state, _ = update_epochs(k_upd, TrainState(params, opt_state), data, loss_fn=loss_fn, optimizer=opt,
+                                 num_epochs=cfg.epochs, num_minibatches=m)
+        params, opt_state = state
         return (params, opt_state), exact_j(params["policy"])
 
     params = {"policy": ref, "critic": jnp.zeros(n_states)}
@@ -438,42 +250,6 @@ def run_tabular(cfg: TabularConfig):
 
 
 # --- driver --------------------------------------------------------------------------------
-SUMMARY_KEYS = ("score", "kl_seq", "grammatical", "eos_rate", "resp_len", "clip_frac", "approx_kl", "beta")
-
-
-def per_iteration_table(metrics) -> dict:
-    """Host-side ``{name: [iters]}``: rollout stats as is, update stats averaged over K x M."""
-    out = {}
-    for k, v in metrics.items():
-        v = np.asarray(v)
-        out[k] = v.reshape(v.shape[0], -1).mean(axis=1) if v.ndim > 1 else v
-    return out
-
-
-def quick_config(**kw) -> ToyConfig:
-    base = dict(sft_steps=300, iters=25, batch=32, minibatches=2, epochs=2, lr=1e-3)
-    base.update(kw)
-    return ToyConfig(**base)
-
-
-def run_toy(cfg: ToyConfig, betas, log=print):
-    """SFT, then PPO for each beta (one vmapped compile). Returns ``(sft_nll, {beta: table})``."""
-    trans, allowed = make_grammar(cfg)
-    t0 = time.time()
-    sft_params, sft_nll = train_sft(cfg, trans)
-    log(f"SFT: {cfg.sft_steps} steps, final NLL/token {sft_nll:.3f} ({time.time() - t0:.1f}s)")
-    fns = make_rl_train(cfg, trans, allowed, sft_params)
-    t0 = time.time()
-    train = jax.jit(jax.vmap(fns["train"], in_axes=(None, 0, None)))
-    _, metrics = train(jax.random.PRNGKey(cfg.seed + 1), jnp.asarray(betas, jnp.float32), sft_params)
-    metrics = jax.device_get(metrics)
-    log(f"PPO: {len(betas)} beta(s) x {cfg.iters} iterations ({time.time() - t0:.1f}s incl. compile)")
-    tables = {}
-    for i, beta in enumerate(betas):
-        tables[float(beta)] = per_iteration_table({k: v[i] for k, v in metrics.items()})
-    return sft_nll, tables, metrics
-
-
 def fmt_row(vals, widths):
     return "| " + " | ".join(str(v).rjust(w) for v, w in zip(vals, widths)) + " |"
 
@@ -525,8 +301,8 @@ def main(argv=None):
     for beta in sorted(tables):
         t = tables[beta]
         sweep_rows.append([beta, f"{t['score'][0]:.2f}", f"{t['score'][-tail:].mean():.2f}",
-                           f"{t['kl_seq'][-tail:].mean():.2f}", f"{t['grammatical'][-tail:].mean():.3f}",
-                           f"{t['eos_rate'][-tail:].mean():.2f}", f"{t['resp_len'][-tail:].mean():.1f}"])
+                           f"{t['kl'][-tail:].mean():.2f}", f"{t['task_grammatical'][-tail:].mean():.3f}",
+                           f"{t['eos_rate'][-tail:].mean():.2f}", f"{t['response_length'][-tail:].mean():.1f}"])
     sweep_md = markdown_table(["beta", "score (SFT)", "score (final)", "KL/seq", "grammatical", "EOS rate",
                                "resp len"], sweep_rows)
     print(f"\nbeta sweep (final = mean of last {tail} iterations):\n" + sweep_md)
@@ -572,7 +348,7 @@ def plot(out, tables, main_beta, tres):
     except ImportError:
         print("matplotlib not installed (pip install purejaxppo[plot]): skipping plots")
         return
-    keys = ["score", "kl_seq", "grammatical", "eos_rate", "clip_frac", "approx_kl"]
+    keys = ["score", "kl", "task_grammatical", "eos_rate", "clip_frac", "approx_kl"]
     fig, axes = plt.subplots(2, 3, figsize=(11, 5.5))
     for ax, k in zip(axes.flat, keys):
         for beta in sorted(tables):
@@ -588,9 +364,9 @@ def plot(out, tables, main_beta, tres):
     betas = sorted(tables)
     tail = lambda t, k: t[k][-max(1, len(t[k]) // 10):].mean()  # noqa: E731
     ax = axes[0]
-    ax.scatter([tail(tables[b], "kl_seq") for b in betas], [tail(tables[b], "score") for b in betas])
+    ax.scatter([tail(tables[b], "kl") for b in betas], [tail(tables[b], "score") for b in betas])
     for b in betas:
-        ax.annotate(f"{b:g}", (tail(tables[b], "kl_seq"), tail(tables[b], "score")))
+        ax.annotate(f"{b:g}", (tail(tables[b], "kl"), tail(tables[b], "score")))
     ax.set_xlabel("KL(pi || ref) per sequence")
     ax.set_ylabel("score")
     ax.set_title("beta sweep: score vs KL")

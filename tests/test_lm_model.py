@@ -1,7 +1,7 @@
 """The tiny LM's KV cache and the sampling controls (purejaxppo/lm/model.py, purejaxppo/lm/sampling.py).
 
-* The cached decode (TinyLMCached) against the full recompute (FullRecompute over the teacher-forced
-  pass, the path ``model.generate`` takes) on ragged left-padded prompts: same tokens with the
+* The cached decode (FlaxLM) against the full recompute (FullRecompute over the teacher-forced
+  pass) on ragged left-padded prompts: same tokens with the
   same key (greedy, sampled, sampled with controls) and the logits of every step within 1e-5.
 * ``filter_logits`` / ``sample_tokens`` against NumPy references: top-k keeps exactly k tokens,
   top-p the smallest set with mass >= p, temperature divides the logits, the returned log-prob
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm.model import FullRecompute, TinyLM, TinyLMCached
+from purejaxppo.lm.model import FlaxLM, FullRecompute, TinyLM
 from purejaxppo.lm.sampling import filter_logits, sample_response, sample_tokens
 
 V, P, T, B = 13, 6, 10, 5
@@ -52,7 +52,7 @@ def _sampler(impl_name, top_k):
     (top-k's own effect is checked below, on ``filter_logits``)."""
     def run(key, params, prompt, valid, temperature, top_p, stop):
         model = TinyLM(vocab_size=V, d_model=32, n_layers=2, n_heads=2, max_len=P + T)
-        impl = {"cached": TinyLMCached(model), "full": FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])}[impl_name]
+        impl = {"cached": FlaxLM(model), "full": FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])}[impl_name]
         return sample_response(impl, params, key, prompt, valid, T, stop, PAD, temperature, top_k, top_p)
     return jax.jit(run)
 
@@ -84,7 +84,7 @@ def test_kv_cache_decoding_equals_full_recompute(lm, top_k, temperature, top_p, 
 def test_every_decode_step_has_the_full_recompute_logits(lm):
     """Both programs teacher-forced on the same (random) response tokens, step by step."""
     model, params, prompt, valid = lm
-    cached, full = TinyLMCached(model), FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])
+    cached, full = FlaxLM(model), FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])
     resp = jax.random.randint(jax.random.PRNGKey(5), (B, T), 1, V)
     (lc, cache_c), (lf, cache_f) = (jax.jit(m.prefill, static_argnums=3)(params, prompt, valid, P + T) for m in (cached, full))
     assert [k.shape for k in cache_c.k] == [(B, 2, P + T, 16)] * 2  # [B, heads, max_len, head_dim]

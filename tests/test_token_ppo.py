@@ -93,6 +93,31 @@ def test_first_minibatch_is_on_policy(tiny, top_k, top_p, temperature):
         assert (rank[mask[:, 1:]] < top_k).all()
 
 
+def test_the_reference_is_frozen_and_gets_no_gradient(tiny):
+    lm, params = tiny
+    cfg = config(num_iterations=1)
+    tp = make_token_ppo(cfg, lm, count_threes, prompts=prompts)
+    state = jax.jit(tp.init)(jax.random.PRNGKey(1), params, jax.tree.map(jnp.copy, params))
+    before = jax.tree.map(np.asarray, state.reference)
+    new, _ = jax.jit(tp.iteration)(state)
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(new.reference)):
+        np.testing.assert_array_equal(a, np.asarray(b))  # exact: the reference is never written to
+    moved = max(float(jnp.max(jnp.abs(a - b))) for a, b in
+                zip(jax.tree.leaves(new.train.params["policy"]), jax.tree.leaves(params)))
+    assert moved > 0  # while the policy moved
+    models = experience.Models(lm, lm, lm, count_threes)
+    prompt, valid = prompts(jax.random.PRNGKey(3), B)
+
+    def loss_through_the_rollout(ref):  # the reference shapes the rewards, but no gradient reaches it
+        exp = experience.collect(models, state.train.params, ref, None, jax.random.split(jax.random.PRNGKey(4), B),
+                                 prompt, valid, cfg)
+        data, _ = experience.finish(exp, 0.1, cfg)
+        return tp.loss(state.train.params, data, {"units": jnp.sum(data["mask"], dtype=jnp.float32)})[0]
+
+    g = jax.jit(jax.grad(loss_through_the_rollout))(state.reference)
+    assert all(float(jnp.max(jnp.abs(x))) == 0.0 for x in jax.tree.leaves(g))
+
+
 def _scripted(script):
     """A policy whose row ``b`` always emits ``script[b, P:]`` (logits 50 on the scripted token)."""
     return FullRecompute(lambda s, tokens, valid: 50.0 * jax.nn.one_hot(

@@ -22,8 +22,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from purejaxppo.lm.sampling import sample_response
-
 _NEG = -1e9  # finite: a row with every key masked stays finite (softmax -> uniform), never NaN
 
 
@@ -223,8 +221,6 @@ class FlaxLM:
         return logits[:, 0], cache
 
 
-TinyLMCached = FlaxLM  # the name the first cache tests and benchmark used
-
 
 @dataclass(frozen=True)
 class FullRecompute:
@@ -255,23 +251,3 @@ class FullRecompute:
         buf, vbuf = cache
         buf, vbuf = buf.at[:, position].set(token.astype(buf.dtype)), vbuf.at[:, position].set(True)
         return self.logits_fn(params, buf, vbuf)[:, position], (buf, vbuf)
-
-
-def generate(apply_fn, params, key, prompt, prompt_valid, max_new: int, eos_id: int, pad_id: int):
-    """Sample ``max_new`` tokens after left-padded prompts at temperature 1, by ``lax.scan``,
-    WITHOUT a cache (:class:`FullRecompute`: one full causal pass per step). For the cached
-    loop and the sampling controls see :func:`purejaxppo.lm.sampling.sample_response`.
-
-    Args:
-      apply_fn: ``apply_fn(params, tokens [B, L], valid [B, L]) -> (logits, values)``.
-      prompt, prompt_valid: ``[B, P]`` (left-padded).
-    Returns:
-      ``(tokens [B, P+T], valid [B, P+T], action_mask [B, P+T])``: ``valid`` marks every
-      non-pad token, ``action_mask`` the generated ones (up to and including EOS).
-      After EOS the row is padded with ``pad_id``.
-    """
-    lm = FullRecompute(lambda p, t, v: apply_fn(p, t, v)[0])
-    toks, _, mask = sample_response(lm, params, key, prompt, prompt_valid, max_new, jnp.array([eos_id]), pad_id)
-    valid = jnp.concatenate([prompt_valid.astype(bool), mask], axis=1)
-    action_mask = jnp.concatenate([jnp.zeros(prompt.shape, bool), mask], axis=1)
-    return jnp.concatenate([prompt, toks], axis=1), valid, action_mask

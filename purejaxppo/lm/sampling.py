@@ -71,7 +71,7 @@ def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_id
       ``(tokens [B, max_new], logp [B, max_new], mask [B, max_new])``: ``mask`` is True up to
       and including the first stop token; after it ``tokens`` is ``pad_id`` and ``logp`` 0.
       ``logp`` is the log-prob under the distribution sampled from (see the module docstring).
-    The key is split once per token (``key, sub = split(key)``), as ``model.generate`` did.
+    The key is split once per token (``key, sub = split(key)``).
     ``per_row=True``: ``key`` is ``[B]`` keys, one per row, each split once per token, so a
     row's tokens do not depend on the batch it sits in (a batch split over devices samples
     what one device would).

@@ -94,7 +94,8 @@ def _units(mask, aggregation):
 
 def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, *,
                    prompts: Optional[PromptFn] = None, critic=None, reference=None, ptx: Optional[PtxFn] = None,
-                   axis_name: Optional[str] = None, num_devices: int = 1) -> TokenPPO:
+                   diagnostics: Optional[Callable] = None, axis_name: Optional[str] = None,
+                   num_devices: int = 1) -> TokenPPO:
     """Token-level PPO for ``policy`` (a :class:`~purejaxppo.lm.model.CausalLM`).
 
     ``reward(reward_params, prompt, prompt_valid, response, mask) -> [B]`` scores a response
@@ -102,7 +103,8 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
     critic's model for ``config.critic == "separate"`` (default: the policy's architecture);
     ``reference``: the reference's model (default: the policy's). ``prompts`` draws each
     iteration's prompts (needed by ``run``/``train``); ``ptx`` the pretraining batch when
-    ``config.ptx``. ``config`` is bound; a traced config with the same static fields may be
+    ``config.ptx``; ``diagnostics(prompt, prompt_valid, response, mask) -> {name: scalar}``
+    (e.g. a task's) adds ``task_<name>`` metrics of each iteration's sampled responses. ``config`` is bound; a traced config with the same static fields may be
     passed to every function (a sweep)."""
     validate_token_config(config)
     if config.critic == "value_head" and critic is not None:
@@ -165,7 +167,12 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         row_keys = mine(jax.random.split(k_sample, cfg.batch_size))
         exp = experience.collect(models, state.train.params, state.reference, state.reward, row_keys, prompt,
                                  prompt_valid, cfg)
-        data, stats = experience.finish(gather(exp), state.beta, cfg)
+        exp = gather(exp)
+        data, stats = experience.finish(exp, state.beta, cfg)
+        if diagnostics is not None:
+            p = prompt.shape[1]
+            found = diagnostics(exp["tokens"][:, :p], exp["valid"][:, :p], exp["tokens"][:, p:], exp["mask"][:, p:])
+            stats.update({f"task_{k}": jnp.asarray(v, jnp.float32) for k, v in found.items()})
         if cfg.ptx:
             data["ptx_tokens"], data["ptx_valid"], data["ptx_mask"] = ptx(k_ptx, cfg.batch_size)
         one_pass = accumulate_gradients(lambda p, mb, t: share_loss(p, mb, t, cfg), cfg.micro_batches)

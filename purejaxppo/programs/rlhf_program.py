@@ -104,7 +104,8 @@ class RLHFProgram:
         self.split, self.shard = "prompts", 1
         self.run_info = {"kind": "rlhf", "rlhf": settings.to_dict()}
         reward = lambda _, *batch: task.score(*batch)  # noqa: E731  (a function: no reward-model params)
-        build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts)
+        build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts,
+                                  diagnostics=task.diagnostics)
         self.tp = data_parallel(build, num_devices)
         self._chunks, self._once = {}, CompileOnce()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
