@@ -51,6 +51,9 @@ def test_resume_equals_uninterrupted_bit_for_bit(tmp_path):
     state_b, _ = restore_checkpoint(latest_checkpoint(os.path.join(b, "checkpoints")), state_a)
     for x, y in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
         assert np.array_equal(np.asarray(x), np.asarray(y))
+    summary = json.load(open(os.path.join(a, "summary.json")))  # the final score (last 5% of iterations: the last)
+    last = {int(r[0]): float(r[header.index("score")]) for r in rows(a)[1:] if r[header.index("update")] == "3"}
+    np.testing.assert_allclose(summary["final_score_per_seed"], [last[0], last[1]], rtol=1e-6)
     info = json.load(open(os.path.join(a, "config.json")))
     assert info["kind"] == "rlhf" and info["sft"]["steps"] == 20 and "eval_exact_match" in info["sft"]
     samples = open(os.path.join(a, "samples.txt")).read()

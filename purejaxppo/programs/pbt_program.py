@@ -95,6 +95,7 @@ class PBTProgram:
         self.ppo = ppo if ppo is not None else make_ppo(config)
         self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
         self.run_info = {"kind": "pbt", "pbt": settings.to_dict()}
+        self.headline = ("episode_return", "return")
         self.traces = 0
         self._init = jax.jit(self.init_state)
         self._fns, self._once = {}, CompileOnce()

@@ -42,6 +42,7 @@ class Program:
         self.config, self.ppo, self.num_devices, self.split = config, ppo, num_devices, split
         self.shard = num_devices if split == "seeds" else 1
         self.run_info = {}  # the front door records "run" or "sweep"
+        self.headline = ("episode_return", "return")
         self._fns, self._once, self._loaded = {}, CompileOnce(), {}
 
     def _fn(self, n: Optional[int], stacked: bool):

@@ -103,6 +103,7 @@ class RLHFProgram:
         self.config, self.settings, self.num_devices = task_config(config, task), settings, num_devices
         self.split, self.shard = "prompts", 1
         self.run_info = {"kind": "rlhf", "rlhf": settings.to_dict()}
+        self.headline = ("score", "score")  # the task's score of the sampled responses
         reward = lambda _, *batch: task.score(*batch)  # noqa: E731  (a function: no reward-model params)
         build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts,
                                   diagnostics=task.diagnostics)

@@ -39,7 +39,7 @@ class RunResult:
     compile_s: float
     run_s: float
     env_steps: int  # total over runs, this session
-    final_return: np.ndarray  # [R]
+    final_return: np.ndarray  # [R]: the program's headline metric at the end (episode return, token score)
     extra: dict = field(default_factory=dict)
     updates_done: int = 0
     finished: bool = True  # False when stopped early by ``stop_after``
@@ -270,7 +270,7 @@ class _Session:
         metrics = {k: np.concatenate([c[k] for c in chunks], axis=1) for k in (chunks[0] if chunks else {})}
         if prev:
             metrics = {k: np.concatenate([prev[k].astype(v.dtype), v], axis=1) for k, v in metrics.items()} or prev
-        ret = metrics.get("episode_return", np.full((runs, 1), np.nan))
+        ret = metrics.get(self.prog.headline[0], np.full((runs, 1), np.nan))
         n_total, batch = self.config.num_updates, self.config.batch_size
         result = RunResult(self.config, self.run_dir, self.state, metrics, self.compile_s, self.run_s,
                            (done - self.start_update) * batch * runs, rf.final_returns(ret), updates_done=done,
@@ -280,7 +280,7 @@ class _Session:
         if run_dir and result.finished and not (done == self.start_update and os.path.exists(
                 os.path.join(run_dir, rf.SUMMARY))):
             try:
-                summary = rf.summary(result, n_total * batch * runs, latest_checkpoint(self.ckpt_root))
+                summary = rf.summary(result, n_total * batch * runs, latest_checkpoint(self.ckpt_root), self.prog.headline[1])
                 rf.write_summary(run_dir, summary)
             except OSError as e:
                 raise _write_error(e, run_dir, self.ckpt_root) from None

@@ -29,6 +29,9 @@ class RunProgram(Protocol):
     * ``config``: the run's config (the loop reads ``num_updates`` and ``batch_size``);
       ``num_devices``, ``split`` and ``shard`` (devices the runs axis is split over) describe
       its layout for ``config.json`` and for evaluation.
+    * ``headline``: ``(metric, name)``: the ``metrics`` column whose final value sums a run up
+      (the mean over the last 5% of updates, finite values only) and its name in
+      ``summary.json`` (``final_<name>_per_seed``, ``final_<name>_mean``).
     * ``run_info``: entries this kind adds to ``config.json`` (at least ``{"kind": NAME}`` for a
       kind other than plain runs and sweeps, plus its settings), so the folder can be resumed.
     * ``place(keys [R], configs [R] | None) -> inputs``: the inputs laid out on the devices;
@@ -49,6 +52,7 @@ class RunProgram(Protocol):
     num_devices: int
     split: str
     shard: int
+    headline: Tuple[str, str]
     run_info: dict
 
     def place(self, *inputs) -> tuple: ...

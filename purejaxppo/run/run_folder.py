@@ -286,15 +286,15 @@ def load_run(run_dir: str, checkpoint: Optional[str] = None, ppo=None):
     return config, info, runner, ppo
 
 
-def summary(result, env_steps: int, checkpoint: Optional[str]) -> dict:
-    """``summary.json`` of a finished :class:`~purejaxppo.run.loop.RunResult` (``env_steps``: whole run, all runs)."""
+def summary(result, env_steps: int, checkpoint: Optional[str], name: str = "return") -> dict:
+    """``summary.json`` of a finished run (``env_steps``: all runs; ``name``: the program's headline)."""
     fr = np.asarray(result.final_return, np.float64)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        out = {"final_return_per_seed": fr.tolist(), "final_return_mean": float(np.nanmean(fr)),
+        out = {f"final_{name}_per_seed": fr.tolist(), f"final_{name}_mean": float(np.nanmean(fr)),
                "compile_s": result.compile_s, "run_s": result.run_s, "env_steps": env_steps,
                "steps_per_s": result.steps_per_s, "checkpoint": checkpoint}
         if result.members is not None:
             out["members"] = result.members
-            out["final_return_per_member"] = fr.reshape(len(result.members), -1).tolist()
+            out[f"final_{name}_per_member"] = fr.reshape(len(result.members), -1).tolist()
     return out
