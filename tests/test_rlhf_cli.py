@@ -73,6 +73,10 @@ SMALL = ["rlhf", "--iterations", "2", "--batch", "8", "--minibatches", "2", "--e
     (["--batch", "10", "--minibatches", "4"], "divisible by num_minibatches"),
     (["--critic", "both"], "critic='both' must be one of"),
     (["--task", "sorting"], "unknown task 'sorting'"),
+    (["--task-option", "max_len"], "must be FIELD=VALUE"),
+    (["--task-option", "colour=3"], "unexpected keyword argument 'colour'"),
+    (["--task-option", "max_len=long"], "must be a number, true or false"),
+    (["--task-option", "max_len=20"], "need 1 <= min_len <= max_len < max_new"),
 ])
 def test_bad_flags_get_one_error_line(args, message):
     proc = _cli(["rlhf", *args, "--quiet"], timeout=300)

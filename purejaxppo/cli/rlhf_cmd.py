@@ -54,6 +54,8 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", default="1", help="split each iteration's prompts over N devices (default 1)")
     p.add_argument("--chunk", type=int, default=10, help="iterations per compiled chunk (default 10)")
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (parameters stay float32)")
+    p.add_argument("--task-option", dest="rl_task_options", action="append", metavar="FIELD=VALUE", default=None,
+                   help="a field of the task (e.g. max_len=6, partial_credit=true); repeatable")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     for flag, (dest, typ, text) in {**CONFIG_FLAGS, **SETTING_FLAGS}.items():
         p.add_argument(flag, dest=f"rl_{dest}", type=typ, default=None, help=text)
@@ -69,18 +71,36 @@ def _config_and_settings(args):
         cfg["adaptive_kl"] = True
     st = {d: getattr(args, f"rl_{d}") for d, _, _ in SETTING_FLAGS.values() if getattr(args, f"rl_{d}") is not None}
     st.setdefault("eval_every", 10)
-    settings = RLHFSettings(task=args.task, dtype="bfloat16" if args.bf16 else "float32", **st)
+    settings = RLHFSettings(task=args.task, task_options=_task_options(args.rl_task_options or []),
+                            dtype="bfloat16" if args.bf16 else "float32", **st)
     try:
         settings.make_task()
-    except ValueError as e:
-        raise UserError(str(e)) from None
+    except (ValueError, TypeError) as e:  # an unknown task, an unknown field, a value out of range
+        raise UserError(f"--task {args.task}: {e}") from None
     return validate_token_config(TokenPPOConfig(**cfg)), settings
+
+
+def _task_options(items) -> tuple:
+    """``["max_len=6", "partial_credit=true"]`` -> ``(("max_len", 6), ("partial_credit", True))``."""
+    out = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or not field:
+            raise UserError(f"--task-option {item!r} must be FIELD=VALUE (e.g. max_len=6)")
+        low = value.lower()
+        try:
+            out[field] = True if low == "true" else False if low == "false" else (
+                int(value) if value.lstrip("-").isdigit() else float(value))
+        except ValueError:
+            raise UserError(f"--task-option {item!r}: the value must be a number, true or false") from None
+    return tuple(sorted(out.items()))
 
 
 def cmd_rlhf(args) -> int:
     from purejaxppo.cli.devices import choose_devices, set_devices
 
     given = [f for f, (d, _, _) in {**CONFIG_FLAGS, **SETTING_FLAGS}.items() if getattr(args, f"rl_{d}") is not None]
+    given += ["--task-option"] if args.rl_task_options else []
     if args.resume and given:
         raise UserError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
     if args.resume:
