@@ -1,4 +1,4 @@
-"""Print the per-iteration table of an rlhf run folder (4 seeds): python experiments/lm/table.py RUN_DIR."""
+"""Print the per-iteration table of an rlhf run folder (any number of seeds): python experiments/lm/table.py RUN_DIR."""
 import csv, json, sys, numpy as np
 d = sys.argv[1]
 rows = list(csv.DictReader(open(f"{d}/metrics.csv")))
@@ -8,7 +8,7 @@ us = sorted({int(r["update"]) for r in rows})
 def col(k, u):
     return np.array([float(r[k]) for r in rows if int(r["update"]) == u and r[k] not in ("", "nan")])
 print(f"SFT baseline (greedy, 256 fixed prompts): exact match {info['sft']['eval_exact_match']:.3f}")
-print("| iteration | sampled score (mean of 4 seeds) | KL/seq | greedy exact match: mean [min, max] over seeds |")
+print("| iteration | sampled score (mean over seeds) | KL/seq | greedy exact match: mean [min, max] over seeds |")
 print("|---|---|---|---|")
 for u in us:
     if (u + 1) % 10 == 0 or u == 0:

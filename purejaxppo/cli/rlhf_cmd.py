@@ -17,15 +17,15 @@ from purejaxppo.cli.errors import UserError
 
 # flag -> (TokenPPOConfig field, type, help)
 CONFIG_FLAGS = {
-    "--iterations": ("num_iterations", int, "PPO iterations (default 60)"),
+    "--iterations": ("num_iterations", int, "PPO iterations (default 80)"),
     "--batch": ("batch_size", int, "prompts per iteration (default 64)"),
     "--epochs": ("update_epochs", int, "epochs over each batch (default 4)"),
     "--minibatches": ("num_minibatches", int, "minibatches per epoch (default 4)"),
     "--micro-batches": ("micro_batches", int, "gradient accumulation: passes per minibatch (default 1)"),
-    "--beta": ("beta", float, "KL coefficient (the initial one with --kl-target) (default 0.05)"),
+    "--beta": ("beta", float, "KL coefficient (the initial one with --kl-target) (default 0.02)"),
     "--kl-target": ("kl_target", float, "adaptive KL: target KL per sequence (turns the controller on)"),
     "--kl-estimator": ("kl_estimator", str, "per-token KL in the reward: k1 | k2 | k3 | abs (default k1)"),
-    "--actor-lr": ("actor_lr", float, "policy learning rate (default 3e-4)"),
+    "--actor-lr": ("actor_lr", float, "policy learning rate (default 1e-3)"),
     "--critic-lr": ("critic_lr", float, "critic learning rate (default 1e-3)"),
     "--critic": ("critic", str, "separate (its own model) | value_head (on the policy's trunk) (default separate)"),
     "--temperature": ("temperature", float, "sampling temperature (default 1)"),
@@ -34,9 +34,14 @@ CONFIG_FLAGS = {
     "--ent-coef": ("ent_coef", float, "entropy bonus (default 0)"),
     "--missing-eos-penalty": ("missing_eos_penalty", float, "subtracted from a response with no EOS (default 1)"),
 }
-DEFAULTS = dict(num_iterations=60, batch_size=64, actor_lr=3e-4, critic_lr=1e-3, beta=0.05)
+DEFAULTS = dict(num_iterations=80, batch_size=64, actor_lr=1e-3, critic_lr=1e-3, beta=0.02)
+# each task's preset (flags and --task-option override it): reversal of up to 6 digits after a
+# short SFT leaves the SFT model at about 0.3 greedy exact match, with room for PPO to show (about
+# 0.6 after 80 iterations, experiments/lm/RESULTS.md); longer strings learn far slower
+TASK_PRESETS = {"reverse": dict(task_options={"max_len": 6, "max_new": 8}, sft_steps=40),
+                "grammar": dict(task_options={}, sft_steps=300)}
 SETTING_FLAGS = {
-    "--sft-steps": ("sft_steps", int, "supervised steps before PPO (default 100)"),
+    "--sft-steps": ("sft_steps", int, "supervised steps before PPO (default: the task's preset, 40 for reverse)"),
     "--d-model": ("d_model", int, "TinyLM width (default 32)"),
     "--layers": ("n_layers", int, "TinyLM layers (default 2)"),
     "--heads": ("n_heads", int, "TinyLM attention heads (default 2)"),
@@ -58,7 +63,7 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
                    help="a field of the task (e.g. max_len=6, partial_credit=true); repeatable")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     for flag, (dest, typ, text) in {**CONFIG_FLAGS, **SETTING_FLAGS}.items():
-        p.add_argument(flag, dest=f"rl_{dest}", type=typ, default=None, help=text)
+        p.add_argument(flag, dest=f"rl_{dest}", type=typ, default=None, help=text, metavar=flag[2:].upper())
 
 
 def _config_and_settings(args):
@@ -71,7 +76,10 @@ def _config_and_settings(args):
         cfg["adaptive_kl"] = True
     st = {d: getattr(args, f"rl_{d}") for d, _, _ in SETTING_FLAGS.values() if getattr(args, f"rl_{d}") is not None}
     st.setdefault("eval_every", 10)
-    settings = RLHFSettings(task=args.task, task_options=_task_options(args.rl_task_options or []),
+    preset = TASK_PRESETS.get(args.task, {"task_options": {}})
+    st.setdefault("sft_steps", preset.get("sft_steps", 100))
+    options = {**preset["task_options"], **dict(_task_options(args.rl_task_options or []))}
+    settings = RLHFSettings(task=args.task, task_options=tuple(sorted(options.items())),
                             dtype="bfloat16" if args.bf16 else "float32", **st)
     try:
         settings.make_task()
