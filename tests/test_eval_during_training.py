@@ -137,9 +137,9 @@ def test_progress_bar_shows_the_latest_evaluation(capsys):
 
     on_chunk, close = progress_bar(False, "x")
     info = {"updates": 2, "num_updates": 4, "env_steps": 128, "steps_per_s": 1.0, "compile_s": 0.0,
-            "episode_return": np.array([[10.0], [20.0]])}
-    on_chunk(dict(info, eval_return=np.array([30.0, 50.0])))
-    on_chunk(dict(info, updates=3, eval_return=None))  # kept until the next evaluation
+            "metrics": {"episode_return": np.array([[10.0], [20.0]])}}  # what the chunk loop passes
+    on_chunk(dict(info, evaluated={"eval_return": np.array([30.0, 50.0])}))
+    on_chunk(dict(info, updates=3, evaluated=None))  # kept until the next evaluation
     close()
     assert "eval 40.0" in capsys.readouterr().out.splitlines()[-1]
 

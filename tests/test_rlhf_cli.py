@@ -9,6 +9,7 @@
 """
 
 import csv
+import importlib.util
 import json
 import os
 import subprocess
@@ -80,6 +81,15 @@ SMALL = ["rlhf", "--iterations", "2", "--batch", "8", "--minibatches", "2", "--e
 ])
 def test_bad_flags_get_one_error_line(args, message):
     proc = _cli(["rlhf", *args, "--quiet"], timeout=300)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboardX") is not None or importlib.util.find_spec("torch") is not None,
+                    reason="a TensorBoard writer is installed here")
+def test_tensorboard_without_its_package_is_refused_before_any_work(tmp_path):
+    proc = _cli(["rlhf", "--tensorboard", "--quiet", "--run-dir", str(tmp_path / "tb")], timeout=300)
+    assert not (tmp_path / "tb").exists()
+    message = "pip install 'purejaxppo[tensorboard]'"
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 

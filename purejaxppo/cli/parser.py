@@ -6,6 +6,7 @@ import argparse
 
 from purejaxppo.cli.flags import add_config_flags, strict_int
 from purejaxppo.cli.pbt_cli import add_pbt_flags
+from purejaxppo.cli.train_setup import add_sink_flags
 
 
 class StoreOnce(argparse._StoreAction):
@@ -83,9 +84,7 @@ def _add_train(t: argparse.ArgumentParser) -> None:
     t.add_argument("--sweep", action="append", default=None, metavar="NAME=V1,V2,...",
                    help="train a hyperparameter population in one compile (repeatable: grid over all); "
                         "e.g. --sweep lr=1e-4,3e-4,1e-3")
-    t.add_argument("--tensorboard", action="store_true", help="also log to RUN_DIR/tb (needs purejaxppo[tensorboard])")
-    t.add_argument("--wandb", nargs="?", const="purejaxppo", default=None, metavar="PROJECT",
-                   help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])")
+    add_sink_flags(t)
     t.add_argument("--eval-every", type=strict_int, default=None, metavar="N",
                    help="every N updates, play greedy (mode action) episodes on separate env copies; their mean "
                         "return goes to metrics.csv (eval_return), the progress bar and the plot")

@@ -14,6 +14,7 @@ import os
 import time
 
 from purejaxppo.cli.errors import UserError
+from purejaxppo.cli.train_setup import add_sink_flags, check_sinks, sinks_for
 
 # flag -> (TokenPPOConfig field, type, help)
 CONFIG_FLAGS = {
@@ -62,6 +63,7 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task-option", dest="rl_task_options", action="append", metavar="FIELD=VALUE", default=None,
                    help="a field of the task (e.g. max_len=6, partial_credit=true); repeatable")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_sink_flags(p)
     for flag, (dest, typ, text) in {**CONFIG_FLAGS, **SETTING_FLAGS}.items():
         p.add_argument(flag, dest=f"rl_{dest}", type=typ, default=None, help=text, metavar=flag[2:].upper())
 
@@ -123,6 +125,7 @@ def cmd_rlhf(args) -> int:
     else:
         config, settings = _config_and_settings(args)
         devices = choose_devices(args.devices, config.batch_size, f"--batch ({config.batch_size})")
+    check_sinks(args)
     set_devices(devices)
     from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
     from purejaxppo.run.progress import progress_bar
@@ -131,7 +134,8 @@ def cmd_rlhf(args) -> int:
                                    shown="score", steps="sequences", fmt=".3f")
     try:
         if args.resume:
-            result = resume_rlhf(args.resume, on_chunk=on_chunk)
+            result = resume_rlhf(args.resume, on_chunk=on_chunk,
+                                 loggers=sinks_for(args, args.resume, info["config"], 1))
             run_dir = args.resume
         else:
             run_dir = args.run_dir or os.path.join("runs", f"rlhf-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -142,7 +146,8 @@ def cmd_rlhf(args) -> int:
                 print(f"SFT: {settings.sft_steps} steps in {time.perf_counter() - t:.1f}s; greedy {json.dumps(ev)}",
                       flush=True)
             result = train_rlhf(config, settings, seed=args.seed, num_seeds=args.seeds, run_dir=run_dir,
-                                num_devices=devices, chunk_updates=args.chunk, on_chunk=on_chunk, sft=sft)
+                                num_devices=devices, chunk_updates=args.chunk, on_chunk=on_chunk, sft=sft,
+                                loggers=sinks_for(args, run_dir, config, 1))
     finally:
         close()
     if not args.quiet:

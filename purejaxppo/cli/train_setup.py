@@ -10,6 +10,13 @@ from purejaxppo.cli.errors import MAX_EPISODES, UserError, check_seed
 MAX_RUNS = 2**31 - 1
 
 
+def add_sink_flags(p) -> None:
+    """``--tensorboard`` and ``--wandb [PROJECT]``: where a run logs besides metrics.csv."""
+    p.add_argument("--tensorboard", action="store_true", help="also log to RUN_DIR/tb (needs purejaxppo[tensorboard])")
+    p.add_argument("--wandb", nargs="?", const="purejaxppo", default=None, metavar="PROJECT",
+                   help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])")
+
+
 def sinks_for(args, run_dir, config, num_members):
     from purejaxppo.run.sinks import TensorBoardLogger, WandbLogger
 

@@ -224,6 +224,7 @@ class _Session:
         self.chunks.append(metrics)
 
     def progress(self, metrics: dict, evaluated: Optional[dict]) -> dict:
+        """``on_chunk``'s argument: counters, timings, the chunk's ``metrics`` and ``evaluated`` (or None)."""
         batch = self.config.batch_size
         return {"updates": self.done, "num_updates": self.config.num_updates, "env_steps": self.done * batch,
                 "run_s": self.run_s, "compile_s": self.compile_s, "start_update": self.start_update,
@@ -288,8 +289,7 @@ class _Session:
 
 
 def _write_error(e: OSError, run_dir: Optional[str], ckpt_root: Optional[str]) -> RunFolderWriteError:
-    """What to tell the user when the run folder cannot be written: the reason, what is kept
-    (the newest checkpoint, the rows it covers) and how to continue."""
+    """What to tell the user when the run folder cannot be written: why, what is kept, how to continue."""
     reason = str(e) if isinstance(e, SaveError) else f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}"
     path = latest_checkpoint(ckpt_root) if ckpt_root and os.path.isdir(ckpt_root) else None
     update = int(os.path.basename(path).split("_")[-1]) if path else 0
