@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -110,3 +111,26 @@ def test_two_devices_equal_one_device_from_the_command_line(tmp_path):
     assert again.returncode == 0 and rows(str(tmp_path / "d1")) == runs[1]  # a finished run: nothing rewritten
     refused = _cli(["rlhf", "--resume", str(tmp_path / "d1"), "--beta", "1"])
     assert refused.returncode == 2 and "drop --beta" in refused.stderr
+
+
+def test_init_from_a_local_gpt2_folder(tmp_path):
+    from purejaxppo.lm.gpt2 import GPT2, save_gpt2
+
+    model = GPT2(vocab_size=16, n_positions=16, n_embd=16, n_layer=1, n_head=2)  # the task needs 13 ids, 15 slots
+    save_gpt2(str(tmp_path / "gpt2"), model, jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
+                                                                 jnp.ones((1, 4), bool)))
+    run = str(tmp_path / "run")
+    proc = _cli(["rlhf", "--init", str(tmp_path / "gpt2"), "--iterations", "2", "--batch", "8", "--minibatches", "2",
+                 "--epochs", "1", "--sft-steps", "5", "--eval-every", "0", "--quiet", "--run-dir", run])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(rows(run)) == 1 + 2 and json.load(open(os.path.join(run, "config.json")))["rlhf"]["init"].endswith("gpt2")
+    small = GPT2(vocab_size=8, n_positions=16, n_embd=16, n_layer=1, n_head=2)
+    save_gpt2(str(tmp_path / "small"), small, small.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
+                                                          jnp.ones((1, 4), bool)))
+    refused = _cli(["rlhf", "--init", str(tmp_path / "small"), "--quiet", "--run-dir", str(tmp_path / "r2")])
+    assert refused.returncode == 2 and "vocabulary (8) is smaller than the task's (13)" in refused.stderr, refused.stderr
+    short = GPT2(vocab_size=16, n_positions=8, n_embd=16, n_layer=1, n_head=2)
+    save_gpt2(str(tmp_path / "short"), short, short.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
+                                                          jnp.ones((1, 4), bool)))
+    refused = _cli(["rlhf", "--init", str(tmp_path / "short"), "--quiet", "--run-dir", str(tmp_path / "r3")])
+    assert refused.returncode == 2 and "its 8 positions cannot hold" in refused.stderr, refused.stderr
