@@ -6,12 +6,17 @@
   metrics.csv (one row per iteration and seed), samples.txt; a finished run resumes to
   nothing; bad flags get one ``error:`` line; ``--devices 2`` equals ``--devices 1`` (two
   programs: float tolerance) in a subprocess with two forced host devices.
+* The NaN stop: an absurd learning rate makes an iteration non-finite; the run stops naming the
+  iteration, the metric (non-finite in metrics.csv) and the seed, and keeps the last finite
+  state's checkpoint, which a resume continues from.
 """
 
 import csv
+import dataclasses
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -24,6 +29,7 @@ from purejaxppo.lm.config import TokenPPOConfig
 from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
 from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
 from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint
+from purejaxppo.run.guards import NonFiniteError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SETTINGS = RLHFSettings(task="reverse", task_options=(("max_len", 4), ("max_new", 6)), d_model=16, n_layers=1,
@@ -60,6 +66,41 @@ def test_resume_equals_uninterrupted_bit_for_bit(tmp_path):
     assert info["kind"] == "rlhf" and info["sft"]["steps"] == 20 and "eval_exact_match" in info["sft"]
     samples = open(os.path.join(a, "samples.txt")).read()
     assert samples.count("# iteration") == 2 and "->" in samples  # evaluations at iterations 2 and 4
+
+
+def test_non_finite_stops_naming_iteration_metric_and_seed_and_keeps_a_resumable_checkpoint(tmp_path):
+    # an absurd actor learning rate: Adam's first step moves every policy weight by about 1e30, so the
+    # next iteration's forward pass overflows float32 (e.g. attention scores of 1e30-sized queries
+    # and keys) and its losses are NaN. One gradient step per iteration and one iteration per chunk:
+    # iteration 0 is finite (its responses come from the SFT model), iteration 1 is not.
+    settings = dataclasses.replace(SETTINGS, eval_every=0)
+    config = dataclasses.replace(CONFIG, actor_lr=1e30, update_epochs=1, num_minibatches=1)
+    sft = sft_model(settings, 0)
+    prog = RLHFProgram(config, settings, sft[0], sft[1])
+    run = str(tmp_path / "nan")
+    with pytest.raises(NonFiniteError) as e:
+        train_rlhf(config, settings, run_dir=run, num_seeds=2, chunk_updates=1, sft=sft, program=prog)
+    msg = str(e.value)
+    found = re.match(r"non-finite (\w+) \((nan|-?inf)\) at update 1 of metrics.csv \(seed ([01])\); training stopped; "
+                     r"the last finite checkpoint is (\S+) \(update 1\)", msg)
+    assert found, msg
+    metric, seed, path = found.group(1), int(found.group(3)), found.group(4)
+    # the metric it names is non-finite in metrics.csv at that iteration and seed, and finite the iteration before
+    table = {(int(r["seed"]), int(r["update"])): r for r in csv.DictReader(open(os.path.join(run, "metrics.csv")))}
+    assert not np.isfinite(float(table[seed, 1][metric])) and np.isfinite(float(table[seed, 0][metric]))
+    assert e.value.updates_done == 1 and e.value.checkpoint == path == os.path.join(run, "checkpoints",
+                                                                                     "update_00000001")
+    # the checkpoint is the state after iteration 0: finite, its counter at 1, the policy moved by the huge step
+    template = prog.init(jax.random.split(jax.random.PRNGKey(0), 2))
+    state, _ = restore_checkpoint(path, template)
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state.train))
+    np.testing.assert_array_equal(state.iteration, [1, 1])
+    moved = [np.max(np.abs(np.asarray(x))) for x in jax.tree.leaves(state.train.params["policy"])]
+    assert max(moved) > 1e29, max(moved)
+    # resumable: continuing the folder restores that checkpoint and stops again, at the same iteration
+    with pytest.raises(NonFiniteError) as again:
+        resume_rlhf(run, program=prog)
+    assert str(again.value) == msg
 
 
 def _cli(args, env=None, timeout=900):
