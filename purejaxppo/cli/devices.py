@@ -42,19 +42,21 @@ def started_devices() -> Optional[int]:
 
 
 def choose_devices(spec: str, divides: int, what: str, check: bool = True) -> int:
-    """``--devices`` (``auto`` or a number) -> a device count. ``auto``: the largest divisor of
-    ``divides`` available; a number must divide it (when ``check``; ``what`` names it in the
+    """``--devices`` (``auto``, ``all`` or a number) -> a device count. ``auto``: the largest divisor
+    of ``divides`` available; ``all``: every device available; a number must divide it (when ``check``; ``what`` names it in the
     message) and be available."""
     started = started_devices()
     forced = re.search(r"xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    cores = os.cpu_count() or 1
     if spec == "auto":
-        cores = os.cpu_count() or 1
         limit = min(cores, started or (int(forced.group(1)) if forced else cores))
         return max(d for d in range(1, limit + 1) if divides % d == 0)
+    if spec == "all":  # every device there is (or will be): it must divide the work like a number
+        spec = str(started or (int(forced.group(1)) if forced else cores))
     try:
         devices = int(spec)
     except ValueError:
-        raise ConfigError(f"--devices={spec!r} must be 'auto' or an integer") from None
+        raise ConfigError(f"--devices={spec!r} must be 'auto', 'all' or an integer") from None
     if devices < 1 or (check and divides % devices):
         raise ConfigError(f"--devices={devices} must be >= 1 and divide {what}")
     if started is not None and devices > started:

@@ -26,6 +26,17 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     bench = argv[:1] == ["bench"]  # its own flags, passed on as they are (argparse.REMAINDER drops leading options)
     args = None if bench else build_parser().parse_args(argv)
+    code = _main(args, bench, argv)
+    if "purejaxppo.run.processes" in sys.modules:  # the run had several processes: leave them in order
+        from purejaxppo.run import processes
+
+        group = processes.current()
+        if group.many:
+            group.leave() if code == 0 else processes.exit_now(code)
+    return code
+
+
+def _main(args, bench: bool, argv: list) -> int:
     from purejaxppo.run.checkpoint import CheckpointError
     from purejaxppo.config import ConfigError
     from purejaxppo.run.guards import NonFiniteError, RunFolderWriteError, TrainingInterrupted
@@ -55,6 +66,13 @@ def main(argv=None) -> int:
         print(f"\ninterrupted{where}", file=sys.stderr)
         sigterm = getattr(e, "reason", None) == "SIGTERM" or str(e) == "SIGTERM"
         return 143 if sigterm else 130  # 128 + the signal's number, as a shell reports it
+    except Exception as e:
+        if "purejaxppo.run.processes" in sys.modules:
+            from purejaxppo.run import processes
+
+            if processes.collective_failed(e):  # another process is gone: name it, never a trace
+                processes.wait_for_watchdog(e, " Start every process again with --resume RUN_DIR to continue.")
+        raise
 
 
 def _check_args(args) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from purejaxppo.cli.distributed import add_process_flags
 from purejaxppo.cli.flags import add_config_flags, strict_int
 from purejaxppo.cli.pbt_cli import add_pbt_flags
 from purejaxppo.cli.train_setup import add_sink_flags
@@ -69,7 +70,8 @@ def _add_train(t: argparse.ArgumentParser) -> None:
     t.add_argument("--stop-after", type=strict_int, default=None, metavar="UPDATES",
                    help="stop (with a checkpoint) once this many updates are done; continue later with --resume")
     t.add_argument("--devices", default="auto",
-                   help="devices to use: auto (as many CPU cores as divide the work evenly) or a number")
+                   help="devices to use: auto (as many CPU cores as divide the work evenly), all, or a number; "
+                        "across processes: all (every process's devices)")
     t.add_argument("--split", choices=("seeds", "envs"), default=None,
                    help="seeds (default): shard the runs (members x seeds) over the devices; "
                         "envs: split every run's envs over them (data parallel)")
@@ -91,6 +93,7 @@ def _add_train(t: argparse.ArgumentParser) -> None:
     t.add_argument("--eval-episodes", type=strict_int, default=None, metavar="K",
                    help="episodes per run and evaluation, in parallel (default 10; needs --eval-every)")
     add_pbt_flags(t)
+    add_process_flags(t)
     add_config_flags(t)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from purejaxppo.cli.distributed import global_devices, join
 from purejaxppo.cli.errors import UserError
 from purejaxppo.cli.flags import config_from_args
 from purejaxppo.cli.pbt_cli import check_pbt_flags
@@ -22,8 +23,9 @@ def cmd_train(args) -> int:
     from purejaxppo.scale.population import parse_sweep
     from purejaxppo.run.progress import progress_bar
 
+    group = join(args)  # several processes: before anything starts JAX
     if args.resume:
-        return cmd_resume(args)
+        return cmd_resume(args, group)
     check_pbt_flags(args)
     seeds = 1 if args.seeds is None else args.seeds
     check_counts(args, seeds)
@@ -34,13 +36,15 @@ def cmd_train(args) -> int:
     check_env_name(config.env_name)  # before any cache key or env is built from it
     init_from = check_init_from(args, config, seeds)
     evaluation = eval_flags(args, config)
-    check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work
-    if args.run_dir:
-        refuse_existing_run(args.run_dir)
-    check_sinks(args)
+    def check_folder():  # on process 0 alone, the one that writes it
+        check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work
+        if args.run_dir:
+            refuse_existing_run(args.run_dir)
+        check_sinks(args)
+    on_writer(group, check_folder)
     split = args.split or "seeds"
-    devices = _devices(args, config, split, n_members if grid else None, seeds)
-    cache = compile_cache(args)
+    devices = _devices(args, config, split, n_members if grid else None, seeds, group)
+    cache = compile_cache(args) if group is None else None  # whole executables are per process layout
     if args.pbt is not None:
         from purejaxppo.cli.pbt_cli import cmd_train_pbt
 
@@ -62,37 +66,55 @@ def cmd_train(args) -> int:
               f"{' (envs split)' if split == 'envs' else ''} | {config.num_updates} updates x {config.batch_size} "
               f"steps | run folder {run_dir} | compiling...", flush=True)
     on_chunk, close = progress_bar(args.quiet, config.env_name)
-    os.makedirs(run_dir, exist_ok=True)
+    if group is None or group.writer:
+        os.makedirs(run_dir, exist_ok=True)
     try:
         res = train_chunked(config, seed=args.seed or 0, num_seeds=seeds, members=members, run_dir=run_dir,
                             chunk_updates=args.chunk or 25, program=program, on_chunk=on_chunk,
                             checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
-                            loggers=sinks_for(args, run_dir, config, n_members), init_from=init_from,
+                            loggers=sinks_for(args, run_dir, config, n_members) if group is None or group.writer
+                            else [], init_from=init_from,
                             run_info={"reference": args.reference} if args.reference else None, **evaluation)
     finally:
         close()
-    return report_run(res, run_dir, seeds)
+    return finish(group, lambda: report_run(res, run_dir, seeds))
 
 
-def _devices(args, config, split: str, n_members, seeds: int) -> int:
+def on_writer(group, fn):
+    """``fn()`` on the process that writes the run folder; what it returns or raises, on every process."""
+    return fn() if group is None else group.share(fn)
+
+
+def finish(group, report) -> int:
+    """Process 0 reports (the CLI's ``main`` then leaves the processes in order)."""
+    return report() if group is None or group.writer else 0
+
+
+def _devices(args, config, split: str, n_members, seeds: int, group=None) -> int:
     """Count the devices and set them before JAX starts (it reads XLA_FLAGS once); ``n_members``
-    is None without a sweep."""
+    is None without a sweep. Several processes: all their devices (``group``)."""
     import math
 
     from purejaxppo.agents.registry import minibatch_units
     from purejaxppo.cli.devices import choose_devices, set_devices
 
+    if group is not None:
+        choose = global_devices
+    else:
+        def choose(spec, divides, what, check=True):
+            return choose_devices(spec, divides, what, check)
     if split == "envs":  # a minibatch's units (env sequences for the GRU) are split too
         units, _ = minibatch_units(config)
-        devices = choose_devices(args.devices, math.gcd(config.num_envs, units), "", check=False)
+        devices = choose(args.devices, math.gcd(config.num_envs, units), "", check=False)
     elif args.pbt is not None:
         runs = f"the PBT population's {args.pbt} members" + (f" x {seeds} seeds" if seeds > 1 else "")
-        devices = choose_devices(args.devices, max(args.pbt, 1) * seeds, runs)
+        devices = choose(args.devices, max(args.pbt, 1) * seeds, runs)
     else:
         runs = (f"the sweep's {n_members} members x {seeds} seed(s) = {n_members * seeds} runs" if n_members
                 else f"--seeds={seeds}")
-        devices = choose_devices(args.devices, (n_members or 1) * seeds, runs)
-    set_devices(devices)
+        devices = choose(args.devices, (n_members or 1) * seeds, runs)
+    if group is None:
+        set_devices(devices)
     return devices
 
 
@@ -111,7 +133,7 @@ def _refuse_changes(args) -> None:
                         "cannot be changed; drop them, or start a new run with another --run-dir")
 
 
-def cmd_resume(args) -> int:
+def cmd_resume(args, group=None) -> int:
     from purejaxppo.cli.devices import choose_devices, set_devices
     from purejaxppo.programs.runs import resume_run
     from purejaxppo.run.progress import progress_bar
@@ -121,25 +143,28 @@ def cmd_resume(args) -> int:
     run_dir = args.resume
     _refuse_changes(args)
     check_counts(args)
-    info = load_run_info(run_dir)
+    info = on_writer(group, lambda: load_run_info(run_dir))
     seeds, members, config = info["num_seeds"], info.get("members"), info["config"]
-    if finished_run(run_dir):  # nothing to compute, nothing to rewrite
-        print(f"{run_dir} already finished all {config.num_updates} updates; nothing to do (its summary.json is "
-              f"unchanged). Evaluate it with `python -m purejaxppo eval {run_dir}`")
-        return 0
-    check_run_dir(run_dir, "--resume")
-    check_sinks(args)
+    if on_writer(group, lambda: finished_run(run_dir)):  # nothing to compute, nothing to rewrite
+        return finish(group, lambda: print(f"{run_dir} already finished all {config.num_updates} updates; nothing to "
+                                           f"do (its summary.json is unchanged). Evaluate it with `python -m "
+                                           f"purejaxppo eval {run_dir}`") or 0)
+    on_writer(group, lambda: (check_run_dir(run_dir, "--resume"), check_sinks(args)))
     devices = info.get("num_devices", 1)
-    choose_devices(str(devices), devices, "")  # still available?
-    set_devices(devices)
-    cache = compile_cache(args)
+    if group is None:
+        choose_devices(str(devices), devices, "")  # still available?
+        set_devices(devices)
+    else:  # the same count, whichever processes hold the devices
+        global_devices(str(devices), devices, "")
+    cache = compile_cache(args) if group is None else None
     if not args.quiet:
         what = f"{len(members)} members x {seeds} seed(s)" if members else f"{seeds} seed(s)"
         print(f"purejaxppo: resuming {run_dir} ({config.env_name}, {what}, {config.num_updates} updates) "
               "| compiling...", flush=True)
     on_chunk, close = progress_bar(args.quiet, config.env_name)
-    kw = {"on_chunk": on_chunk, "stop_after": args.stop_after,
-          "loggers": sinks_for(args, run_dir, config, len(members) if members else 1)}
+    kw = {"on_chunk": on_chunk, "stop_after": args.stop_after, "info": info,
+          "loggers": sinks_for(args, run_dir, config, len(members) if members else 1)
+          if group is None or group.writer else []}
     if args.chunk is not None:
         kw["chunk_updates"] = args.chunk
     if args.checkpoint_every is not None:
@@ -157,4 +182,4 @@ def cmd_resume(args) -> int:
         res = resume_pbt(run_dir, **kw) if pbt else resume_run(run_dir, **kw)
     finally:
         close()
-    return report_pbt(res, run_dir) if pbt else report_run(res, run_dir, seeds)
+    return finish(group, lambda: report_pbt(res, run_dir) if pbt else report_run(res, run_dir, seeds))

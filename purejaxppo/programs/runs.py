@@ -19,6 +19,7 @@ from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.programs.eval_program import EvalProgram
 from purejaxppo.programs.kinds import RESUMERS, program_for_folder
 from purejaxppo.programs.program import Program
+from purejaxppo.run import processes
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run import warm_start
 from purejaxppo.run.loop import RunResult, chunk_size, run_chunks
@@ -91,7 +92,7 @@ def train_chunked(
         def start_from(state):
             return prog.with_training_state(state, warm_start.apply(record, prog.training_state(state), num_seeds))
     if resume and run_dir:
-        _check_same_evaluation(run_dir, info)
+        processes.current().share(lambda: _check_same_evaluation(run_dir, info))  # the folder is process 0's
     inputs = rf.run_inputs(config, seed, num_seeds, members)
     return run_chunks(prog, info, inputs, run_dir=run_dir, resume=resume, stop_after=stop_after, on_chunk=on_chunk,
                       keep_checkpoints=keep_checkpoints, sinks=loggers, on_note=on_note, evaluator=evaluator,
@@ -107,12 +108,13 @@ def _check_same_evaluation(run_dir: str, info: dict) -> None:
                           f"{saved.get('eval_episodes')}; resume it with the same (resume_run does by default)")
 
 
-def resume_run(run_dir: str, **kwargs) -> RunResult:
+def resume_run(run_dir: str, info: Optional[dict] = None, **kwargs) -> RunResult:
     """Continue the run, sweep or other kind in ``run_dir`` from its latest checkpoint with its
     saved config, seed, seeds, members, chunk size, devices and split (keyword args override
     the others, e.g. ``on_chunk``, ``stop_after``, ``loggers``, ``program``). The program is
-    rebuilt from the folder's kind (:mod:`purejaxppo.programs.kinds`)."""
-    info = rf.load_run_info(run_dir)
+    rebuilt from the folder's kind (:mod:`purejaxppo.programs.kinds`). ``info``: the folder's
+    ``config.json`` when the caller has read it already (several processes: process 0 reads it)."""
+    info = info if info is not None else rf.load_run_info(run_dir)
     if rf.folder_kind(info) in RESUMERS:  # a kind with its own front door (e.g. token-level PPO)
         return RESUMERS[rf.folder_kind(info)](run_dir, **kwargs)
     opts = dict(seed=info["seed"], num_seeds=info["num_seeds"], members=info.get("members"),

@@ -91,7 +91,6 @@ def _no_space(e: BaseException) -> bool:
 
 
 def _save(root: str, update: int, state, meta: Optional[dict], keep: int) -> str:
-    import orbax.checkpoint as ocp
 
     final = os.path.join(root, f"update_{int(update):08d}")
     tmp = os.path.join(root, f".tmp-update_{int(update):08d}-{os.getpid()}")
@@ -103,7 +102,7 @@ def _save(root: str, update: int, state, meta: Optional[dict], keep: int) -> str
         os.makedirs(tmp)
         if arrays:  # a tree of only zero-size leaves has nothing for orbax to write
             with _quiet_orbax():
-                ocp.PyTreeCheckpointer().save(os.path.join(tmp, "state"), arrays)
+                _checkpointer().save(os.path.join(tmp, "state"), arrays)
         with open(os.path.join(tmp, "meta.json"), "w") as f:
             json.dump({**(meta or {}), "update": int(update), "leaves": manifest}, f, indent=1)
             f.flush()
@@ -119,6 +118,20 @@ def _save(root: str, update: int, state, meta: Optional[dict], keep: int) -> str
     for _, old in list_checkpoints(root)[:-keep] if keep > 0 else []:
         _remove(old)
     return final
+
+
+def _checkpointer():
+    """orbax's PyTree checkpointer. With several processes (:mod:`purejaxppo.run.processes`)
+    only process 0 reads and writes checkpoints, of host arrays it holds whole: orbax is told
+    that this process alone takes part (else it waits at barriers for the others)."""
+    import orbax.checkpoint as ocp
+
+    if jax.process_count() == 1:
+        return ocp.PyTreeCheckpointer()
+    me = jax.process_index()
+    options = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+    return ocp.Checkpointer(ocp.PyTreeCheckpointHandler(multiprocessing_options=options),
+                            multiprocessing_options=options)
 
 
 def _folder_bytes(folder: str) -> int:
@@ -225,13 +238,12 @@ def read_leaves(path: str) -> tuple[dict, dict]:
     PRNG keys re-wrapped. For a PART of a checkpoint without the saved tree's template (e.g.
     a new run starting from another run's params); :func:`restore_checkpoint` restores a whole
     tree. Raises :class:`CheckpointError` for unreadable, truncated or corrupt files."""
-    import orbax.checkpoint as ocp
 
     path = os.path.abspath(path)
     meta, saved = _manifest(path)
     try:
         stored = any(not _is_empty(e) for e in saved)
-        arrays = ocp.PyTreeCheckpointer().restore(os.path.join(path, "state")) if stored else {}
+        arrays = _checkpointer().restore(os.path.join(path, "state")) if stored else {}
     except Exception as e:  # orbax/tensorstore raise many types for damaged files
         raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
                               "it is truncated or corrupt -- delete it to resume from the previous one") from None

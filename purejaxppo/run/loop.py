@@ -11,22 +11,22 @@ it stopped with. The loop never asks which kind of run it drives: the front door
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-import jax
 import numpy as np
 
 from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.run import processes
 from purejaxppo.run import run_folder as rf
-from purejaxppo.run import run_lock
-from purejaxppo.run.checkpoint import SaveError, clean_partial, latest_checkpoint, preload, save_checkpoint
-from purejaxppo.run.guards import (DivergenceWatch, NonFiniteError, RunFolderWriteError, TrainingInterrupted,
-                                   interrupts_deferred, sigterm_as_interrupt)
+from purejaxppo.run.checkpoint import preload
+from purejaxppo.run.guards import DivergenceWatch, NonFiniteError, TrainingInterrupted, sigterm_as_interrupt
 from purejaxppo.run.protocol import Evaluator, RunProgram
+from purejaxppo.run.run_storage import RunStorage
 from purejaxppo.run.sinks import CSVLogger
 
 
@@ -80,22 +80,23 @@ def run_chunks(program: RunProgram, info: dict, inputs: tuple, *, run_dir: Optio
     The run folder is locked while training (:mod:`purejaxppo.run.run_lock`), a new run
     refuses a folder that holds one, and a resume of a finished run rewrites nothing. A
     folder that cannot be written (full disk) raises :class:`RunFolderWriteError` after
-    keeping what it can. ``on_note(text)`` receives warnings; default: stderr."""
+    keeping what it can. ``on_note(text)`` receives warnings; default: stderr.
+
+    Several processes (:mod:`purejaxppo.run.processes`): every process calls this with the same
+    arguments; process 0 alone reads and writes ``run_dir``, calls ``on_chunk`` and the sinks
+    (:class:`~purejaxppo.run.run_storage.RunStorage`); the metrics are gathered on every process."""
     if resume and not run_dir:
         raise ConfigError("resume=True needs the run_dir of the run to continue")
+    group = processes.current()
+    if group.many and evaluator is not None:
+        raise ConfigError("evaluation during training (eval_every) does not run across processes yet; train "
+                          "without it and evaluate the run folder afterwards (python -m purejaxppo eval RUN_DIR)")
     note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
-    session = _Session(program, info, inputs, run_dir, resume, stop_after, on_chunk, keep_checkpoints,
-                       list(sinks), note, evaluator, start_from)
-    if not run_dir:
-        return session.run()
-    if resume:
-        rf.check_resumable(run_dir, info)  # the wrong kind or setup is refused before anything is written
-    else:
-        os.makedirs(run_dir, exist_ok=True)
-    with run_lock.hold(run_dir):  # one writer per folder; a second process is refused
-        if not resume:
-            rf.refuse_existing_run(run_dir)
-        clean_partial(os.path.join(run_dir, rf.CHECKPOINTS))  # .tmp-* folders of interrupted saves and prunes
+    storage = RunStorage(run_dir, info, group, keep_checkpoints)
+    session = _Session(program, info, inputs, storage, resume, stop_after, on_chunk if group.writer else None,
+                       list(sinks) if group.writer else [], note, evaluator, start_from)
+    with contextlib.ExitStack() as held:
+        storage.open(resume, held)  # the lock, held for the session; the checks of a new run or a resume
         return session.run()
 
 
@@ -109,28 +110,28 @@ def describe_run(r: int, num_seeds: int, members: Optional[list]) -> str:
 
 class _Session:
     """One call of :func:`run_chunks`: its state between chunks, and the steps of the loop."""
-    def __init__(self, prog, info, inputs, run_dir, resume, stop_after, on_chunk, keep, sinks, note, evaluator,
+    def __init__(self, prog, info, inputs, storage: RunStorage, resume, stop_after, on_chunk, sinks, note, evaluator,
                  start_from):
-        self.prog, self.info, self.raw_inputs, self.run_dir, self.resume = prog, info, inputs, run_dir, resume
-        self.stop_after, self.on_chunk, self.keep, self.user_sinks, self.note = stop_after, on_chunk, keep, sinks, note
-        self.evaluator, self.start_from = evaluator, start_from
+        self.prog, self.info, self.raw_inputs, self.storage, self.resume = prog, info, inputs, storage, resume
+        self.stop_after, self.on_chunk, self.user_sinks, self.note = stop_after, on_chunk, sinks, note
+        self.evaluator, self.start_from, self.group = evaluator, start_from, storage.group
         self.config, self.members, self.num_seeds = prog.config, info.get("members"), info["num_seeds"]
         self.describe = lambda r: describe_run(r, self.num_seeds, self.members)
-        self.ckpt_root = os.path.join(run_dir, rf.CHECKPOINTS) if run_dir else None
-        self.saved, self.sinks, self.chunks = -1, [], []
+        self.run_dir = storage.run_dir
+        self.sinks, self.chunks = [], []
         self.compile_s = self.run_s = self.eval_s = 0.0
 
     # --- start: inputs, state (fresh, restored or warm-started), the first compile, sinks ----
     def start(self):
-        if self.ckpt_root:
+        if self.storage.writes:
             preload()  # orbax's import overlaps init and compile instead of stalling the first save
         t0 = time.perf_counter()
         inputs = self.prog.place(*(x for x in self.raw_inputs if x is not None))
         self.keys, self.configs = inputs[0], (inputs[1] if len(inputs) > 1 else None)
         state, done, self.prev = self.prog.init(*inputs), 0, None
         if self.resume:
-            state, done, self.prev, resume_note = rf.restore_latest(self.run_dir, state, self.info)
-            self.saved = done
+            state, done, self.prev, resume_note = self.storage.restore(state)
+            self.storage.saved = done
             if resume_note:
                 self.note(resume_note)
         if self.start_from is not None and done == 0:
@@ -139,8 +140,8 @@ class _Session:
         n_total = self.config.num_updates
         self.stop_at = n_total if self.stop_after is None else min(n_total, max(self.stop_after, done))
         idle = self.resume and done >= self.stop_at  # e.g. a finished run: nothing to compute or rewrite
-        if self.run_dir and not idle:
-            rf.write_info(self.run_dir, self.info, resumed_from=done if self.resume else None)
+        if not idle:
+            self.storage.write_info(resumed_from=done if self.resume else None)
         if not idle:
             ev = self.evaluator
             first = min(self.info["chunk_updates"], max(n_total - done, 1), ev.updates_to_next(done) if ev else n_total)
@@ -149,16 +150,11 @@ class _Session:
                 ev.compile(self.keys, self.prog.training_state(state))
         self.compile_s = time.perf_counter() - t0  # init (+ restore) and the first chunk's compile
         csv_sink = CSVLogger(os.path.join(self.run_dir, rf.METRICS), self.num_seeds, self.members is not None,
-                             self.resume, self.config.batch_size, self.note) if self.run_dir else None
+                             self.resume, self.config.batch_size, self.note) if self.storage.writes else None
         self.sinks = ([csv_sink] if csv_sink else []) + self.user_sinks
 
     def checkpoint(self, state, update) -> Optional[str]:
-        if self.ckpt_root and update != self.saved:
-            meta = dict(self.info, versions=rf.versions(), metrics_rows_per_seed=update)
-            with interrupts_deferred():  # a signal now acts once the save is whole and recorded
-                save_checkpoint(self.ckpt_root, update, state, meta, keep=self.keep)
-                self.saved = update
-        return latest_checkpoint(self.ckpt_root) if self.ckpt_root else None
+        return self.storage.save(state, update)
 
     def launch(self, state, at: int):
         """Dispatch the chunk that starts at update ``at`` (compiling its length once) and
@@ -183,7 +179,7 @@ class _Session:
             ev, at = self.evaluator, self.done + n
             evaluating, more = ev is not None and ev.due(at), at < self.stop_at
             pending = self.launch(new_state, at) if more and not evaluating else None
-            metrics, finite = jax.device_get((metrics, finite))
+            metrics, finite = self.group.gather((metrics, finite))  # device_get on one process
             metrics = {k: np.asarray(v) for k, v in metrics.items()}
             evaluated = None
             if ev:  # a separate program on the state after this chunk: training is untouched
@@ -237,7 +233,7 @@ class _Session:
         try:
             self.start()
         except OSError as e:
-            raise _write_error(e, self.run_dir, self.ckpt_root) from None
+            raise self.storage.write_error(e) from None
         self.runs = len(self.keys)
         try:
             with sigterm_as_interrupt():
@@ -248,7 +244,7 @@ class _Session:
             raise TrainingInterrupted(self.save_quietly(), self.good[1], str(e) or "interrupted") from None
         except OSError as e:  # full disk, permissions: keep what can be kept, say how to go on
             self.save_quietly()
-            raise _write_error(e, self.run_dir, self.ckpt_root) from None
+            raise self.storage.write_error(e) from None
         except BaseException:
             self.save_quietly()
             raise
@@ -261,10 +257,7 @@ class _Session:
         return self.finish()
 
     def save_quietly(self) -> Optional[str]:
-        try:
-            return self.checkpoint(*self.good)
-        except BaseException:  # a failing save must not hide the original error
-            return latest_checkpoint(self.ckpt_root) if self.ckpt_root else None
+        return self.storage.save_quietly(*self.good)
 
     def finish(self) -> RunResult:
         chunks, prev, done, runs = self.chunks, self.prev, self.done, self.runs
@@ -278,23 +271,12 @@ class _Session:
                            finished=done >= n_total, members=self.members,
                            extra={"eval_s": self.eval_s} if self.evaluator else {})
         run_dir = self.run_dir
-        if run_dir and result.finished and not (done == self.start_update and os.path.exists(
+        if self.storage.writes and result.finished and not (done == self.start_update and os.path.exists(
                 os.path.join(run_dir, rf.SUMMARY))):
             try:
-                summary = rf.summary(result, n_total * batch * runs, latest_checkpoint(self.ckpt_root), self.prog.headline[1])
-                rf.write_summary(run_dir, summary)
+                summary = rf.summary(result, n_total * batch * runs, self.storage.latest(), self.prog.headline[1])
+                self.storage.write_summary(summary)
             except OSError as e:
-                raise _write_error(e, run_dir, self.ckpt_root) from None
+                raise self.storage.write_error(e) from None
         return result
 
-
-def _write_error(e: OSError, run_dir: Optional[str], ckpt_root: Optional[str]) -> RunFolderWriteError:
-    """What to tell the user when the run folder cannot be written: why, what is kept, how to continue."""
-    reason = str(e) if isinstance(e, SaveError) else f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}"
-    path = latest_checkpoint(ckpt_root) if ckpt_root and os.path.isdir(ckpt_root) else None
-    update = int(os.path.basename(path).split("_")[-1]) if path else 0
-    kept = (f"checkpoint {path} (update {update}) and the metrics.csv rows before it; later rows are recomputed"
-            if path else "no checkpoint yet, so a resume starts from update 0 (same numbers)")
-    return RunFolderWriteError(f"could not write to run folder {run_dir} ({reason}). Kept: {kept}. Free some space "
-                               f"(or fix permissions), then continue with `python -m purejaxppo train --resume {run_dir}`",
-                               path, update)

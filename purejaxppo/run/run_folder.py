@@ -194,9 +194,10 @@ def check_same_setup(meta: dict, info: dict, path: str) -> None:
 
 
 # --- resume and loading -------------------------------------------------------------------
-def restore_latest(run_dir: str, template, info: dict):
+def read_latest(run_dir: str, template, info: dict):
     """``(runner, update, earlier metrics {name: [R, U]} or None, note or None)`` to continue
-    ``run_dir`` (``template``: a fresh runner, whose leaves' shardings the restored arrays take).
+    ``run_dir``: ``runner`` as host arrays in ``template``'s structure (``template`` itself when
+    nothing is restored: ``update`` 0).
 
     It continues from the newest checkpoint whose updates all have their rows in
     ``metrics.csv``: rows lost to a crash or a full disk (a partly written last line, a cut
@@ -217,12 +218,17 @@ def restore_latest(run_dir: str, template, info: dict):
     if usable:
         path = usable[-1][1]
         check_same_setup(read_meta(path), info, path)
-        state, meta = restore_checkpoint(path, template)
-        runner = jax.tree.map(place_like, state, template)
+        runner, meta = restore_checkpoint(path, template)
         done = int(meta["update"])
     truncate_metrics(metrics_path, done)
     prev = _Earlier(read_metrics(metrics_path, runs, done, info["num_seeds"]), (runs, done)) if done else None
     return runner, done, prev, note
+
+
+def restore_latest(run_dir: str, template, info: dict):
+    """:func:`read_latest` with the state placed like ``template`` (its leaves' shardings)."""
+    runner, done, prev, note = read_latest(run_dir, template, info)
+    return (jax.tree.map(place_like, runner, template) if done else template), done, prev, note
 
 
 class _Earlier(dict):
