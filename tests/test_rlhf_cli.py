@@ -88,8 +88,8 @@ def test_non_finite_stops_naming_iteration_metric_and_seed_and_keeps_a_resumable
     # the metric it names is non-finite in metrics.csv at that iteration and seed, and finite the iteration before
     table = {(int(r["seed"]), int(r["update"])): r for r in csv.DictReader(open(os.path.join(run, "metrics.csv")))}
     assert not np.isfinite(float(table[seed, 1][metric])) and np.isfinite(float(table[seed, 0][metric]))
-    assert e.value.updates_done == 1 and e.value.checkpoint == path == os.path.join(run, "checkpoints",
-                                                                                     "update_00000001")
+    assert e.value.updates_done == 1
+    assert e.value.checkpoint == path == os.path.join(run, "checkpoints", "update_00000001")
     # the checkpoint is the state after iteration 0: finite, its counter at 1, the policy moved by the huge step
     template = prog.init(jax.random.split(jax.random.PRNGKey(0), 2))
     state, _ = restore_checkpoint(path, template)
