@@ -15,6 +15,11 @@ python benchmarks/scaling.py --envs 4,64,1024,4096,16384 --seeds 1,16,256,1024 -
 # the GRU's sequence gradient three ways (flax cell in scan, fused, purejaxppo.agents.gru), 1 and 256 sequences
 python benchmarks/gru_sequence.py --json "$out/gru_sequence_b1.json"
 python benchmarks/gru_sequence.py --batch 256 --iters 50 --json "$out/gru_sequence_b256.json"
+# token-level PPO, our side of benchmarks/vs_trl.py alone: GPT-2 small (124M, random init), random 32-token
+# prompts, 256-token responses (EOS off), batch 64; one device, data-parallel and FSDP over every visible GPU
+# (float32, then bfloat16 compute); each JSON names the device (device_kind) and its peak memory
+python benchmarks/vs_trl.py --ours-only small --lengths 256 --batch 64 --iterations 4 --json "$out/token_ppo_gpt2small_T256.json"
+python benchmarks/vs_trl.py --ours-only small --lengths 256 --batch 64 --iterations 4 --bf16 --json "$out/token_ppo_gpt2small_T256_bf16.json"
 # side by side with PureJaxRL (a checkout you supply: PUREJAXRL_DIR=/path/to/purejaxrl), same process,
 # interleaved rounds; each JSON names the device. Skipped (with a message) without a checkout.
 if [ -n "${PUREJAXRL_DIR:-}" ]; then
@@ -26,4 +31,17 @@ if [ -n "${PUREJAXRL_DIR:-}" ]; then
   $vs --rows gru_cartpole --json "$out/vs_purejaxrl_gru_cartpole.json"
 else
   echo "PUREJAXRL_DIR not set: side-by-side rows skipped (git clone https://github.com/luchris429/purejaxrl)"
+fi
+# side by side with Brax's own PPO (benchmarks/vs_brax.py) at Brax's/Playground's published GPU configs
+# (2048 envs, their batch, unroll, epochs and learning rates); --updates caps the two long runs
+# (Playground's CartpoleBalance: 61 updates of 983k steps; Brax's halfcheetah: 153 of 328k)
+vb="python benchmarks/vs_brax.py --size published --rounds 2"
+$vb --rows inverted_pendulum --json "$out/vs_brax_inverted_pendulum.json"
+$vb --rows cartpole_balance --updates 10 --json "$out/vs_brax_cartpole_balance_10updates.json"
+$vb --rows halfcheetah --updates 20 --json "$out/vs_brax_halfcheetah_20updates.json"
+# side by side with rejax's PPO (benchmarks/vs_rejax.py; rejax is not a dependency: pip install --no-deps rejax==0.1.3)
+if python -c "import rejax" 2>/dev/null; then
+  python benchmarks/vs_rejax.py --rounds 2 --json "$out/vs_rejax.json"
+else
+  echo "rejax not installed: vs_rejax rows skipped (pip install --no-deps rejax==0.1.3)"
 fi
