@@ -37,7 +37,7 @@ def prompt_mesh(num_devices: int) -> Mesh:
 
 def data_parallel(build: Callable[..., TokenPPO], num_devices: int) -> TokenPPO:
     """``build(axis_name=, num_devices=) -> TokenPPO`` (e.g. a ``functools.partial`` of
-    ``make_token_ppo``) run over ``num_devices``: ``iteration``/``run``/``train`` are
+    ``make_token_ppo``) run over ``num_devices``: ``iteration``/``run``/``train``/``update`` are
     ``shard_map``-ped with every input and output replicated; ``init`` is the plain one."""
     if num_devices == 1:
         return build(axis_name=None, num_devices=1)
@@ -52,7 +52,8 @@ def data_parallel(build: Callable[..., TokenPPO], num_devices: int) -> TokenPPO:
     def run(state, n: int, cfg=None):  # n is static: bound, not passed through the mesh
         return over_mesh(lambda s, c: inner.run(s, n, c))(state, cfg)
 
-    return inner._replace(iteration=over_mesh(inner.iteration), run=run, train=over_mesh(inner.train))
+    return inner._replace(iteration=over_mesh(inner.iteration), run=run, train=over_mesh(inner.train),
+                          update=over_mesh(inner.update))
 
 
 def fsdp_sharding(tree, mesh: Mesh, axis: str = AXIS, min_size: int = 1024):

@@ -1,8 +1,9 @@
 """The experience stage of token-level PPO: sample responses, score them, shape the rewards.
 
-:func:`collect` is the token world's rollout. Given left-padded prompts it samples responses
-with the policy's KV cache (:func:`purejaxppo.lm.sampling.sample_response`, one key per row),
-re-reads the whole sequences teacher-forced (policy, reference, critic), scores them, folds
+:func:`collect` is the token world's rollout, in two steps. Given left-padded prompts,
+:func:`sample` draws responses with the policy's KV cache
+(:func:`purejaxppo.lm.sampling.sample_response`, one key per row); :func:`score` re-reads the
+whole sequences teacher-forced (policy, reference, critic), scores them, folds
 the per-token KL into the rewards and puts the score on the LAST valid response token (the
 stop token when one was generated; never a prompt or pad slot). GAE and whitening are
 :func:`finish`'s, applied to the whole batch (over every device's rows, see
@@ -74,12 +75,20 @@ def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
 
 
 def collect(models: Models, params: dict, reference_params, reward_params, row_keys, prompt, prompt_valid, cfg):
-    """The rows' experience before GAE: a dict of ``[B, ...]`` arrays.
+    """The rows' experience before GAE: :func:`score` of :func:`sample`'s responses."""
+    return score(models, params, reference_params, reward_params, prompt, prompt_valid,
+                 *sample(models, params, row_keys, prompt, prompt_valid, cfg), cfg)
 
-    ``tokens, valid, mask [B, P+T]`` (``mask``: the response tokens, the actions),
-    ``logp_old, logp_ref, values_old [B, P+T]`` (aligned), ``score [B]`` (the reward's),
-    ``has_stop [B]``, ``logp_sampled [B, P+T]`` (the sampler's own, for ``logp_mismatch``)."""
-    response, logp_sampled, rmask = sample(models, params, row_keys, prompt, prompt_valid, cfg)
+
+def score(models: Models, params: dict, reference_params, reward_params, prompt, prompt_valid, response,
+          logp_sampled, rmask, cfg):
+    """Sampled responses read back teacher-forced (policy, reference, critic) and scored by the
+    reward: a dict of ``[B, ...]`` arrays.
+
+    Takes :func:`sample`'s ``response, logp_sampled, rmask [B, T]``. Returns ``tokens, valid,
+    mask [B, P+T]`` (``mask``: the response tokens, the actions), ``logp_old, logp_ref,
+    values_old [B, P+T]`` (aligned), ``score [B]`` (the reward's), ``has_stop [B]``,
+    ``logp_sampled [B, P+T]`` (the sampler's own, for ``logp_mismatch``)."""
     prompt_valid = prompt_valid.astype(bool)
     tokens = jnp.concatenate([prompt, response.astype(prompt.dtype)], axis=1)
     valid = jnp.concatenate([prompt_valid, rmask], axis=1)
@@ -88,12 +97,12 @@ def collect(models: Models, params: dict, reference_params, reward_params, row_k
     logp_old, _ = filtered_logprobs(logits, tokens, cfg)
     ref_logits = models.reference.logits(reference_params, tokens, valid)
     logp_ref = tk.token_logprobs(ref_logits / cfg.temperature, tokens)
-    score = models.reward(reward_params, prompt, prompt_valid, response, rmask).astype(jnp.float32)
+    scores = models.reward(reward_params, prompt, prompt_valid, response, rmask).astype(jnp.float32)
     stops = jnp.asarray(cfg.stop_ids, response.dtype).reshape(-1)
     has_stop = jnp.any(rmask & jnp.any(response[..., None] == stops, axis=-1), axis=1)
     zeros = jnp.zeros_like(logp_old[:, : prompt.shape[1]])
     return dict(tokens=tokens, valid=valid, mask=mask, logp_old=jnp.where(mask, logp_old, 0.0),
-                logp_ref=jnp.where(mask, logp_ref, 0.0), values_old=jnp.where(mask, values, 0.0), score=score,
+                logp_ref=jnp.where(mask, logp_ref, 0.0), values_old=jnp.where(mask, values, 0.0), score=scores,
                 has_stop=has_stop, logp_sampled=jnp.concatenate([zeros, logp_sampled], axis=1))
 
 

@@ -61,7 +61,9 @@ class TokenPPO(NamedTuple):
     config=None) -> state``; ``iteration(state, prompts=None, config=None) -> (state, metrics)``
     (``prompts``: ``(prompt, prompt_valid)`` or None to draw them); ``run(state, n, config=None)
     -> (state, metrics [n])``; ``train(key, policy_params, reference_params, ...) -> (state,
-    metrics [num_iterations])``; ``loss(params, minibatch, totals, config)``: the share loss."""
+    metrics [num_iterations])``; ``loss(params, minibatch, totals, config)``: the share loss;
+    ``update(train_state, data, key, config=None) -> (train_state, metrics)``: the iteration's
+    update stage alone (e.g. to time it apart, ``benchmarks/lm_iteration.py``)."""
 
     init: Callable
     iteration: Callable
@@ -69,6 +71,7 @@ class TokenPPO(NamedTuple):
     train: Callable
     loss: Callable
     config: TokenPPOConfig
+    update: Callable
 
 
 def _labels(params):
@@ -156,6 +159,21 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         return TokenPPOState(TrainState(params, token_optimizer(cfg).init(params)), reference_params, reward_params,
                              jnp.asarray(cfg.beta, jnp.float32), key, jnp.zeros((), jnp.int32))
 
+    def update(train: TrainState, data: dict, key, cfg=None):
+        """``update_epochs`` x ``num_minibatches`` steps over ``data`` (a batch's
+        :func:`~purejaxppo.lm.experience.finish` output, plus the ptx batch under ``ptx``)."""
+        cfg = config if cfg is None else cfg
+        one_pass = accumulate_gradients(lambda p, mb, t: share_loss(p, mb, t, cfg), cfg.micro_batches)
+
+        def grad_fn(params, mb):  # totals over the whole (global) minibatch, then this device's share
+            totals = {"units": _units(mb["mask"], cfg.aggregation),
+                      "ptx": jnp.sum(mb["ptx_mask"], dtype=jnp.float32) if cfg.ptx else jnp.float32(0)}
+            return one_pass(params, mine(mb), totals)
+
+        return update_epochs(key, train, data, loss_fn=None, optimizer=token_optimizer(cfg),
+                             num_epochs=cfg.update_epochs, num_minibatches=cfg.num_minibatches, axis_name=axis_name,
+                             grad_fn=grad_fn)
+
     def iteration(state: TokenPPOState, batch_prompts=None, cfg=None):
         cfg = config if cfg is None else cfg
         key, k_prompt, k_sample, k_update, k_ptx = jax.random.split(state.key, 5)
@@ -175,16 +193,7 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
             stats.update({f"task_{k}": jnp.asarray(v, jnp.float32) for k, v in found.items()})
         if cfg.ptx:
             data["ptx_tokens"], data["ptx_valid"], data["ptx_mask"] = ptx(k_ptx, cfg.batch_size)
-        one_pass = accumulate_gradients(lambda p, mb, t: share_loss(p, mb, t, cfg), cfg.micro_batches)
-
-        def grad_fn(params, mb):  # totals over the whole (global) minibatch, then this device's share
-            totals = {"units": _units(mb["mask"], cfg.aggregation),
-                      "ptx": jnp.sum(mb["ptx_mask"], dtype=jnp.float32) if cfg.ptx else jnp.float32(0)}
-            return one_pass(params, mine(mb), totals)
-
-        train, upd = update_epochs(k_update, state.train, data, loss_fn=None, optimizer=token_optimizer(cfg),
-                                   num_epochs=cfg.update_epochs, num_minibatches=cfg.num_minibatches,
-                                   axis_name=axis_name, grad_fn=grad_fn)
+        train, upd = update(state.train, data, k_update, cfg)
         beta = state.beta
         if cfg.adaptive_kl:
             beta = tk.adaptive_kl_update(beta, stats["kl_k1"], cfg.kl_target, cfg.batch_size, cfg.kl_horizon)
@@ -200,4 +209,4 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         return run(state, cfg.num_iterations, cfg)
 
     return TokenPPO(init, iteration, run, train, lambda p, mb, t, cfg=None: share_loss(p, mb, t, cfg or config),
-                    config)
+                    config, update)
