@@ -59,7 +59,11 @@ def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers, seeds: i
     settings = pbt_settings(args, config)
     program = PBTProgram(config, settings, num_devices=devices, num_seeds=seeds)  # unknown envs etc. fail here
     run_dir = args.run_dir or os.path.join("runs", f"{config.env_name.replace(':', '-')}-pbt-{time.strftime('%Y%m%d-%H%M%S')}")
-    refuse_existing_run(run_dir)
+    from purejaxppo.run import processes
+
+    writer = processes.current().writer  # several processes: process 0 alone has the folder
+    if writer:
+        refuse_existing_run(run_dir)
     if not args.quiet:
         pops = f" x {seeds} independent populations" if seeds > 1 else ""
         print(f"purejaxppo: PBT of {args.pbt} members{pops} on {config.env_name} ({', '.join(settings.space.names)}; "
@@ -73,7 +77,7 @@ def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers, seeds: i
                         loggers=loggers(run_dir, args.pbt), init_from=init_from, **(evaluation or {}))
     finally:
         close()
-    return report(res, run_dir)
+    return report(res, run_dir) if writer else 0
 
 
 def pbt_settings(args, config):

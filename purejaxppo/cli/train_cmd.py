@@ -49,7 +49,8 @@ def cmd_train(args) -> int:
         from purejaxppo.cli.pbt_cli import cmd_train_pbt
 
         return cmd_train_pbt(args, config, devices, *progress_bar(args.quiet, config.env_name),
-                             loggers=lambda run_dir, n: sinks_for(args, run_dir, config, n), seeds=seeds,
+                             loggers=lambda run_dir, n: sinks_for(args, run_dir, config, n)
+                             if group is None or group.writer else [], seeds=seeds,
                              init_from=init_from, evaluation=evaluation)
     from purejaxppo.programs.runs import train_chunked
     from purejaxppo.scale.population import make_population

@@ -27,6 +27,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.run import processes
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
 from purejaxppo.scale.parallel import device_mesh
@@ -126,7 +127,8 @@ class PBTProgram:
     def init(self, keys, configs=None) -> PBTState:
         if configs is None:
             raise ConfigError("a PBT population needs its members' stacked configs")
-        keys, configs = jax.device_get((keys, configs))  # on one device, then placed
+        # whole on one device (every process computes the same population), then placed
+        keys, configs = processes.current().gather((keys, configs))
         return self.place(self._init(keys, configs))[0]
 
     # --- the chunk ------------------------------------------------------------------------

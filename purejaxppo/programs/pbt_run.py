@@ -18,6 +18,7 @@ from typing import Optional
 import jax
 import numpy as np
 
+from purejaxppo.run import processes
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint, restore_checkpoint
 from purejaxppo.config import ConfigError, PPOConfig
@@ -49,7 +50,7 @@ def train_pbt(config: PPOConfig, settings: PBTSettings, num_members: int, *, see
     if prog.num_seeds != num_seeds:
         raise ConfigError(f"program= was built for {prog.num_seeds} populations, not num_seeds={num_seeds}")
     sinks = list(loggers)
-    if run_dir:
+    if run_dir and processes.current().writer:  # several processes: process 0 writes the folder
         os.makedirs(run_dir, exist_ok=True)
         sinks.append(LineageSink(os.path.join(run_dir, LINEAGE), settings.space.names, members, num_seeds=num_seeds))
     res = train_chunked(config, seed=seed, num_seeds=num_seeds, members=members, run_dir=run_dir, program=prog,
@@ -59,13 +60,14 @@ def train_pbt(config: PPOConfig, settings: PBTSettings, num_members: int, *, see
 
 def resume_pbt(run_dir: str, loggers=(), **kwargs) -> RunResult:
     """Continue the PBT run in ``run_dir`` from its latest checkpoint (as :func:`resume_run`)."""
-    info = rf.load_run_info(run_dir)
+    group = processes.current()
+    info = kwargs.pop("info", None) or group.share(lambda: rf.load_run_info(run_dir))
     if info.get("kind") != "pbt":
         raise CheckpointError(f"{run_dir!r} is not a PBT run; resume it with resume_run")
     names = tuple(info["pbt"]["space"])
-    sink = LineageSink(os.path.join(run_dir, LINEAGE), names, info["members"], append=True,
-                       num_seeds=info["num_seeds"])
-    return _finish(resume_run(run_dir, loggers=list(loggers) + [sink], **kwargs), run_dir)
+    sinks = [LineageSink(os.path.join(run_dir, LINEAGE), names, info["members"], append=True,
+                         num_seeds=info["num_seeds"])] if group.writer else []
+    return _finish(resume_run(run_dir, info=info, loggers=list(loggers) + sinks, **kwargs), run_dir)
 
 
 def best_member(final_return) -> int:
@@ -86,6 +88,8 @@ def _finish(res: RunResult, run_dir: Optional[str]) -> RunResult:
     res.extra.update(best_member=best, best_final_return=float(res.final_return[best_run]))
     if seeds > 1:
         res.extra["best_seed"] = seed
+    if not processes.current().writer:  # the folder is process 0's
+        return res
     if run_dir and os.path.exists(os.path.join(run_dir, LINEAGE)):
         names, table = read_lineage(run_dir, seed)
         copies = sum(exploit_count(read_lineage(run_dir, s)[1]) for s in range(seeds))
