@@ -18,8 +18,10 @@ The host side follows three rules, which :class:`ProcessGroup` carries into the 
 * **No hang.** A watchdog thread asks the coordination service every second which processes
   are alive. When one dies (or the coordinator is lost), every other process prints one
   ``error:`` line naming it and exits with status 1 within the heartbeat timeout (15 s here)
-  plus a second, instead of blocking in its next collective. The run then resumes from its
-  last periodic checkpoint (a save needs every process, so none is taken after a loss).
+  plus a second, instead of blocking in its next collective. (When process 0 dies, JAX's
+  runtime ends the others first, within a second, with its own message: process 0 hosts the
+  coordination service.) The run then resumes from its last periodic checkpoint (a save
+  needs every process, so none is taken after a loss).
 """
 
 from __future__ import annotations
