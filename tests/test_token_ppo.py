@@ -45,8 +45,15 @@ def count_threes(_, prompt, prompt_valid, response, mask):
 def tiny_model():
     model = TinyLM(V, 16, 1, 2, max_len=P + T)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool))
-    # a value head that is not zero, so the critic's values matter
-    params = jax.tree_util.tree_map_with_path(lambda path, x: x + 0.1 if "value_head" in str(path) else x, params)
+    # a value head that is not zero, so the critic's values matter. Not a uniform one: a kernel with
+    # equal entries on the final LayerNorm's output (whose features sum to 0) gives values that do
+    # not depend on the trunk, whose gradient is then rounding noise that Adam scales up to lr-sized
+    # steps, different in every program (2 devices then differed from 1 by 1e-3 in the critic)
+    def head(path, x):
+        if "value_head" not in str(path):
+            return x
+        return x + 0.1 + 0.3 * jax.random.normal(jax.random.PRNGKey(7), x.shape, x.dtype)
+    params = jax.tree_util.tree_map_with_path(head, params)
     return FlaxLM(model), params
 
 
