@@ -9,7 +9,8 @@
   misshapen or unknown tensor, or an unsupported config, is a clear error.
 * KV-cached decoding (``FlaxLM(GPT2)``) against ``FullRecompute`` through ``sample_response``
   on ragged left-padded prompts (as tests/test_lm_model.py does for TinyLM).
-* ``transformers``' GPT2LMHeadModel on the same files, when torch and transformers are installed.
+* ``transformers``' GPT2LMHeadModel on the same files (ragged left padding given as its attention mask
+  and position ids), when torch and transformers are installed.
 * bf16 compute stays near float32 with float32 parameters.
 """
 
@@ -289,10 +290,15 @@ def test_transformers_gpt2_gives_the_same_logits(tmp_path, model):
     module, w, params = model
     save_gpt2(tmp_path / "m", module, params, value_head=False)
     hf = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path / "m"), local_files_only=True).eval()
-    tokens, valid = _batch([L] * B)
+    # ragged left padding: transformers is told it by its attention mask and position ids
+    # (positions count from each row's first valid token); pad slots' logits are nobody's
+    tokens, valid = _batch([L, 5, 1, 7])
+    positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0)
     with torch.no_grad():
-        ref = hf(torch.tensor(tokens)).logits.numpy()
-    np.testing.assert_allclose(FlaxLM(module).logits(params, tokens, valid), ref, atol=1e-4, rtol=1e-4)
+        ref = hf(torch.tensor(tokens), attention_mask=torch.tensor(valid.astype(np.int64)),
+                 position_ids=torch.tensor(positions)).logits.numpy()
+    got = np.asarray(FlaxLM(module).logits(params, tokens, valid))
+    np.testing.assert_allclose(got[valid], ref[valid], atol=1e-4, rtol=1e-4)
 
 
 def _dots(jaxpr):
