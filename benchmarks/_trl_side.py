@@ -151,14 +151,15 @@ def main(spec_path: str, out_path: str) -> None:
         dataloader_num_workers=0, eval_strategy="no",
     )
 
-    marks: dict = {"gen": [], "update_start": [], "end": [], "start": None}
+    marks: dict = {"gen": [], "update_start": [], "end": [], "start": None, "gen_cpu": [], "cpu": []}
     rows: list = []
     orig_gen, orig_fwd = pt.batch_generation, pt.forward
 
     def timed_gen(*a, **k):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = orig_gen(*a, **k)
         marks["gen"].append((t0, time.perf_counter()))
+        marks["gen_cpu"].append(time.process_time() - c0)
         return out
 
     def timed_forward(model, *a, **k):
@@ -171,6 +172,7 @@ def main(spec_path: str, out_path: str) -> None:
     class Clock(TrainerCallback):
         def on_train_begin(self, *a, **k):
             marks["start"] = time.perf_counter()
+            marks["cpu"].append(time.process_time())
 
         def on_log(self, args_, state, control, logs=None, **k):
             if logs and "objective/kl" in logs:
@@ -180,6 +182,7 @@ def main(spec_path: str, out_path: str) -> None:
 
         def on_step_end(self, *a, **k):
             marks["end"].append(time.perf_counter())
+            marks["cpu"].append(time.process_time())
 
     trainer = PPOTrainer(args=args, processing_class=_Tok(), model=policy, ref_model=ref, reward_model=reward,
                          train_dataset=train, value_model=value, data_collator=collate, eval_dataset=evals,
@@ -192,7 +195,8 @@ def main(spec_path: str, out_path: str) -> None:
         g0, g1 = marks["gen"][i]
         u0, end = marks["update_start"][i], marks["end"][i]
         row.update(iteration_s=end - starts[i], generation_s=g1 - g0, scoring_s=u0 - g1, update_s=end - u0,
-                   other_s=(g0 - starts[i]))
+                   other_s=(g0 - starts[i]), iteration_cpu_s=marks["cpu"][i + 1] - marks["cpu"][i],
+                   generation_cpu_s=marks["gen_cpu"][i])
     out = {"side": "trl", "torch": torch.__version__, "threads": torch.get_num_threads(), "setup_s": setup_s,
            "rss_before_mb": rss_before, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "params": sum(p.numel() for p in policy.parameters()), "rows": rows, "spec": spec}

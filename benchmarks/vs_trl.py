@@ -50,7 +50,8 @@ first forward of the update (scoring = reference, value and reward passes, rewar
 by three separately compiled programs on the same inputs: sampling alone, sampling + scoring (+
 GAE), the whole iteration (scoring = second - first, update = third - second). Throughput = tokens
 generated and trained per second: ``batch x T / iteration time`` (every response token is
-generated once and trained over 4 epochs). Learning rows: ``--learning-iterations`` iterations at
+generated once and trained over 4 epochs); ``best s`` is the fastest timed iteration, ``cores`` the
+process's CPU seconds (all threads) over wall seconds across the timed iterations. Learning rows: ``--learning-iterations`` iterations at
 ``T = 16`` with EOS on, per beta and seed: the raw task score (no EOS penalty) and the KL per sequence
 (k1) of each iteration's samples; ours runs all betas and seeds vmapped in one program.
 torch runs with ``torch.set_num_threads(2)``; XLA uses the machine's 2 cores.
@@ -203,18 +204,21 @@ def _ours(spec: dict) -> dict:
             compile_s[name] = time.perf_counter() - t0
         out["compile_s"] = compile_s
         times = {k: [] for k in progs}
+        cpu = {k: [] for k in progs}  # process CPU seconds (all threads): cores used = cpu / wall
         rows = []
         for i in range(spec["iterations"]):  # interleaved; the first round warms up
             for name in ("gen", "gen_score"):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 jax.block_until_ready(progs[name](state, batch))
                 times[name].append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
+                cpu[name].append(time.process_time() - c0)
+            t0, c0 = time.perf_counter(), time.process_time()
             state, m = progs["iteration"](state, batch)
             jax.block_until_ready(m)
             times["iteration"].append(time.perf_counter() - t0)
+            cpu["iteration"].append(time.process_time() - c0)
             rows.append({"score": float(m["score"]), "kl": float(m["kl"]), "response_length": float(m["response_length"])})
-        out["times"] = times
+        out["times"], out["cpu"] = times, cpu
         out["rows"] = rows
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
@@ -335,12 +339,20 @@ def throughput_row(t: int, ours: dict, trl: dict) -> dict:
     tm = {k: v[1:] for k, v in ours["times"].items()}  # drop the warm-up round
     it, g, gs = _median(tm["iteration"]), _median(tm["gen"]), _median(tm["gen_score"])
     o = dict(iteration_s=it, generation_s=g, scoring_s=max(gs - g, 0.0), update_s=max(it - gs, 0.0),
-             first_s=sum(ours["compile_s"].values()), peak_rss_mb=ours["peak_rss_mb"], tokens_per_s=b * t / it)
+             first_s=sum(ours["compile_s"].values()), peak_rss_mb=ours["peak_rss_mb"], tokens_per_s=b * t / it,
+             best_iteration_s=min(tm["iteration"]))
+    if "cpu" in ours:
+        o["cores"] = sum(ours["cpu"]["iteration"][1:]) / sum(tm["iteration"])
+        o["gen_cores"] = sum(ours["cpu"]["gen"][1:]) / sum(tm["gen"])
     rows = trl["rows"][1:]
     med = lambda k: _median([r[k] for r in rows])  # noqa: E731
     r = dict(iteration_s=med("iteration_s"), generation_s=med("generation_s"), scoring_s=med("scoring_s"),
              update_s=med("update_s"), first_s=trl["rows"][0]["iteration_s"], peak_rss_mb=trl["peak_rss_mb"])
     r["tokens_per_s"] = b * t / r["iteration_s"]
+    r["best_iteration_s"] = min(x["iteration_s"] for x in rows)
+    if "iteration_cpu_s" in rows[0]:
+        r["cores"] = sum(x["iteration_cpu_s"] for x in rows) / sum(x["iteration_s"] for x in rows)
+        r["gen_cores"] = sum(x["generation_cpu_s"] for x in rows) / sum(x["generation_s"] for x in rows)
     return {"T": t, "ours": o, "trl": r, "ratio": o["tokens_per_s"] / r["tokens_per_s"],
             "loadavg": [ours["loadavg_before"], trl["loadavg_after"]]}
 
@@ -376,14 +388,16 @@ def learning_rows(ours_runs, trl_runs, tail: int) -> list:
 
 def print_tables(result: dict) -> None:
     print(f"\nthroughput (batch {HYPER['batch_size']}, EOS off: every response is T tokens; medians; load avg before/after)")
-    print(f"{'T':>4} {'side':>5} {'first s':>8} {'iter s':>8} {'gen s':>7} {'score s':>8} {'update s':>9} "
-          f"{'tok/s':>8} {'peak MB':>8} {'ours/TRL':>9}  load")
+    print(f"{'T':>4} {'side':>5} {'first s':>8} {'iter s':>8} {'best s':>7} {'gen s':>7} {'score s':>8} "
+          f"{'update s':>9} {'cores':>5} {'tok/s':>8} {'peak MB':>8} {'ours/TRL':>9}  load")
     for row in result["throughput"]:
         for side in ("ours", "trl"):
             s = row[side]
             ratio = f"{row['ratio']:9.2f}" if side == "ours" else " " * 9
-            print(f"{row['T']:>4} {side:>5} {s['first_s']:8.2f} {s['iteration_s']:8.3f} {s['generation_s']:7.3f} "
-                  f"{s['scoring_s']:8.3f} {s['update_s']:9.3f} {s['tokens_per_s']:8.0f} {s['peak_rss_mb']:8.0f} "
+            print(f"{row['T']:>4} {side:>5} {s['first_s']:8.2f} {s['iteration_s']:8.3f} "
+                  f"{s.get('best_iteration_s', float('nan')):7.3f} {s['generation_s']:7.3f} "
+                  f"{s['scoring_s']:8.3f} {s['update_s']:9.3f} {s.get('cores', float('nan')):5.2f} "
+                  f"{s['tokens_per_s']:8.0f} {s['peak_rss_mb']:8.0f} "
                   f"{ratio}  {' / '.join(row['loadavg']) if side == 'ours' else ''}")
     if result.get("learning"):
         n = result["learning_iterations"]
@@ -419,6 +433,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=64, help="--ours-only: prompts per iteration")
     ap.add_argument("--layouts", default="single,data-parallel,fsdp", help="--ours-only: device layouts")
     ap.add_argument("--bf16", action="store_true", help="--ours-only: compute in bfloat16")
+    ap.add_argument("--tables", metavar="JSON", default=None, help="print the tables of a saved run and exit")
     ap.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -427,6 +442,11 @@ def main(argv=None) -> dict:
         with open(args.worker[1], "w") as f:
             json.dump({**_ours(spec), "spec": spec}, f)
         return {}
+    if args.tables:
+        with open(args.tables) as f:
+            saved = json.load(f)
+        print_tables(saved)
+        return saved
     if args.ours_only:
         res = scale_rows(args.ours_only, [int(x) for x in args.lengths.split(",")], args.batch,
                          args.layouts.split(","), args.iterations, args.bf16)

@@ -114,7 +114,8 @@ def print_tables(result):
                     continue
                 sc, kl = row[f"{side}_score"], row[f"{side}_kl"]
                 print(f"{row['beta']:>5} {side:>6} {row[f'{side}_seeds']:>5} {row[f'{side}_score_first']:9.3f} "
-                      f"{sc[0]:7.3f} +- {sc[1]:5.3f} {kl[0]:7.3f} +- {kl[1]:5.3f}")
+                      f"{sc[0]:7.3f} +- {sc[1]:5.3f} {kl[0]:7.3f} +- {kl[1]:5.3f}  "
+                      f"{row[f'{side}_collapsed']} of {row[f'{side}_seeds']} collapsed (score < 0.05)")
     for note in result.get("not_run", []):
         print("not run:", note)
 
@@ -128,9 +129,10 @@ def learning_rows(ours_runs, peer_runs, tail):
         for side, runs in (("ours", ours_runs), ("tunix", peer_runs)):
             mine = [r for r in runs if r["beta"] == beta]
             row[f"{side}_seeds"] = len(mine)
-            if mine:
-                row[f"{side}_score"] = _interval([np.mean(r["score"][-tail:]) for r in mine])
-                row[f"{side}_kl"] = _interval([np.mean(r["kl"][-tail:]) for r in mine])
+            if mine:  # nan-aware: a collapsed run (every completion empty) has no tokens, so no KL
+                row[f"{side}_score"] = _interval([np.nanmean(r["score"][-tail:]) for r in mine])
+                row[f"{side}_kl"] = _interval([np.nanmean(r["kl"][-tail:]) for r in mine])
+                row[f"{side}_collapsed"] = sum(bool(np.mean(r["score"][-tail:]) < 0.05) for r in mine)
                 row[f"{side}_score_first"] = float(np.mean([r["score"][0] for r in mine]))
         out.append(row)
     return out
@@ -150,7 +152,16 @@ def main(argv=None):
     ap.add_argument("--ours-learning", default=None,
                     help="reuse our learning runs from a vs_trl.py JSON (same grid) instead of rerunning them")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "vs_tunix.json"))
+    ap.add_argument("--tables", metavar="JSON", default=None, help="print the tables of a saved run and exit")
     args = ap.parse_args(argv)
+    if args.tables:
+        with open(args.tables) as f:
+            saved = json.load(f)
+        if saved.get("learning_raw"):
+            saved["learning"] = learning_rows(saved["learning_raw"]["ours"]["runs"], saved["learning_raw"]["tunix"],
+                                              saved["tail"])
+        print_tables(saved)
+        return saved
     why = check(args.tunix_python)
     if why:
         print(f"tunix side cannot run: {why}")
