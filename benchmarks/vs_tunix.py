@@ -30,8 +30,11 @@ Not matchable (tunix's code fixes them):
 * the EOS action: tunix's sampler cuts each completion BEFORE its stop token, so EOS is never in
   the completion mask (never trained, never KL-penalised) and the score sits on the last content
   token; ours trains the EOS token and puts the score on it;
-* micro-batching: tunix samples and scores in micro-batches of ``train_micro_batch_size`` (16) rows,
-  four rollouts per iteration; ours samples all 64 rows in one program;
+* the iteration's structure: tunix's global step of 64 prompts is four rounds of (sample 16 rows,
+  score them, 4 epochs of one 16-row minibatch step each), each round sampled with the policy the
+  previous round updated (so its first iteration already has KL > 0) and its advantages whitened
+  over 16 rows; ours samples all 64 rows with one policy, whitens over the 64 and takes 4 epochs x
+  4 shuffled minibatches. Both take 16 optimizer steps per 64 prompts;
 * tunix's value loss is 0.5 * squared error (clipped) with its own optimizer: ``vf_coef`` has no
   equivalent (ours 0.5, scaling a separate Adam's gradients, which Adam nearly ignores);
 * generation: tunix's sampler stops once every row is done; the throughput rows turn EOS off on
