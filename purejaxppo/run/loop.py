@@ -142,7 +142,6 @@ class _Session:
         idle = self.resume and done >= self.stop_at  # e.g. a finished run: nothing to compute or rewrite
         if not idle:
             self.storage.write_info(resumed_from=done if self.resume else None)
-        if not idle:
             ev = self.evaluator
             first = min(self.info["chunk_updates"], max(n_total - done, 1), ev.updates_to_next(done) if ev else n_total)
             self.prog.compile(first, state, self.configs)
