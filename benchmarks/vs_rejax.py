@@ -136,6 +136,58 @@ def ours_act(ppo, runner):
     return act
 
 
+def rollout_only(ppo, cfg, algo, n_iters: int):
+    """Where the time goes: each side's rollout + values + GAE alone, ``n_iters`` times in one
+    compiled scan, params fixed at init (the update left out). Ours as ``profile_step.py``'s
+    rollout part (``stages.rollout.collect``, the agent's critic on observations and true next
+    observations, ``stages.gae.gae``); rejax its own ``collect_trajectories`` + critic on the last
+    observation + ``calculate_gae``. The rest of each side's run is the update (and init)."""
+    import jax
+    from purejaxppo.stages.gae import gae
+    from purejaxppo.stages.rollout import collect
+    from purejaxppo.step.environment import rollout_key
+
+    agent, venv = ppo.agent, ppo.venv
+
+    def ours(key):
+        r = ppo.init(key)
+        params = r.train.params
+
+        def policy(k, carry, obs, reset):
+            carry, d, record = agent.act(params, carry, obs, reset)
+            a = agent.dist.sample(k, d)
+            return carry, a, agent.dist.log_prob(d, a), record
+
+        def body(r, _):
+            rng, k_roll = jax.random.split(r.rng)
+            (env_state, obs, carry, done), traj = collect(
+                rollout_key(k_roll, cfg.rollout_rng), policy, venv.step, r.env_state, r.obs, cfg.num_steps,
+                r.carry, r.done, cfg.rollout_unroll)
+            values, next_values = agent.values(params, traj)
+            adv, ret = gae(traj.reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
+            return r._replace(env_state=env_state, obs=obs, carry=carry, done=done, rng=rng), adv.sum() + ret.sum()
+        return jax.lax.scan(body, r, None, length=n_iters)[1].sum()
+
+    def theirs(key):
+        ts = algo.init_state(key)
+
+        def body(ts, _):
+            ts, traj = algo.collect_trajectories(ts)
+            last_val = algo.critic.apply(ts.critic_ts.params, ts.last_obs)
+            adv, tgt = algo.calculate_gae(traj, last_val)
+            return ts, adv.sum() + tgt.sum()
+        return jax.lax.scan(body, ts, None, length=n_iters)[1].sum()
+
+    out, key = {}, jax.random.PRNGKey(0)
+    for label, fn in (("ours", ours), ("rejax", theirs)):
+        jax.clear_caches()
+        c = jax.jit(fn).lower(key).compile()
+        t0 = time.perf_counter()
+        jax.block_until_ready(c(key))
+        out[label] = round(time.perf_counter() - t0, 3)
+    return out
+
+
 def fmt_k(x):
     return f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
 
@@ -146,6 +198,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="timed runs per side (median reported)")
     p.add_argument("--total-timesteps-scale", type=float, default=1.0, help="multiply every row's budget")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true",
+                   help="also time each side's rollout (+ values, GAE) alone: the rest of its run is the update")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
@@ -253,7 +307,18 @@ def main(argv=None):
         print(f"  eval (rejax.evaluate, 128 episodes): rejax {np.round(r_ret, 1).tolist()}  ours "
               f"{np.round(o_ret, 1).tolist()}", flush=True)
 
+        prof = None
+        if args.profile and not sweep:
+            iters = steps // (s["num_envs"] * s["num_steps"])
+            prof = {"rollout_alone_s": rollout_only(ppo, cfg, algo, iters)}
+            for label in ("ours", "rejax"):
+                run_s = statistics.median(rec[label]["times"])
+                roll = prof["rollout_alone_s"][label]
+                prof[label] = {"run_s": round(run_s, 3), "rollout_s": roll, "update_and_rest_s": round(run_s - roll, 3)}
+                print(f"  {label}: rollout + values + GAE alone {roll:.2f} s of its {run_s:.2f} s run; update and the "
+                      f"rest {run_s - roll:.2f} s", flush=True)
         row = {"row": name, "env": s["env"], "runs": n, "rejax_settings": s, "ours_config": cfg.to_dict(),
+               "profile": prof,
                "sweep_lrs": list(SWEEP_LRS) if sweep else None, "notes": notes,
                "bootstraps_truncation": {"ours": True, "rejax": False}, "results": {},
                "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
