@@ -113,6 +113,8 @@ def main(spec_path: str, out_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
     torch.set_num_threads(spec.get("threads", 2))
+    if spec.get("flush_denormal"):  # a lever, off by default: x86 flush-to-zero / denormals-are-zero
+        torch.set_flush_denormal(True)
     torch.manual_seed(spec["seed"])
     t_import = time.perf_counter()
     import datasets
@@ -197,7 +199,8 @@ def main(spec_path: str, out_path: str) -> None:
         row.update(iteration_s=end - starts[i], generation_s=g1 - g0, scoring_s=u0 - g1, update_s=end - u0,
                    other_s=(g0 - starts[i]), iteration_cpu_s=marks["cpu"][i + 1] - marks["cpu"][i],
                    generation_cpu_s=marks["gen_cpu"][i])
-    out = {"side": "trl", "torch": torch.__version__, "threads": torch.get_num_threads(), "setup_s": setup_s,
+    out = {"side": "trl", "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "flush_denormal": bool(spec.get("flush_denormal")), "setup_s": setup_s,
            "rss_before_mb": rss_before, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
            "params": sum(p.numel() for p in policy.parameters()), "rows": rows, "spec": spec}
     import trl

@@ -427,6 +427,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=2400, help="stop starting TRL learning runs past this")
     ap.add_argument("--skip-learning", action="store_true")
+    ap.add_argument("--trl-flush-denormal", action="store_true",
+                    help="a lever on TRL's side: torch.set_flush_denormal(True) (XLA:CPU flushes denormals already)")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "vs_trl.json"))
     ap.add_argument("--ours-only", choices=sorted(SIZES), default=None,
                     help="our side alone at this model size (random init, EOS off; the GPU rows), no TRL")
@@ -466,7 +468,8 @@ def main(argv=None) -> dict:
     result = {"benchmark": "vs_trl", "hardware": hardware(), "sft": info, "hyper": HYPER, "model": MODEL,
               "task": TASK, "command": "python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]),
               "loadavg_start": loadavg(), "throughput": [], "not_run": []}
-    base = {**HYPER, "model_dir": info["model_dir"], "prompts": info["prompts"], "threads": 2, "seed": 0}
+    base = {**HYPER, "model_dir": info["model_dir"], "prompts": info["prompts"], "threads": 2, "seed": 0,
+            "flush_denormal": args.trl_flush_denormal}
     print(f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "
           f"sampled {info['sft_sampled']['exact_match']:.3f}; load avg {loadavg()}", flush=True)
     for t in [int(x) for x in args.lengths.split(",")]:
