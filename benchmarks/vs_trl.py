@@ -427,6 +427,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=2400, help="stop starting TRL learning runs past this")
     ap.add_argument("--skip-learning", action="store_true")
+    ap.add_argument("--trl-threads", type=int, default=2, help="torch.set_num_threads on TRL's side (default 2)")
     ap.add_argument("--trl-flush-denormal", action="store_true",
                     help="a lever on TRL's side: torch.set_flush_denormal(True) (XLA:CPU flushes denormals already)")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "vs_trl.json"))
@@ -468,7 +469,7 @@ def main(argv=None) -> dict:
     result = {"benchmark": "vs_trl", "hardware": hardware(), "sft": info, "hyper": HYPER, "model": MODEL,
               "task": TASK, "command": "python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]),
               "loadavg_start": loadavg(), "throughput": [], "not_run": []}
-    base = {**HYPER, "model_dir": info["model_dir"], "prompts": info["prompts"], "threads": 2, "seed": 0,
+    base = {**HYPER, "model_dir": info["model_dir"], "prompts": info["prompts"], "threads": args.trl_threads, "seed": 0,
             "flush_denormal": args.trl_flush_denormal}
     print(f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "
           f"sampled {info['sft_sampled']['exact_match']:.3f}; load avg {loadavg()}", flush=True)
