@@ -54,7 +54,8 @@ generated once and trained over 4 epochs); ``best s`` is the fastest timed itera
 process's CPU seconds (all threads) over wall seconds across the timed iterations. Learning rows: ``--learning-iterations`` iterations at
 ``T = 16`` with EOS on, per beta and seed: the raw task score (no EOS penalty) and the KL per sequence
 (k1) of each iteration's samples; ours runs all betas and seeds vmapped in one program.
-torch runs with ``torch.set_num_threads(2)``; XLA uses the machine's 2 cores.
+torch runs with ``torch.set_num_threads(2)`` (``--trl-threads``; on a loaded 2-core machine one thread
+was 4-5x faster at T = 16 and 64, see benchmarks/README.md); XLA uses the machine's 2 cores.
 
 ``--ours-only small`` times our side alone on a random-init GPT-2 small (124M parameters), random
 32-token prompts, EOS off, per device layout (``--layouts single,data-parallel,fsdp``): the rows of
@@ -473,7 +474,7 @@ def main(argv=None) -> dict:
             "flush_denormal": args.trl_flush_denormal}
     print(f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "
           f"sampled {info['sft_sampled']['exact_match']:.3f}; load avg {loadavg()}", flush=True)
-    for t in [int(x) for x in args.lengths.split(",")]:
+    for t in [int(x) for x in args.lengths.split(",") if x]:  # --lengths "": the learning grid alone
         spec = {**base, "mode": "throughput", "iterations": args.iterations, "response_length": t, "stop": None,
                 "beta": 0.1}
         ours = run_ours(spec, f"ours_T{t}")
