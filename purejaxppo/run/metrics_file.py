@@ -9,7 +9,7 @@ where a number belongs reads as NaN, with a warning. What cannot be read (not UT
 with the wrong number of fields, an index cell that is not a whole number) raises
 :class:`~purejaxppo.run.checkpoint.CheckpointError` naming the line and the repair.
 :func:`complete_updates`: the leading updates with a row for every run (where a resume may
-continue from, see :func:`purejaxppo.run.run_folder.restore_latest`).
+continue from, see :func:`purejaxppo.run.run_folder.read_latest`).
 """
 
 from __future__ import annotations

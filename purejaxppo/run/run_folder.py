@@ -13,7 +13,7 @@ Layout::
     .lock            held by the one process writing the folder (:mod:`purejaxppo.run.run_lock`)
 
 A resume continues only a folder of its own kind and setup (:func:`check_resumable`), from
-the newest checkpoint that ``metrics.csv`` fully covers (:func:`restore_latest`).
+the newest checkpoint that ``metrics.csv`` fully covers (:func:`read_latest`).
 
 Runs: ``R = M * S`` (members x seeds); run ``m*S + s`` is member ``m`` with seed key ``s``
 (see :func:`purejaxppo.scale.population.runs`). A single-config run is ``M = 1``.
@@ -32,7 +32,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, place_like, read_meta,
+from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, read_meta,
                          restore_checkpoint)
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.run.config_types import CONFIG_TYPES
@@ -223,12 +223,6 @@ def read_latest(run_dir: str, template, info: dict):
     truncate_metrics(metrics_path, done)
     prev = _Earlier(read_metrics(metrics_path, runs, done, info["num_seeds"]), (runs, done)) if done else None
     return runner, done, prev, note
-
-
-def restore_latest(run_dir: str, template, info: dict):
-    """:func:`read_latest` with the state placed like ``template`` (its leaves' shardings)."""
-    runner, done, prev, note = read_latest(run_dir, template, info)
-    return (jax.tree.map(place_like, runner, template) if done else template), done, prev, note
 
 
 class _Earlier(dict):

@@ -54,10 +54,12 @@ class RunStorage:
 
     def restore(self, template):
         """``(state, update, earlier metrics or None, note or None)`` from the newest usable
-        checkpoint (:func:`~purejaxppo.run.run_folder.restore_latest`), on every process; the
+        checkpoint (:func:`~purejaxppo.run.run_folder.read_latest`), placed like ``template``
+        (its leaves' shardings) on every process; the
         earlier metrics only on the writer (only it writes the summary they go into)."""
         if not self.group.many:
-            return rf.restore_latest(self.run_dir, template, self.info)
+            host, done, prev, note = rf.read_latest(self.run_dir, template, self.info)
+            return (jax.tree.map(place_like, host, template) if done else template), done, prev, note
         held = {}
 
         def on_writer():
@@ -80,11 +82,13 @@ class RunStorage:
         if self.run_dir and update != self.saved:
             if self.group.many:
                 state = self.group.gather(state)
-            if self.writes:
-                meta = dict(self.info, versions=rf.versions(), metrics_rows_per_seed=update)
-                with interrupts_deferred():  # a signal now acts once the save is whole and recorded
-                    save_checkpoint(self.ckpt_root, update, state, meta, keep=self.keep)
-            self.saved = update
+            if not self.writes:
+                self.saved = update
+                return None
+            meta = dict(self.info, versions=rf.versions(), metrics_rows_per_seed=update)
+            with interrupts_deferred():  # a signal now acts once the save is whole and recorded
+                save_checkpoint(self.ckpt_root, update, state, meta, keep=self.keep)
+                self.saved = update  # inside: the deferred signal is raised when the block ends
         return self.latest()
 
     def save_quietly(self, state, update: int) -> Optional[str]:
