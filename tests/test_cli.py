@@ -135,6 +135,7 @@ SWEEP = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--tota
          "--quiet", "--sweep", "lr=1e-3,3e-3"]
 
 
+@pytest.mark.slow
 def test_sweep_stopped_and_resumed_equals_uninterrupted(tmp_path, capsys):
     """``--sweep`` goes through the chunk loop: --stop-after then --resume gives the metrics.csv
     and final state of the same sweep run without a stop, bit for bit, and the metrics and
@@ -192,6 +193,7 @@ def test_train_flags_reach_the_loop(monkeypatch, tmp_path):
     assert (tmp_path / "b" / "results.md").read_text().count("\n") == 2 + 4  # header, rule, 4 members
 
 
+@pytest.mark.slow
 @pytest.mark.optimised(False)  # checks flags only: little optimisation (tests/conftest.py)
 def test_bench_subcommand_takes_its_own_flags(tmp_path, capsys):
     """`python -m purejaxppo bench --env ...` reaches the benchmark with its flags (argparse's

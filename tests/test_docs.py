@@ -94,6 +94,7 @@ def test_readme_has_python_examples_and_skips_say_why():
         assert reason is None or reason, f"README.md:{line}: '{SKIP}' needs a reason"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line,code", BLOCKS, ids=[f"line{line}" for line, _ in BLOCKS])
 def test_readme_block_runs(line, code, tmp_path):
     reason = skip_reason(code)

@@ -243,6 +243,7 @@ def test_wandb_logger_logs_seed_means_at_env_steps(monkeypatch, tmp_path):
 MEMBERS = [{"lr": 1e-3, "clip_eps": 0.2}, {"lr": 3e-3, "clip_eps": 0.1}]
 
 
+@pytest.mark.slow
 def test_sweep_stopped_and_resumed_equals_uninterrupted_and_one_call(program, tmp_path):
     """A sweep is R = M*S runs on the same loop: run m*S + s = member m, seed key s. Stopped
     at update 4 and resumed, it equals the uninterrupted sweep through the same chunks bit for

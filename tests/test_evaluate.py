@@ -91,6 +91,7 @@ def _gru_loop(cfg, net, params, key, num_episodes, deterministic, memory=True):
     return np.stack(rets), np.stack(lens)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_name,deterministic,limit", [("CartPole-v1", True, 30), ("Pendulum-v1", False, 12)])
 def test_gru_evaluator_equals_a_step_by_step_loop(env_name, deterministic, limit):
     # short time limits; CartPole copies also terminate early, at different steps
@@ -108,6 +109,7 @@ def test_gru_evaluator_equals_a_step_by_step_loop(env_name, deterministic, limit
     assert not np.allclose(ret, forgetful, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_cli_eval_of_a_gru_run(tmp_path, capsys, monkeypatch):
     from purejaxppo.cli import main
 

@@ -8,6 +8,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from purejaxppo import PPOConfig
 from purejaxppo.run import executable_cache
@@ -30,6 +31,7 @@ def _same(a, b):
                                       for x, y in zip(la, lb))
 
 
+@pytest.mark.slow
 def test_a_repeated_run_loads_every_program_and_gives_the_same_numbers(tmp_path):
     folder = str(tmp_path / "exe")
     first, a = _run(CFG, folder)  # compiles all three and saves them
@@ -69,6 +71,7 @@ def test_the_key_changes_with_everything_that_changes_the_program(tmp_path, monk
     assert len(set(changed + [base])) == len(changed) + 1
 
 
+@pytest.mark.slow
 def test_cli_second_identical_run_loads_its_programs_and_writes_the_same_metrics(tmp_path):
     from purejaxppo.cli import main
 

@@ -272,6 +272,7 @@ def test_divergence_watch_warns_once_at_the_update_the_streak_completes():
     assert fresh.check(bad, 4, describe) is None and fresh.check(bad, 8, describe) is None  # a streak broken at 8
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(straight, tmp_path):
     """SIGKILL (no handler can run) at seeded random moments after the first checkpoint exists,
     three times (the first run, then resumes), then a resume to the end: metrics.csv equals the

@@ -46,6 +46,7 @@ def _minibatch_advantages(cfg):
     return unique, m
 
 
+@pytest.mark.slow
 def test_advantage_normalisation_modes():
     # one epoch: the rollout and the minibatch split are the same in every mode (same keys, and
     # neither depends on the params), so raw advantages (adv_norm="none") are the reference
@@ -71,6 +72,7 @@ def test_value_clipping_switch_changes_only_the_critic_loss():
     assert float(clipped["critic_loss"]) > float(plain["critic_loss"])  # the max() is pessimistic
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [dict(shared_torso=True), dict(activation="relu", hidden_sizes=(32, 32, 32))])
 def test_network_options_train(kw):
     cfg = SMALL.replace(**kw)

@@ -16,6 +16,7 @@ def _train(cfg, seeds, seed=0):
     return np.asarray(m["episode_return"])
 
 
+@pytest.mark.slow
 def test_cartpole_default_config_solves():
     ret = _train(PPOConfig(env_name="CartPole-v1", total_timesteps=500_000), seeds=4)
     final = final_returns(ret)
@@ -23,6 +24,7 @@ def test_cartpole_default_config_solves():
     assert np.nanmean(ret[:, :5]) < 60  # it started from a random policy
 
 
+@pytest.mark.slow
 def test_pendulum_improves_clearly_over_random():
     cfg = PPOConfig(env_name="Pendulum-v1", gamma=0.9, ent_coef=0.0, lr=1e-3, update_epochs=10, num_envs=8,
                     num_steps=256, num_minibatches=32, total_timesteps=200_000)

@@ -252,6 +252,7 @@ def test_wrong_files_are_clear_errors(tmp_path):
 P, T = 6, 10  # P + T == n_positions: the longest row uses every position
 
 
+@pytest.mark.slow
 def test_kv_cache_decoding_equals_full_recompute(model):
     """Tolerance TOL as in tests/test_lm_model.py (two programs, other shapes and reduction
     orders): measured 2.9e-6 apart at most over every step, logits up to ~6 (x86 CPU)."""

@@ -57,6 +57,7 @@ def _sampler(impl_name, top_k):
     return jax.jit(run)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("top_k,temperature,top_p,stop", [(1, 1.0, 1.0, []), (0, 1.0, 1.0, [3]), (0, 0.8, 0.9, [11, 9])],
                          ids=["greedy", "sampled", "sampled_controls"])
 def test_kv_cache_decoding_equals_full_recompute(lm, top_k, temperature, top_p, stop):

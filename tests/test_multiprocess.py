@@ -100,6 +100,7 @@ def _ok(results):
         assert code == 0, se[-3000:]
 
 
+@pytest.mark.slow
 def test_envs_split_gru_normalised_two_processes_equal_two_devices(tmp_path):
     """ONE agent, its envs over 2 processes: gradients, advantage normalisation and the running
     observation/reward statistics are averaged over both; GRU sequences split with the envs."""
@@ -110,6 +111,7 @@ def test_envs_split_gru_normalised_two_processes_equal_two_devices(tmp_path):
     assert sorted(os.listdir(tmp_path / "p1")) == []  # process 1 wrote nothing, not even the folder
 
 
+@pytest.mark.slow
 def test_sweep_over_two_processes_with_launch_script(tmp_path):
     """--split seeds: each process runs its share of the runs (2 members x 2 seeds); the
     metrics are gathered to process 0, which writes them. Started by scripts/launch_local.sh."""
@@ -123,6 +125,7 @@ def test_sweep_over_two_processes_with_launch_script(tmp_path):
     _assert_same_run(tmp_path / "run", _one_process(tmp_path, args))
 
 
+@pytest.mark.slow
 def test_pbt_members_over_two_processes(tmp_path):
     """PBT's exploit step gathers every member's score across the processes: the same copies
     (lineage.csv) and numbers as one process with 2 devices."""
@@ -135,6 +138,7 @@ def test_pbt_members_over_two_processes(tmp_path):
     assert sorted(os.listdir(tmp_path / "p1")) == []
 
 
+@pytest.mark.slow
 def test_killed_process_stops_the_other_then_both_resume_exactly(tmp_path):
     """SIGKILL process 1 after the first checkpoint: process 0 exits non-zero within 60 s with
     one error line naming process 1; restarting both with --resume finishes the run with the

@@ -43,6 +43,7 @@ def _np_flat(obs) -> np.ndarray:
     return np.concatenate([np.asarray(obs[k], np.float32).reshape(np.shape(obs[k])[0], -1) for k in sorted(obs)], -1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env,package", ENVS)
 def test_gru_trains_on_masked_observations_and_samples_only_legal_actions(env, package):
     pytest.importorskip(package)
@@ -93,6 +94,7 @@ def test_gru_flattens_a_structured_observation_as_numpy_does():
     np.testing.assert_array_equal(mask, obs.action_mask)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env,package", ENVS)
 def test_obs_keep_selects_flat_components_and_keeps_the_mask(env, package):
     pytest.importorskip(package)

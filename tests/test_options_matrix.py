@@ -167,6 +167,7 @@ def test_refused_elsewhere(case):
     assert text in str(e.value), str(e.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(SUPPORTED_API))
 def test_supported_combination_builds_and_trains(case):
     changes, how = SUPPORTED_API[case]
@@ -218,6 +219,7 @@ def test_refused_by_the_cli_other_commands(case, trained, capsys):
     _refused_cleanly([run if a == "RUN" else a for a in argv], text, root, capsys)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(PBT_COMBOS))
 def test_pbt_combination_does_what_the_table_says(case, trained, capsys):
     root, run = trained

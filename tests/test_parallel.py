@@ -7,6 +7,7 @@ import pytest
 from _multidevice import run_worker
 
 
+@pytest.mark.slow
 def test_runs_sharded_over_devices_equal_one_device():
     r = run_worker("runs")
     assert r["finite"]
@@ -17,6 +18,7 @@ def test_runs_sharded_over_devices_equal_one_device():
     assert r["members_differ"] > 1e-3, "members with different lr should differ (else the test proves nothing)"
 
 
+@pytest.mark.slow
 def test_pbt_members_on_two_devices_equal_one_device():
     """The exploit over an all_gather: same lineage, same numbers."""
     r = run_worker("pbt")

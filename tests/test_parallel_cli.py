@@ -3,9 +3,11 @@ devices write the metrics.csv of ``--devices 1``, and their config.json says the
 devices. Each part runs in its own subprocess with 4 forced host devices
 (``tests/_multidevice.py``)."""
 
+import pytest
 from _multidevice import run_worker
 
 
+@pytest.mark.slow
 def test_cli_split_envs_and_sweep_on_two_devices_equal_one_device():
     r = run_worker("cli:default")
     assert r["rc"] == [0, 0], r["log"]
@@ -16,6 +18,7 @@ def test_cli_split_envs_and_sweep_on_two_devices_equal_one_device():
     assert r["sweep_diff"] < 1e-5, r  # tolerance: runs sharded over 2 devices vs 1 (vmap batch differs)
 
 
+@pytest.mark.slow
 def test_cli_split_envs_of_a_gru_agent_equals_one_device():
     r = run_worker("cli:gru")
     assert r["rc"] == [0, 0], r["log"]

@@ -3,9 +3,11 @@ equals the single-device program, with every option that changes the step. The t
 in their own subprocesses with 4 forced host devices (``tests/_multidevice.py``), so they can
 run in parallel test workers."""
 
+import pytest
 from _multidevice import run_worker
 
 
+@pytest.mark.slow
 def test_split_envs_equals_one_device_default_and_critic_lr_target_kl_batch_adv():
     r = run_worker("split_envs:a")
     for name in ("default", "critic_lr_target_kl_batch_adv"):  # tolerance: 1 vs 2 devices (pmean'd gradients)
@@ -18,6 +20,7 @@ def test_split_envs_equals_one_device_default_and_critic_lr_target_kl_batch_adv(
     assert r["other_key_params"] > 1e-3, "a different key must change the result (sensitivity)"
 
 
+@pytest.mark.slow
 def test_split_envs_equals_one_device_unsafe_rbg_normalisers_and_gru():
     r = run_worker("split_envs:b")
     for name in ("unsafe_rbg_normalize_obs_reward", "gru_pendulum_norm"):  # tolerance: 1 vs 2 devices

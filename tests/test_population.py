@@ -10,6 +10,7 @@ from purejaxppo.scale.population import make_population, member, parse_sweep, re
 SMALL = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 4, update_epochs=2, num_minibatches=2)
 
 
+@pytest.mark.slow
 def test_member_equals_separate_run_and_one_compile():
     """Including a gamma sweep with reward scaling: the scaler uses each member's (traced) gamma."""
     base = SMALL.replace(normalize_reward=True)

@@ -121,6 +121,7 @@ def test_next_state_values_use_the_pre_reset_carry():
     assert np.abs(nv[t, e] - ref(np.zeros_like(carry_out[t, e]))).max() > 1e-4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env,kw", [("CartPole-v1", {}), ("Pendulum-v1", dict(max_episode_steps=7))])
 def test_first_minibatch_ratio_is_one(env, kw):
     cfg = SMALL.replace(env_name=env, num_steps=32, total_timesteps=4 * 32, **kw)
@@ -218,6 +219,7 @@ def test_options_continuous_target_kl_batch_norm_no_value_clip_critic_lr():
         make_ppo(SMALL.replace(num_envs=6, num_minibatches=4, num_steps=32))
 
 
+@pytest.mark.slow
 @pytest.mark.optimised  # a learning check: its time is run time
 def test_gru_beats_mlp_on_position_only_cartpole():
     """A GRU can infer the hidden velocities; a reactive MLP cannot. Same budget, 2 seeds each."""

@@ -42,6 +42,7 @@ def rows(run_dir):
         return list(csv.reader(f))
 
 
+@pytest.mark.slow
 def test_resume_equals_uninterrupted_bit_for_bit(tmp_path):
     sft = sft_model(SETTINGS, 0)
     prog = RLHFProgram(CONFIG, SETTINGS, sft[0], sft[1])
@@ -68,6 +69,7 @@ def test_resume_equals_uninterrupted_bit_for_bit(tmp_path):
     assert samples.count("# iteration") == 2 and "->" in samples  # evaluations at iterations 2 and 4
 
 
+@pytest.mark.slow
 def test_non_finite_stops_naming_iteration_metric_and_seed_and_keeps_a_resumable_checkpoint(tmp_path):
     # an absurd actor learning rate: Adam's first step moves every policy weight by about 1e30, so the
     # next iteration's forward pass overflows float32 (e.g. attention scores of 1e30-sized queries
@@ -135,6 +137,7 @@ def test_tensorboard_without_its_package_is_refused_before_any_work(tmp_path):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_two_devices_equal_one_device_from_the_command_line(tmp_path):
     runs = {}
     for n in (1, 2):
@@ -154,6 +157,7 @@ def test_two_devices_equal_one_device_from_the_command_line(tmp_path):
     assert refused.returncode == 2 and "drop --beta" in refused.stderr
 
 
+@pytest.mark.slow
 def test_init_from_a_local_gpt2_folder(tmp_path):
     from purejaxppo.lm.gpt2 import GPT2, save_gpt2
 

@@ -61,6 +61,7 @@ def test_tabular_ppo_approaches_but_never_exceeds_the_optimum():
     assert res["gap_closed_final"] > 0.8
 
 
+@pytest.mark.slow
 def test_quick_toy_run_raises_the_score():
     cfg = toy.quick_config()
     sft_nll, tables, _ = toy.run_toy(cfg, [0.1], log=lambda *_: None)

@@ -175,6 +175,7 @@ def little_optimisation():
     jax.config.update("jax_disable_most_optimizations", before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package,name,limit,steps,make_hand", SUITE_CASES)
 def test_suite_episode_ends_and_bootstrap_match_the_suite(package, name, limit, steps, make_hand, little_optimisation):
     pytest.importorskip(package)

@@ -162,6 +162,7 @@ def test_score_sits_on_the_last_valid_response_token_and_the_eos_penalty_where_n
     assert float(stats["eos_rate"]) == 0.75
 
 
+@pytest.mark.slow
 def test_micro_batches_sum_to_the_one_pass_gradient(tiny):
     lm, params = tiny
     cfg = config(batch_size=B, num_minibatches=1)
@@ -190,6 +191,7 @@ def test_micro_batches_sum_to_the_one_pass_gradient(tiny):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_each_network_has_its_own_learning_rate(tiny):
     lm, params = tiny
     labels = _labels({"policy": params, "critic": params})
@@ -211,6 +213,7 @@ def test_each_network_has_its_own_learning_rate(tiny):
             assert moved(new["policy"]["params"]["value_head"], params["params"]["value_head"]) > 1e-4
 
 
+@pytest.mark.slow
 def test_adaptive_kl_follows_the_controller_and_a_beta_sweep_equals_separate_runs(tiny):
     lm, params = tiny
     cfg = config(adaptive_kl=True, kl_target=0.05, kl_horizon=40.0, beta=0.2)
@@ -249,6 +252,7 @@ def test_ptx_adds_the_pretraining_nll(tiny):
     np.testing.assert_allclose(float(m["ptx_loss"][0]), want, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_bf16_compute_keeps_float32_parameters_and_optimizer_state():
     model = TinyLM(V, 16, 1, 2, max_len=P + T, dtype=jnp.bfloat16)
     lm = FlaxLM(model)
@@ -322,6 +326,7 @@ print("RESULT " + json.dumps(out))
 
 
 
+@pytest.mark.slow
 def test_two_devices_and_fsdp_sharding_equal_one_device():
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()

@@ -41,6 +41,7 @@ def test_vmap_over_seeds_equals_separate_runs(ppo):
             np.testing.assert_allclose(batched[k][i], single[k], rtol=2e-5, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.optimised  # the chunk loop against one call, compiled as users compile (tests/conftest.py)
 def test_chunked_driver_equals_single_train_call(ppo):
     keys = jax.random.split(jax.random.PRNGKey(7), 2)
