@@ -4,6 +4,8 @@ compiled; anything that changes the program changes the key; a bad entry is comp
 
 import glob
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +16,8 @@ from purejaxppo import PPOConfig
 from purejaxppo.run import executable_cache
 from purejaxppo.programs.runs import train_chunked
 from purejaxppo.programs.program import Program
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # 7 updates in chunks of 4: init, a chunk of 4 and a remainder chunk of 3 = three programs
 CFG = PPOConfig(env_name="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 7, num_minibatches=2,
@@ -73,17 +77,26 @@ def test_the_key_changes_with_everything_that_changes_the_program(tmp_path, monk
 
 @pytest.mark.slow
 def test_cli_second_identical_run_loads_its_programs_and_writes_the_same_metrics(tmp_path):
-    from purejaxppo.cli import main
-
-    folder = os.path.join(os.environ["PUREJAXPPO_CACHE_DIR"], "executables")  # the test session's cache
+    # the CLI in subprocesses with a cache folder of this test's own: the session's folder is
+    # shared with the other xdist worker, whose programs would land in it meanwhile
+    cache = tmp_path / "cache"
+    env = dict(os.environ, PUREJAXPPO_CACHE_DIR=str(cache),
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    folder = str(cache / "executables")
     argv = ["train", "--env", "CartPole-v1", "--hidden-sizes", "7", "--num-envs", "4", "--num-steps", "8",
             "--total-timesteps", "320", "--devices", "1", "--quiet"]
-    before = set(glob.glob(os.path.join(folder, "*.jaxexe")))
+
+    def main(args):
+        proc = subprocess.run([sys.executable, "-m", "purejaxppo", *args], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return 0
+
     assert main(argv + ["--run-dir", str(tmp_path / "a")]) == 0
-    new = {p: os.stat(p).st_mtime_ns for p in set(glob.glob(os.path.join(folder, "*.jaxexe"))) - before}
+    new = {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(folder, "*.jaxexe"))}
     assert len(new) == 2  # init and the 10-update chunk
     assert main(argv + ["--run-dir", str(tmp_path / "b")]) == 0
-    assert set(glob.glob(os.path.join(folder, "*.jaxexe"))) - before == set(new)  # nothing compiled anew ...
+    assert set(glob.glob(os.path.join(folder, "*.jaxexe"))) == set(new)  # nothing compiled anew ...
     assert all(os.stat(p).st_mtime_ns == t for p, t in new.items())  # ... or rewritten: both were loaded
     csv = [open(tmp_path / r / "metrics.csv").read() for r in "ab"]
     assert csv[0] == csv[1] and len(csv[0].splitlines()) == 11  # exact: loaded vs compiled, the same executables
