@@ -86,6 +86,7 @@ def test_non_finite_stops_naming_iteration_metric_and_seed_and_keeps_a_resumable
     found = re.match(r"non-finite (\w+) \((nan|-?inf)\) at update 1 of metrics.csv \(seed ([01])\); training stopped; "
                      r"the last finite checkpoint is (\S+) \(update 1\)", msg)
     assert found, msg
+    assert "--actor-lr" in msg and "--normalize-obs" not in msg  # what to try, in the rlhf command's own flags
     metric, seed, path = found.group(1), int(found.group(3)), found.group(4)
     # the metric it names is non-finite in metrics.csv at that iteration and seed, and finite the iteration before
     table = {(int(r["seed"]), int(r["update"])): r for r in csv.DictReader(open(os.path.join(run, "metrics.csv")))}

@@ -97,6 +97,8 @@ class PBTProgram:
         self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
         self.run_info = {"kind": "pbt", "pbt": settings.to_dict()}
         self.headline = ("episode_return", "return")
+        self.nan_hint = ("Lower the learning rate (--lr) or --max-grad-norm, or enable --normalize-obs / "
+                         "--normalize-reward")
         self.traces = 0
         self._init = jax.jit(self.init_state)
         self._fns, self._once = {}, CompileOnce()

@@ -43,6 +43,8 @@ class Program:
         self.shard = num_devices if split == "seeds" else 1
         self.run_info = {}  # the front door records "run" or "sweep"
         self.headline = ("episode_return", "return")
+        self.nan_hint = ("Lower the learning rate (--lr) or --max-grad-norm, or enable --normalize-obs / "
+                         "--normalize-reward")
         self._fns, self._once, self._loaded = {}, CompileOnce(), {}
 
     def _fn(self, n: Optional[int], stacked: bool):

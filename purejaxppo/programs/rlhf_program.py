@@ -107,6 +107,7 @@ class RLHFProgram:
         self.split, self.shard = "prompts", 1
         self.run_info = {"kind": "rlhf", "rlhf": settings.to_dict()}
         self.headline = ("score", "score")  # the task's score of the sampled responses
+        self.nan_hint = "Lower --actor-lr / --critic-lr, or --beta (and --kl-target) if the KL term blew up"
         reward = lambda _, *batch: task.score(*batch)  # noqa: E731  (a function: no reward-model params)
         build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts,
                                   diagnostics=task.diagnostics)

@@ -210,9 +210,7 @@ class _Session:
             path = self.checkpoint(*self.good)
             where = f"; the last finite checkpoint is {path} (update {self.good[1]})" if path else ""
             hint = " (or drop that member)" if self.members is not None else ""
-            raise NonFiniteError(f"{problem}; training stopped{where}. Lower the learning rate (--lr) or "
-                                 f"--max-grad-norm, or enable --normalize-obs / --normalize-reward{hint}",
-                                 path, self.good[1])
+            raise NonFiniteError(f"{problem}; training stopped{where}. {self.prog.nan_hint}{hint}", path, self.good[1])
         warning = watch.check(metrics, self.done, self.describe)
         if warning:
             self.note(warning)

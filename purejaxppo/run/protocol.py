@@ -43,6 +43,7 @@ class RunProgram(Protocol):
       (JAX's asynchronous dispatch), ``finite`` saying whether each run's state is finite.
     * ``check_finite(metrics, finite, first_update, describe) -> message | None``: the NaN
       stop (``describe(r)`` names run ``r``); a kind may tolerate what it repairs itself.
+      ``nan_hint``: what to try then, in the kind's own flags (the stop's message ends with it).
     * ``training_state(state) -> RunnerState [R, ...]``: the per-run training state inside
       (what evaluation during training plays with); ``with_training_state(state, runner) ->
       state``: the same state holding ``runner`` instead (a warm start replaces it).
@@ -54,6 +55,7 @@ class RunProgram(Protocol):
     shard: int
     headline: Tuple[str, str]
     run_info: dict
+    nan_hint: str
 
     def place(self, *inputs) -> tuple: ...
 
