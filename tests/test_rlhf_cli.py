@@ -180,3 +180,22 @@ def test_init_from_a_local_gpt2_folder(tmp_path):
                                                           jnp.ones((1, 4), bool)))
     refused = _cli(["rlhf", "--init", str(tmp_path / "short"), "--quiet", "--run-dir", str(tmp_path / "r3")])
     assert refused.returncode == 2 and "its 8 positions cannot hold" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("command", ["rlhf", "train"])
+def test_interrupted_run_names_its_own_resume_command(command, monkeypatch, capsys):
+    """Ctrl-C/SIGTERM: the line says how to continue with the command that was interrupted
+    (an rlhf folder resumes through ``rlhf --resume``)."""
+    import purejaxppo.cli.rlhf_cmd as rlhf_cmd
+    import purejaxppo.cli.train_cmd as train_cmd
+    from purejaxppo.cli import main
+    from purejaxppo.run.guards import TrainingInterrupted
+
+    def interrupted(args):
+        raise TrainingInterrupted(os.path.join("runs", "x", "checkpoints", "update_00000003"), 3, "SIGTERM")
+
+    monkeypatch.setattr(rlhf_cmd, "cmd_rlhf", interrupted)
+    monkeypatch.setattr(train_cmd, "cmd_train", interrupted)
+    assert main([command, "--quiet"]) == 143
+    err = capsys.readouterr().err
+    assert f"`python -m purejaxppo {command} --resume {os.path.join('runs', 'x')}`" in err, err

@@ -61,8 +61,9 @@ def _main(args, bench: bool, argv: list) -> int:
         return 1
     except KeyboardInterrupt as e:
         ckpt = e.checkpoint if isinstance(e, TrainingInterrupted) else None
+        command = "rlhf" if args is not None and args.command == "rlhf" else "train"
         where = (f"; progress saved in {ckpt} (update {e.updates_done}). Continue with "
-                 f"`python -m purejaxppo train --resume {os.path.dirname(os.path.dirname(ckpt))}`") if ckpt else ""
+                 f"`python -m purejaxppo {command} --resume {os.path.dirname(os.path.dirname(ckpt))}`") if ckpt else ""
         print(f"\ninterrupted{where}", file=sys.stderr)
         sigterm = getattr(e, "reason", None) == "SIGTERM" or str(e) == "SIGTERM"
         return 143 if sigterm else 130  # 128 + the signal's number, as a shell reports it
