@@ -48,11 +48,11 @@ def choose_devices(spec: str, divides: int, what: str, check: bool = True) -> in
     started = started_devices()
     forced = re.search(r"xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
     cores = os.cpu_count() or 1
+    available = started or (int(forced.group(1)) if forced else cores)
     if spec == "auto":
-        limit = min(cores, started or (int(forced.group(1)) if forced else cores))
-        return max(d for d in range(1, limit + 1) if divides % d == 0)
+        return max(d for d in range(1, min(cores, available) + 1) if divides % d == 0)
     if spec == "all":  # every device there is (or will be): it must divide the work like a number
-        spec = str(started or (int(forced.group(1)) if forced else cores))
+        spec = str(available)
     try:
         devices = int(spec)
     except ValueError:

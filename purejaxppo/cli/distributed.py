@@ -10,7 +10,6 @@ errors (:mod:`purejaxppo.run.processes`).
 from __future__ import annotations
 
 import argparse
-from typing import Optional
 
 from purejaxppo.cli.errors import UserError
 from purejaxppo.cli.flags import strict_int
@@ -27,14 +26,16 @@ def add_process_flags(t: argparse.ArgumentParser) -> None:
     g.add_argument("--process-id", type=strict_int, default=None, metavar="I", help="this process, 0..N-1")
 
 
-def join(args) -> Optional[object]:
-    """Join the run's processes if the flags ask for it (before JAX starts); the
-    :class:`~purejaxppo.run.processes.ProcessGroup`, or None for one process."""
+def join(args):
+    """Join the run's processes if the flags ask for it (before JAX starts); this process's
+    :class:`~purejaxppo.run.processes.ProcessGroup` (one process when they do not)."""
+    from purejaxppo.run import processes
+
     explicit = {"--coordinator": args.coordinator, "--num-processes": args.num_processes,
                 "--process-id": args.process_id}
     given = [k for k, v in explicit.items() if v is not None]
     if not args.distributed and not given:
-        return None
+        return processes.current()
     if args.distributed and given:
         raise UserError(f"--distributed takes the process layout from the launcher; drop {', '.join(given)} "
                         "(or drop --distributed and give --coordinator, --num-processes and --process-id)")
@@ -56,8 +57,6 @@ def join(args) -> Optional[object]:
     if getattr(args, "eval_every", None) is not None:
         raise UserError("--eval-every does not run across processes yet; train without it and evaluate the run "
                         f"folder afterwards: python -m purejaxppo eval {run_dir}")
-    from purejaxppo.run import processes
-
     group = processes.initialize(args.coordinator, args.num_processes, args.process_id,
                                  on_loss=f" Start every process again with --resume {run_dir} to continue from "
                                          "the last checkpoint.")

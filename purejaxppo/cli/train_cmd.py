@@ -41,16 +41,16 @@ def cmd_train(args) -> int:
         if args.run_dir:
             refuse_existing_run(args.run_dir)
         check_sinks(args)
-    on_writer(group, check_folder)
+    group.share(check_folder)
     split = args.split or "seeds"
     devices = _devices(args, config, split, n_members if grid else None, seeds, group)
-    cache = compile_cache(args) if group is None else None  # whole executables are per process layout
+    cache = None if group.many else compile_cache(args)  # whole executables are per process layout
     if args.pbt is not None:
         from purejaxppo.cli.pbt_cli import cmd_train_pbt
 
         return cmd_train_pbt(args, config, devices, *progress_bar(args.quiet, config.env_name),
-                             loggers=lambda run_dir, n: sinks_for(args, run_dir, config, n)
-                             if group is None or group.writer else [], seeds=seeds,
+                             loggers=lambda run_dir, n: sinks_for(args, run_dir, config, n) if group.writer else [],
+                             seeds=seeds,
                              init_from=init_from, evaluation=evaluation)
     from purejaxppo.programs.runs import train_chunked
     from purejaxppo.scale.population import make_population
@@ -67,31 +67,26 @@ def cmd_train(args) -> int:
               f"{' (envs split)' if split == 'envs' else ''} | {config.num_updates} updates x {config.batch_size} "
               f"steps | run folder {run_dir} | compiling...", flush=True)
     on_chunk, close = progress_bar(args.quiet, config.env_name)
-    if group is None or group.writer:
+    if group.writer:
         os.makedirs(run_dir, exist_ok=True)
     try:
         res = train_chunked(config, seed=args.seed or 0, num_seeds=seeds, members=members, run_dir=run_dir,
                             chunk_updates=args.chunk or 25, program=program, on_chunk=on_chunk,
                             checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
-                            loggers=sinks_for(args, run_dir, config, n_members) if group is None or group.writer
-                            else [], init_from=init_from,
+                            loggers=sinks_for(args, run_dir, config, n_members) if group.writer else [],
+                            init_from=init_from,
                             run_info={"reference": args.reference} if args.reference else None, **evaluation)
     finally:
         close()
     return finish(group, lambda: report_run(res, run_dir, seeds))
 
 
-def on_writer(group, fn):
-    """``fn()`` on the process that writes the run folder; what it returns or raises, on every process."""
-    return fn() if group is None else group.share(fn)
-
-
 def finish(group, report) -> int:
     """Process 0 reports (the CLI's ``main`` then leaves the processes in order)."""
-    return report() if group is None or group.writer else 0
+    return report() if group.writer else 0
 
 
-def _devices(args, config, split: str, n_members, seeds: int, group=None) -> int:
+def _devices(args, config, split: str, n_members, seeds: int, group) -> int:
     """Count the devices and set them before JAX starts (it reads XLA_FLAGS once); ``n_members``
     is None without a sweep. Several processes: all their devices (``group``)."""
     import math
@@ -99,11 +94,7 @@ def _devices(args, config, split: str, n_members, seeds: int, group=None) -> int
     from purejaxppo.agents.registry import minibatch_units
     from purejaxppo.cli.devices import choose_devices, set_devices
 
-    if group is not None:
-        choose = global_devices
-    else:
-        def choose(spec, divides, what, check=True):
-            return choose_devices(spec, divides, what, check)
+    choose = global_devices if group.many else choose_devices
     if split == "envs":  # a minibatch's units (env sequences for the GRU) are split too
         units, _ = minibatch_units(config)
         devices = choose(args.devices, math.gcd(config.num_envs, units), "", check=False)
@@ -114,7 +105,7 @@ def _devices(args, config, split: str, n_members, seeds: int, group=None) -> int
         runs = (f"the sweep's {n_members} members x {seeds} seed(s) = {n_members * seeds} runs" if n_members
                 else f"--seeds={seeds}")
         devices = choose(args.devices, (n_members or 1) * seeds, runs)
-    if group is None:
+    if not group.many:
         set_devices(devices)
     return devices
 
@@ -134,7 +125,7 @@ def _refuse_changes(args) -> None:
                         "cannot be changed; drop them, or start a new run with another --run-dir")
 
 
-def cmd_resume(args, group=None) -> int:
+def cmd_resume(args, group) -> int:
     from purejaxppo.cli.devices import choose_devices, set_devices
     from purejaxppo.programs.runs import resume_run
     from purejaxppo.run.progress import progress_bar
@@ -144,28 +135,27 @@ def cmd_resume(args, group=None) -> int:
     run_dir = args.resume
     _refuse_changes(args)
     check_counts(args)
-    info = on_writer(group, lambda: load_run_info(run_dir))
+    info = group.share(lambda: load_run_info(run_dir))  # process 0 reads the folder
     seeds, members, config = info["num_seeds"], info.get("members"), info["config"]
-    if on_writer(group, lambda: finished_run(run_dir)):  # nothing to compute, nothing to rewrite
+    if group.share(lambda: finished_run(run_dir)):  # nothing to compute, nothing to rewrite
         return finish(group, lambda: print(f"{run_dir} already finished all {config.num_updates} updates; nothing to "
                                            f"do (its summary.json is unchanged). Evaluate it with `python -m "
                                            f"purejaxppo eval {run_dir}`") or 0)
-    on_writer(group, lambda: (check_run_dir(run_dir, "--resume"), check_sinks(args)))
+    group.share(lambda: (check_run_dir(run_dir, "--resume"), check_sinks(args)))
     devices = info.get("num_devices", 1)
-    if group is None:
+    if not group.many:
         choose_devices(str(devices), devices, "")  # still available?
         set_devices(devices)
     else:  # the same count, whichever processes hold the devices
         global_devices(str(devices), devices, "")
-    cache = compile_cache(args) if group is None else None
+    cache = None if group.many else compile_cache(args)
     if not args.quiet:
         what = f"{len(members)} members x {seeds} seed(s)" if members else f"{seeds} seed(s)"
         print(f"purejaxppo: resuming {run_dir} ({config.env_name}, {what}, {config.num_updates} updates) "
               "| compiling...", flush=True)
     on_chunk, close = progress_bar(args.quiet, config.env_name)
     kw = {"on_chunk": on_chunk, "stop_after": args.stop_after, "info": info,
-          "loggers": sinks_for(args, run_dir, config, len(members) if members else 1)
-          if group is None or group.writer else []}
+          "loggers": sinks_for(args, run_dir, config, len(members) if members else 1) if group.writer else []}
     if args.chunk is not None:
         kw["chunk_updates"] = args.chunk
     if args.checkpoint_every is not None:

@@ -27,6 +27,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.programs.program import NAN_HINT
 from purejaxppo.run import processes
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
@@ -97,8 +98,7 @@ class PBTProgram:
         self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
         self.run_info = {"kind": "pbt", "pbt": settings.to_dict()}
         self.headline = ("episode_return", "return")
-        self.nan_hint = ("Lower the learning rate (--lr) or --max-grad-norm, or enable --normalize-obs / "
-                         "--normalize-reward")
+        self.nan_hint = NAN_HINT
         self.traces = 0
         self._init = jax.jit(self.init_state)
         self._fns, self._once = {}, CompileOnce()

@@ -21,6 +21,10 @@ from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.step.train import PPO, make_ppo
 
 
+# what to try after a NaN stop of a control run (plain runs, sweeps and PBT share the flags)
+NAN_HINT = "Lower the learning rate (--lr) or --max-grad-norm, or enable --normalize-obs / --normalize-reward"
+
+
 class Program:
     """The jitted per-run functions of one setup over the runs axis: the
     :class:`~purejaxppo.run.protocol.RunProgram` of plain runs and sweeps. It owns their
@@ -43,8 +47,7 @@ class Program:
         self.shard = num_devices if split == "seeds" else 1
         self.run_info = {}  # the front door records "run" or "sweep"
         self.headline = ("episode_return", "return")
-        self.nan_hint = ("Lower the learning rate (--lr) or --max-grad-norm, or enable --normalize-obs / "
-                         "--normalize-reward")
+        self.nan_hint = NAN_HINT
         self._fns, self._once, self._loaded = {}, CompileOnce(), {}
 
     def _fn(self, n: Optional[int], stacked: bool):

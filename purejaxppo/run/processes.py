@@ -155,14 +155,15 @@ _GROUP: Optional[ProcessGroup] = None
 def current() -> ProcessGroup:
     """This process's group: one process unless :func:`initialize` (or the user's own
     ``jax.distributed.initialize``) made several."""
-    if _GROUP is not None:
-        return _GROUP
-    if "jax" in sys.modules:
+    global _GROUP
+    if _GROUP is None:
         from jax._src import distributed
 
-        if distributed.global_state.client is not None:
-            return ProcessGroup(jax.process_index(), jax.process_count())
-    return ProcessGroup()
+        if distributed.global_state.client is None:
+            return ProcessGroup()
+        # kept: share() numbers its calls, and every process must number them the same way
+        _GROUP = ProcessGroup(jax.process_index(), jax.process_count())
+    return _GROUP
 
 
 def initialize(coordinator: Optional[str] = None, num_processes: Optional[int] = None,
