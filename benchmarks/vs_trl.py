@@ -369,6 +369,25 @@ def _interval(xs):
     return float(xs.mean()), float(t * xs.std(ddof=1) / math.sqrt(len(xs)))
 
 
+def peer_grid(name: str, run_peer, spec: dict, betas, seeds, args, t_start: float, not_run: list) -> list:
+    """A peer's learning runs over seeds x betas, one subprocess each (``run_peer(spec, tag) ->
+    {"rows": [{"score", "kl"}], "wall_s"}``), seed-major so that a grid cut by ``args.budget_s``
+    still has every beta; the cut ones are listed in ``not_run``."""
+    runs = []
+    for seed in seeds:
+        for beta in betas:
+            if time.perf_counter() - t_start > args.budget_s:
+                not_run.append(f"{name} beta={beta} seed={seed} (past --budget-s {args.budget_s:.0f})")
+                continue
+            peer = run_peer({**spec, "beta": beta, "seed": seed}, f"{name.lower()}_learn_b{beta}_s{seed}")
+            runs.append({"beta": beta, "seed": seed, "score": [r["score"] for r in peer["rows"]],
+                         "kl": [r["kl"] for r in peer["rows"]], "wall_s": peer["wall_s"]})
+            print(f"{name} beta={beta} seed={seed}: score {runs[-1]['score'][0]:.3f} -> "
+                  f"{sum(runs[-1]['score'][-args.tail:]) / args.tail:.3f}, "
+                  f"KL {sum(runs[-1]['kl'][-args.tail:]) / args.tail:.3f} ({peer['wall_s']:.0f}s)", flush=True)
+    return runs
+
+
 def learning_rows(ours_runs, trl_runs, tail: int) -> list:
     import numpy as np
 
@@ -492,18 +511,8 @@ def main(argv=None) -> dict:
         ours = run_ours(spec, "ours_learning")
         print(f"ours learning: {len(ours['runs'])} runs vmapped, compile {ours['compile_s']:.1f}s, "
               f"run {ours['run_s']:.1f}s", flush=True)
-        trl_runs = []
-        for seed in seeds:  # seed-major: a cut grid still has every beta
-            for beta in betas:
-                if time.perf_counter() - t_start > args.budget_s:
-                    result["not_run"].append(f"TRL beta={beta} seed={seed} (past --budget-s {args.budget_s:.0f})")
-                    continue
-                trl = run_trl(args.trl_python, {**spec, "beta": beta, "seed": seed}, f"trl_learn_b{beta}_s{seed}")
-                trl_runs.append({"beta": beta, "seed": seed, "score": [r["score"] for r in trl["rows"]],
-                                 "kl": [r["kl"] for r in trl["rows"]], "wall_s": trl["wall_s"]})
-                print(f"TRL beta={beta} seed={seed}: score {trl_runs[-1]['score'][0]:.3f} -> "
-                      f"{sum(trl_runs[-1]['score'][-args.tail:]) / args.tail:.3f}, "
-                      f"KL {sum(trl_runs[-1]['kl'][-args.tail:]) / args.tail:.3f} ({trl['wall_s']:.0f}s)", flush=True)
+        trl_runs = peer_grid("TRL", lambda s, tag: run_trl(args.trl_python, s, tag), spec, betas, seeds, args,
+                             t_start, result["not_run"])
         result.update(learning_iterations=args.learning_iterations, tail=args.tail,
                       learning=learning_rows(ours["runs"], trl_runs, args.tail),
                       learning_raw={"ours": ours, "trl": trl_runs})

@@ -197,18 +197,8 @@ def main(argv=None):
                 ours = json.load(f)["learning_raw"]["ours"]
         else:
             ours = run_ours(spec, "ours_learning_vs_tunix")
-        runs = []
-        for seed in seeds:
-            for beta in betas:
-                if time.perf_counter() - t_start > args.budget_s:
-                    result["not_run"].append(f"tunix beta={beta} seed={seed} (past --budget-s {args.budget_s:.0f})")
-                    continue
-                peer = run_tunix(args.tunix_python, {**spec, "beta": beta, "seed": seed}, f"tunix_learn_b{beta}_s{seed}")
-                runs.append({"beta": beta, "seed": seed, "score": [r["score"] for r in peer["rows"]],
-                             "kl": [r["kl"] for r in peer["rows"]], "wall_s": peer["wall_s"]})
-                print(f"tunix beta={beta} seed={seed}: score {runs[-1]['score'][0]:.3f} -> "
-                      f"{sum(runs[-1]['score'][-args.tail:]) / args.tail:.3f}, "
-                      f"KL {sum(runs[-1]['kl'][-args.tail:]) / args.tail:.3f} ({peer['wall_s']:.0f}s)", flush=True)
+        runs = vs_trl.peer_grid("tunix", lambda s, tag: run_tunix(args.tunix_python, s, tag), spec, betas, seeds,
+                                args, t_start, result["not_run"])
         result.update(learning_iterations=args.learning_iterations, tail=args.tail,
                       learning=learning_rows(ours["runs"], runs, args.tail),
                       learning_raw={"ours": ours, "tunix": runs})
