@@ -22,9 +22,17 @@ Rows:
                       Breakout-MinAtar preset (64 envs x 128 steps, 4 epochs x 8 minibatches, ReLU 64x64,
                       lr 3.5e-3), constant lr on both (rejax has no annealing), 5e5 steps, 1 seed
   cartpole_lr_sweep   the cartpole row's config with 8 learning rates (1e-4 .. 3e-3) in ONE compiled
-                      program: rejax ``jax.vmap(PPO.train, in_axes=(0, None))`` over stacked algorithms,
-                      ours ``jax.vmap(ppo.train)`` over ``purejaxppo.scale.population.runs`` (what
-                      ``train --sweep lr=...`` runs); both use one seed key for every member
+                      program: rejax ``jax.vmap(PPO.train, in_axes=(0, None))`` over stacked algorithms:
+                      ONE unbatched key, so every member draws the same random numbers (rollout, env,
+                      shuffles) and each is computed once for all; ours like with like,
+                      ``jax.vmap(ppo.train, in_axes=(None, 0))`` over the configs of
+                      ``purejaxppo.scale.population.runs``. Two more rows of ours: ``ours_runkeys``, the
+                      same key given once per run (``[8]`` keys, as ``train --sweep`` lays its runs out:
+                      the same numbers, but every random draw is batched 8 ways), and with
+                      ``--host-devices N`` (N > 1) ``ours_cli``: those runs sharded over N forced host
+                      devices by ``parallel.shard_runs``, what ``train --sweep lr=...`` runs with its
+                      default ``--devices auto`` on an N-core CPU (rejax's vmap has no device sharding;
+                      N devices in the process may slow the 1-device programs: compare within a run)
 
 Timing: ``jax.jit(f).lower(args).compile()`` timed after ``jax.clear_caches()`` (persistent cache
 off), then ``--rounds`` runs per side interleaved (ours, rejax, ours, ...), median, each to
@@ -200,8 +208,14 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", action="store_true",
                    help="also time each side's rollout (+ values, GAE) alone: the rest of its run is the update")
+    p.add_argument("--host-devices", type=int, default=1,
+                   help="force this many host CPU devices (before JAX starts); > 1 adds the sweep row's ours_cli")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.host_devices > 1:
+        from purejaxppo.cli.devices import set_devices
+
+        set_devices(args.host_devices)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
     if bad:
@@ -222,6 +236,7 @@ def main(argv=None):
     import _rejax_shims
     from _common import cpu_seconds, hardware
     from purejaxppo import make_ppo
+    from purejaxppo.scale.parallel import shard_runs
     from purejaxppo.scale.population import runs
     from vs_purejaxrl import warm_up
 
@@ -255,13 +270,19 @@ def main(argv=None):
             stacked = jax.tree.map(lambda *x: jnp.stack(x), *algos)
             r_fn, r_args = jax.jit(jax.vmap(type(algo).train, in_axes=(0, None))), (stacked, key)
             keys, configs = runs(cfg, [{"lr": lr} for lr in SWEEP_LRS], 1, args.seed)
-            keys = jnp.broadcast_to(key, keys.shape)  # the one seed key of rejax's side, for every member
-            o_fn, o_args = jax.jit(jax.vmap(ppo.train)), (keys, configs)
+            keys = jnp.broadcast_to(key, keys.shape)  # the one seed key of rejax's side, once per run
+            o_fn, o_args = jax.jit(jax.vmap(ppo.train, in_axes=(None, 0))), (key, configs)
+            extra = [("ours_runkeys", jax.jit(jax.vmap(ppo.train)), (keys, configs))]
+            if args.host_devices > 1:
+                cli = shard_runs(ppo.train, num_devices=args.host_devices)
+                extra.append(("ours_cli", cli.jitted, cli.place(keys, configs)))
             n = len(SWEEP_LRS)
         else:
             r_fn, r_args = jax.jit(algo.train), (key,)
             o_fn, o_args = jax.jit(ppo.train), (key,)
-            n = 1
+            extra, n = [], 1
+        sides = [("ours", o_fn, o_args), ("rejax", r_fn, r_args)] + extra
+        labels = [lab for lab, _, _ in sides]
         total = steps * n
         print(f"\n[{name}] {s['env']}: {n} run(s) x {s['num_envs']} envs x {s['num_steps']} steps, {steps} steps each"
               + (f", lr in {SWEEP_LRS}" if sweep else ""))
@@ -269,15 +290,15 @@ def main(argv=None):
             print(f"  note: {nte}")
 
         rec = {}
-        for label, fn, a in (("ours", o_fn, o_args), ("rejax", r_fn, r_args)):
+        for label, fn, a in sides:
             jax.clear_caches()
             t0 = time.perf_counter()
             rec[label] = {"compiled": fn.lower(*a).compile(), "args": a, "times": [], "cores": []}
             rec[label]["compile_s"] = time.perf_counter() - t0
-            print(f"  compiled {label:<6} {rec[label]['compile_s']:.2f} s", flush=True)
+            print(f"  compiled {label:<12} {rec[label]['compile_s']:.2f} s", flush=True)
         outs = {}
         for r in range(args.rounds):
-            for label in ("ours", "rejax"):
+            for label in labels:
                 v = rec[label]
                 c0, t0 = cpu_seconds(), time.perf_counter()
                 out = v["compiled"](*v["args"])
@@ -287,7 +308,7 @@ def main(argv=None):
                 v["cores"].append((cpu_seconds() - c0) / dt)
                 if r == 0:
                     outs[label] = out
-                print(f"  round {r + 1} {label:<6} {dt:.2f} s  {fmt_k(total / dt)} steps/s  {v['cores'][-1]:.2f} cores",
+                print(f"  round {r + 1} {label:<12} {dt:.2f} s  {fmt_k(total / dt)} steps/s  {v['cores'][-1]:.2f} cores",
                       flush=True)
 
         # final evaluation: rejax's protocol on both sides
@@ -323,7 +344,8 @@ def main(argv=None):
                "bootstraps_truncation": {"ours": True, "rejax": False}, "results": {},
                "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
         base_sps = total / statistics.median(rec["rejax"]["times"])
-        for label, ret in (("rejax", r_ret), ("ours", o_ret)):
+        for label in ["rejax"] + [lab for lab in labels if lab != "rejax"]:
+            ret = r_ret if label == "rejax" else o_ret  # ours' extra rows: ours' program laid out otherwise, not evaluated
             v = rec[label]
             med = statistics.median(v["times"])
             res = {"compile_s": round(v["compile_s"], 3), "run_s": [round(t, 3) for t in v["times"]],
@@ -332,24 +354,26 @@ def main(argv=None):
                    "eval_return_per_run": [round(float(x), 2) for x in ret],
                    "eval_return": float(np.max(ret) if sweep else ret[0]),
                    "eval_return_median": float(np.median(ret))}
-            if label == "ours":
+            if label not in ("rejax", "ours"):
+                res["eval_return_per_run"] = res["eval_return"] = res["eval_return_median"] = None
+            if label != "rejax":
                 res["speed_ratio"] = round(res["steps_per_s"] / base_sps, 3)
                 res["compile_ratio"] = round(rec["rejax"]["compile_s"] / v["compile_s"], 3)
             row["results"][label] = res
         results.append(row)
         del outs
 
-    head = (f"{'row':<19}{'impl':<7}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'cores':>7}{'eval ret':>10}"
+    head = (f"{'row':<19}{'impl':<13}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'cores':>7}{'eval ret':>10}"
             f"{'(median)':>10}{'speed x':>9}{'compile x':>11}")
     print("\n" + head + "\n" + "-" * len(head))
     for row in results:
-        for label in ("rejax", "ours"):
-            v = row["results"][label]
+        for label, v in row["results"].items():
             ratio = f"{v['speed_ratio']:.2f}x" if "speed_ratio" in v else ""
             cratio = f"{v['compile_ratio']:.2f}x" if "compile_ratio" in v else ""
-            print(f"{row['row'] if label == 'rejax' else '':<19}{label:<7}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
-                  f"{fmt_k(v['steps_per_s']):>10}{v['cores_used']:>7.2f}{v['eval_return']:>10.1f}"
-                  f"{v['eval_return_median']:>10.1f}{ratio:>9}{cratio:>11}")
+            ev = (f"{v['eval_return']:>10.1f}{v['eval_return_median']:>10.1f}" if v["eval_return"] is not None
+                  else f"{'-':>10}{'-':>10}")
+            print(f"{row['row'] if label == 'rejax' else '':<19}{label:<13}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
+                  f"{fmt_k(v['steps_per_s']):>10}{v['cores_used']:>7.2f}{ev}{ratio:>9}{cratio:>11}")
     print("eval ret: rejax.evaluate (128 episodes, sampled actions) of the final policy; on the sweep row the best "
           "member, (median) the median member\nspeed x = ours / rejax env-steps/s; compile x = rejax / ours compile "
           "seconds; truncations: ours bootstraps, rejax does not")
