@@ -7,6 +7,7 @@
   against the ``safetensors`` package when it is installed.
 * HF tensors -> file -> ``load_gpt2`` -> ``gpt2_params_to_hf`` gives them back; a missing,
   misshapen or unknown tensor, or an unsupported config, is a clear error.
+* Attention in query blocks (``query_block``) against the same NumPy GPT-2.
 * KV-cached decoding (``FlaxLM(GPT2)``) against ``FullRecompute`` through ``sample_response``
   on ragged left-padded prompts (as tests/test_lm_model.py does for TinyLM).
 * ``transformers``' GPT2LMHeadModel on the same files (ragged left padding given as its attention mask
@@ -121,6 +122,19 @@ def test_left_padding_leaves_valid_positions_unchanged(model, forward):
     logits = np.asarray(forward(params, tokens, valid)[0])
     for r, n in enumerate(lens):
         np.testing.assert_allclose(logits[r, L - n:], np_gpt2(w, tokens[r, L - n:])[0], atol=TOL, rtol=TOL)
+
+
+def test_query_blocks_equal_a_numpy_gpt2(model):
+    """Teacher-forced attention in blocks of queries (``query_block``, ``model.attend``): each
+    block reads only the keys up to its end; the logits stay the reference's, left padding too."""
+    module, w, params = model
+    lens = [L, 1, 5, 3]
+    tokens, valid = _batch(lens, seed=6)
+    for qb in (1, 4, 8):  # 9 queries: 9, 3 and 2 blocks (a short last block)
+        logits = np.asarray(jax.jit(FlaxLM(module.clone(query_block=qb)).logits)(params, tokens, valid))
+        for r, n in enumerate(lens):
+            np.testing.assert_allclose(logits[r, L - n:], np_gpt2(w, tokens[r, L - n:])[0], atol=TOL, rtol=TOL,
+                                       err_msg=f"query_block={qb}, row {r}")
 
 
 # --- safetensors ---------------------------------------------------------------------------------

@@ -82,9 +82,13 @@ def test_kv_cache_decoding_equals_full_recompute(lm, top_k, temperature, top_p, 
         np.testing.assert_array_equal(toks_c, other[0])
 
 
-def test_every_decode_step_has_the_full_recompute_logits(lm):
-    """Both programs teacher-forced on the same (random) response tokens, step by step."""
+@pytest.mark.parametrize("query_block", [64, 3], ids=["one_block", "blocks_of_3"])
+def test_every_decode_step_has_the_full_recompute_logits(lm, query_block):
+    """Both programs teacher-forced on the same (random) response tokens, step by step. With
+    ``query_block=3`` the recompute's attention runs in blocks of 3 queries (each reading the
+    keys up to its end, ``model.attend``); the cache's decode never blocks."""
     model, params, prompt, valid = lm
+    model = model.clone(query_block=query_block)
     cached, full = FlaxLM(model), FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])
     resp = jax.random.randint(jax.random.PRNGKey(5), (B, T), 1, V)
     (lc, cache_c), (lf, cache_f) = (jax.jit(m.prefill, static_argnums=3)(params, prompt, valid, P + T) for m in (cached, full))

@@ -22,8 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# _NEG: TinyLM's finite mask value, shared so both models mask padded keys the same way
-from purejaxppo.lm.model import _NEG, KVCache, attention_mask, empty_kv_cache, positions_from_mask, value_head, written_cache
+# attend: TinyLM's attention, shared so both models mask padded keys the same way
+from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, empty_kv_cache, positions_from_mask,
+                                 value_head, written_cache)
 from purejaxppo.lm.safetensors_io import load_safetensors, save_safetensors
 
 CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon")
@@ -34,6 +35,7 @@ _IGNORED = re.compile(r"h\.\d+\.attn\.(masked_)?bias|lm_head\.weight")
 class _Attention(nn.Module):
     n_head: int
     dtype: Any
+    query_block: int = QUERY_BLOCK
 
     @nn.compact
     def __call__(self, x, attn_mask, kv=None, slot=0):
@@ -42,14 +44,15 @@ class _Attention(nn.Module):
         b, l, d = x.shape
         hd = d // self.n_head
         qkv = nn.Dense(3 * d, dtype=self.dtype, name="c_attn")(x).reshape(b, l, 3, self.n_head, hd)
-        q, k, v = (qkv[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # [B, H, L, hd]
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, L, H, hd]
+        spec = "bkhd"
         if kv is not None:
-            kv = tuple(jax.lax.dynamic_update_slice(c, n.astype(c.dtype), (0, 0, slot, 0)) for c, n in zip(kv, (k, v)))
-            k, v = kv
-        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k, preferred_element_type=jnp.float32) / np.sqrt(hd)
-        att = jax.nn.softmax(jnp.where(attn_mask[:, None], scores, _NEG), axis=-1)  # float32 softmax
-        out = jnp.einsum("bhqk,bhkd->bqhd", att.astype(v.dtype), v).reshape(b, l, d)
-        return nn.Dense(d, dtype=self.dtype, name="c_proj")(out), kv
+            at = (0, 0, slot, 0)
+            kv = tuple(jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3).astype(c.dtype), at)
+                       for c, n in zip(kv, (k, v)))
+            (k, v), spec = kv, "bhkd"
+        out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)  # float32 softmax
+        return nn.Dense(d, dtype=self.dtype, name="c_proj")(out.reshape(b, l, d)), kv
 
 
 class _MLP(nn.Module):
@@ -66,11 +69,12 @@ class _Block(nn.Module):
     n_head: int
     eps: float
     dtype: Any
+    query_block: int = QUERY_BLOCK
 
     @nn.compact
     def __call__(self, x, attn_mask, kv=None, slot=0):
         ln = lambda name: nn.LayerNorm(epsilon=self.eps, dtype=self.dtype, name=name)  # noqa: E731
-        a, kv = _Attention(self.n_head, self.dtype, name="attn")(ln("ln_1")(x), attn_mask, kv, slot)
+        a, kv = _Attention(self.n_head, self.dtype, self.query_block, name="attn")(ln("ln_1")(x), attn_mask, kv, slot)
         x = x + a
         return x + _MLP(self.dtype, name="mlp")(ln("ln_2")(x)), kv
 
@@ -89,6 +93,7 @@ class GPT2(nn.Module):
     n_head: int
     layer_norm_epsilon: float = 1e-5
     dtype: Any = jnp.float32
+    query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
 
     @nn.compact
     def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0,
@@ -109,7 +114,7 @@ class GPT2(nn.Module):
         ks, vs = [], []
         for i in range(self.n_layer):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = _Block(self.n_head, self.layer_norm_epsilon, self.dtype, name=f"h_{i}")(x, attn_mask, kv, slot)
+            x, kv = _Block(self.n_head, self.layer_norm_epsilon, self.dtype, self.query_block, name=f"h_{i}")(x, attn_mask, kv, slot)
             if kv is not None:
                 ks.append(kv[0])
                 vs.append(kv[1])
