@@ -133,7 +133,55 @@ def prepare(work: str = WORK) -> dict:
 
 
 # --- our side (a worker process) -------------------------------------------------------------
+def _split_programs(cfg, models, devices: int):
+    """``(gen, gen_score)``: sampling alone and sampling + scoring + GAE on a state and a prompt
+    batch, laid out as ``ppo.iteration`` is: over ``devices`` (each samples and scores its share
+    of the rows with the row keys one device would use, then the rows are gathered)."""
+    import jax
+
+    from purejaxppo.lm import experience
+    from purejaxppo.lm.data_parallel import AXIS, prompt_mesh
+
+    def rows(state, batch, share):
+        keys = jax.random.split(state.key, cfg.batch_size)
+        return share((keys, *batch))
+
+    def gen_part(state, batch, share=lambda x: x):
+        keys, prompt, valid = rows(state, batch, share)
+        return experience.sample(models, state.train.params, keys, prompt, valid, cfg)
+
+    def score_part(state, batch, share=lambda x: x, gather=lambda x: x):
+        keys, prompt, valid = rows(state, batch, share)
+        exp = experience.collect(models, state.train.params, state.reference, state.reward, keys, prompt, valid, cfg)
+        return experience.finish(gather(exp), state.beta, cfg)
+
+    if devices == 1:
+        return gen_part, score_part
+    n = cfg.batch_size // devices
+
+    def share(tree):
+        i = jax.lax.axis_index(AXIS)
+        return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, i * n, n, 0), tree)
+
+    def gather(tree):
+        return jax.tree.map(lambda x: jax.lax.all_gather(x, AXIS, axis=0, tiled=True), tree)
+
+    mesh, rep = prompt_mesh(devices), jax.sharding.PartitionSpec()
+    gen = jax.shard_map(lambda s, b: gather(gen_part(s, b, share)), mesh=mesh, in_specs=(rep, rep), out_specs=rep,
+                        check_vma=False)
+    gen_score = jax.shard_map(lambda s, b: score_part(s, b, share, gather), mesh=mesh, in_specs=(rep, rep),
+                              out_specs=rep, check_vma=False)
+    return gen, gen_score
+
+
 def _ours(spec: dict) -> dict:
+    devices = int(spec.get("devices", 1))
+    if devices > 1:  # host CPU devices must exist before jax starts its backend
+        from purejaxppo.cli.devices import set_devices
+
+        set_devices(devices)
+    import functools
+
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -166,7 +214,12 @@ def _ours(spec: dict) -> dict:
                          adam_eps=h["adam_eps"], clip_eps=h["clip_eps"], vf_clip_eps=h["vf_clip_eps"],
                          vf_coef=h["vf_coef"], gamma=h["gamma"], gae_lambda=h["gae_lambda"], beta=h["beta"],
                          temperature=h["temperature"], missing_eos_penalty=h["missing_eos_penalty"])
-    ppo = make_token_ppo(cfg, lm, reward, prompts=prompts)
+    if spec["mode"] == "learning" or devices == 1:
+        ppo = make_token_ppo(cfg, lm, reward, prompts=prompts)
+    else:  # throughput rows over several devices: the prompts split, the update's minibatches too
+        from purejaxppo.lm.data_parallel import data_parallel
+
+        ppo = data_parallel(functools.partial(make_token_ppo, cfg, lm, reward, prompts=prompts), devices)
     rss_before = _rss_mb()
     out = {"side": "ours", "jax": jax.__version__, "backend": jax.default_backend(), "rss_before_mb": rss_before,
            "params": int(sum(x.size for x in jax.tree.leaves(params)))}
@@ -188,16 +241,8 @@ def _ours(spec: dict) -> dict:
         models = experience.Models(lm, lm, lm, reward)
         state = ppo.init(jax.random.PRNGKey(spec["seed"]), params, params)
         batch = prompts(jax.random.PRNGKey(3), cfg.batch_size)
-
-        def gen(state, batch):
-            keys = jax.random.split(state.key, cfg.batch_size)
-            return experience.sample(models, state.train.params, keys, *batch, cfg)
-
-        def gen_score(state, batch):
-            keys = jax.random.split(state.key, cfg.batch_size)
-            exp = experience.collect(models, state.train.params, state.reference, state.reward, keys, *batch, cfg)
-            return experience.finish(exp, state.beta, cfg)
-
+        gen, gen_score = _split_programs(cfg, models, devices if spec["mode"] != "learning" else 1)
+        out["devices"] = jax.device_count() if devices > 1 else 1
         progs, compile_s = {}, {}
         for name, fn in (("gen", gen), ("gen_score", gen_score), ("iteration", ppo.iteration)):
             t0 = time.perf_counter()
@@ -448,6 +493,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--budget-s", type=float, default=2400, help="stop starting TRL learning runs past this")
     ap.add_argument("--skip-learning", action="store_true")
     ap.add_argument("--trl-threads", type=int, default=2, help="torch.set_num_threads on TRL's side (default 2)")
+    ap.add_argument("--devices", type=int, default=1,
+                    help="throughput rows: our side data-parallel over N host devices (the rlhf CLI's --devices)")
     ap.add_argument("--trl-flush-denormal", action="store_true",
                     help="a lever on TRL's side: torch.set_flush_denormal(True) (XLA:CPU flushes denormals already)")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "vs_trl.json"))
@@ -490,6 +537,7 @@ def main(argv=None) -> dict:
               "task": TASK, "command": "python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]),
               "loadavg_start": loadavg(), "throughput": [], "not_run": []}
     base = {**HYPER, "model_dir": info["model_dir"], "prompts": info["prompts"], "threads": args.trl_threads, "seed": 0,
+            "devices": args.devices,
             "flush_denormal": args.trl_flush_denormal}
     print(f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "
           f"sampled {info['sft_sampled']['exact_match']:.3f}; load avg {loadavg()}", flush=True)
