@@ -203,3 +203,56 @@ def test_the_mask_ends_at_the_first_stop_token():
     np.testing.assert_array_equal(toks, np.where(want, script, PAD))
     np.testing.assert_array_equal(logp[~want], 0.0)
     np.testing.assert_allclose(logp[want], 0.0, atol=1e-6)  # forced: probability 1
+
+
+# --- generation ends once every row has stopped ------------------------------------------------
+def _full_decode(lm, params, key, prompt, valid, max_new, stops, temperature=1.0):
+    """The reference: a Python loop through ALL ``max_new`` steps (no early end), each step as
+    ``sample_response`` documents it (``key, sub = split(key)``; a row's tokens after its first
+    stop are PAD with log-prob 0 and mask False)."""
+    logits, cache = lm.prefill(params, prompt, valid, prompt.shape[1] + max_new)
+    done, cols = jnp.zeros(prompt.shape[0], bool), []
+    for t in range(max_new):
+        key, sub = jax.random.split(key)
+        tok, lp = sample_tokens(sub, logits, temperature)
+        tok, lp, live = jnp.where(done, PAD, tok), jnp.where(done, 0.0, lp), ~done
+        done = done | jnp.isin(tok, jnp.asarray(stops))
+        cols.append((tok, lp, live))
+        logits, cache = lm.decode(params, cache, tok, prompt.shape[1] + t)
+    return tuple(np.stack([np.asarray(c[i]) for c in cols], axis=1) for i in range(3))
+
+
+def test_generation_that_ends_early_equals_the_full_decode(lm):
+    """Every row stops before the last step, at different steps: the loop ends early, and its
+    tokens, masks (exactly) and log-probs (two programs: TOL) are the full decode's."""
+    model, params, prompt, valid = lm
+    impl, stops, key = FlaxLM(model), [2, 3, 4, 5], jax.random.PRNGKey(2)
+    toks, logp, mask = jax.jit(lambda k, p: sample_response(impl, p, k, prompt, valid, T, jnp.array(stops), PAD))(
+        key, params)
+    ref_t, ref_l, ref_m = _full_decode(impl, params, key, prompt, valid, T, stops)
+    ends = ref_m.sum(1)  # the scenario: every row stopped before the last step, not all at once
+    assert ends.max() < T and len(set(ends.tolist())) > 2, ends
+    np.testing.assert_array_equal(toks, ref_t)
+    np.testing.assert_array_equal(mask, ref_m)
+    np.testing.assert_allclose(logp, ref_l, atol=TOL)
+
+
+def test_generation_decodes_no_step_after_every_row_has_stopped():
+    """A scripted model that records each decode's position: the last stop is at step 3 of 6,
+    so steps 0..3 are decoded (the step-3 decode comes before the loop sees every row done) and
+    4, 5 are not; the outputs are the script's up to each stop, PAD after."""
+    script = np.array([[3, 2, 5, 5, 5, 5], [4, 4, 4, 2, 6, 6], [2, 3, 3, 3, 3, 3]])
+    seen = []
+
+    class Counting(Scripted):
+        def decode(self, params, cache, token, position):
+            jax.debug.callback(lambda p: seen.append(int(p)), position, ordered=True)
+            return super().decode(params, cache, token, position)
+
+    prompt, valid = jnp.ones((3, 2), jnp.int32), jnp.ones((3, 2), bool)
+    toks, _, mask = sample_response(Counting(script), None, jax.random.PRNGKey(0), prompt, valid, 6, jnp.array([2]), PAD)
+    jax.effects_barrier()
+    assert seen == [2, 3, 4, 5], seen  # positions P + 0 .. P + 3
+    want = np.array([[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]], bool)
+    np.testing.assert_array_equal(mask, want)
+    np.testing.assert_array_equal(toks, np.where(want, script, PAD))

@@ -58,8 +58,10 @@ def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0):
 
 def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_ids, pad_id: int,
                     temperature=1.0, top_k: int = 0, top_p=1.0, per_row: bool = False):
-    """Sample up to ``max_new`` tokens after left-padded prompts with ``lm``'s cache, by
-    ``lax.scan`` (one :meth:`CausalLM.prefill`, then one ``decode`` per token).
+    """Sample up to ``max_new`` tokens after left-padded prompts with ``lm``'s cache (one
+    :meth:`CausalLM.prefill`, then one ``decode`` per token) in a ``lax.while_loop`` that ends
+    once every row has sampled a stop token: the steps after that would only write ``pad_id``,
+    0 and False, which the outputs already hold, so the result is the full decode's.
 
     Args:
       lm: a :class:`purejaxppo.lm.model.CausalLM`; ``params``: its parameters.
@@ -95,14 +97,24 @@ def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_id
         done = done | jnp.any(tok[:, None] == stop_ids[None, :], axis=1)
         return (tok, jnp.where(live, lp, 0.0), live), done, key
 
-    def step(carry, t):
-        logits, cache, done, key = carry
+    def write(outs, out, t):  # column t of each [B, max_new] output
+        return tuple(jax.lax.dynamic_update_slice_in_dim(o, x[:, None].astype(o.dtype), t, axis=1)
+                     for o, x in zip(outs, out))
+
+    def going(carry):  # a decode is left (the last token needs none) and some row has not stopped
+        t, done = carry[0], carry[3]
+        return (t < max_new - 1) & ~jnp.all(done)
+
+    def step(carry):
+        t, logits, cache, done, key, outs = carry
         out, done, key = pick(logits, done, key)
         logits, cache = lm.decode(params, cache, out[0], p + t)
-        return (logits, cache, done, key), out
+        return t + 1, logits, cache, done, key, write(outs, out, t)
 
     logits, cache = lm.prefill(params, prompt, prompt_valid, p + max_new)
-    carry = (logits, cache, jnp.zeros((b,), bool), key)
-    (logits, _, done, key), outs = jax.lax.scan(step, carry, jnp.arange(max_new - 1))
-    last, _, _ = pick(logits, done, key)  # the last token needs no decode
-    return tuple(jnp.concatenate([o.T, l[:, None]], axis=1) for o, l in zip(outs, last))
+    outs = (jnp.full((b, max_new), pad_id, prompt.dtype), jnp.zeros((b, max_new), jnp.float32),
+            jnp.zeros((b, max_new), bool))  # what every step after a row's stop writes
+    carry = (jnp.zeros((), jnp.int32), logits, cache, jnp.zeros((b,), bool), key, outs)
+    t, logits, _, done, key, outs = jax.lax.while_loop(going, step, carry)
+    last, _, _ = pick(logits, done, key)  # the last token (or, after an early end, pads) needs no decode
+    return write(outs, last, t)
