@@ -386,7 +386,8 @@ def throughput_row(t: int, ours: dict, trl: dict) -> dict:
     it, g, gs = _median(tm["iteration"]), _median(tm["gen"]), _median(tm["gen_score"])
     o = dict(iteration_s=it, generation_s=g, scoring_s=max(gs - g, 0.0), update_s=max(it - gs, 0.0),
              first_s=sum(ours["compile_s"].values()), peak_rss_mb=ours["peak_rss_mb"], tokens_per_s=b * t / it,
-             best_iteration_s=min(tm["iteration"]))
+             best_iteration_s=min(tm["iteration"]),
+             response_length=_median([r["response_length"] for r in ours["rows"][1:]]))
     if "cpu" in ours:
         o["cores"] = sum(ours["cpu"]["iteration"][1:]) / sum(tm["iteration"])
         o["gen_cores"] = sum(ours["cpu"]["gen"][1:]) / sum(tm["gen"])
@@ -452,7 +453,9 @@ def learning_rows(ours_runs, trl_runs, tail: int) -> list:
 
 
 def print_tables(result: dict) -> None:
-    print(f"\nthroughput (batch {HYPER['batch_size']}, EOS off: every response is T tokens; medians; load avg before/after)")
+    eos = result.get("eos", False)
+    what = "EOS on: ratio = TRL's iteration time / ours" if eos else "EOS off: every response is T tokens"
+    print(f"\nthroughput (batch {HYPER['batch_size']}, {what}; medians; load avg before/after)")
     print(f"{'T':>4} {'side':>5} {'first s':>8} {'iter s':>8} {'best s':>7} {'gen s':>7} {'score s':>8} "
           f"{'update s':>9} {'cores':>5} {'tok/s':>8} {'peak MB':>8} {'ours/TRL':>9}  load")
     for row in result["throughput"]:
@@ -493,6 +496,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--budget-s", type=float, default=2400, help="stop starting TRL learning runs past this")
     ap.add_argument("--skip-learning", action="store_true")
     ap.add_argument("--trl-threads", type=int, default=2, help="torch.set_num_threads on TRL's side (default 2)")
+    ap.add_argument("--eos", action="store_true",
+                    help="throughput rows with EOS on (both sides stop at it: real use); tok/s then counts batch x T "
+                         "response slots, so the ratio is the ratio of iteration times")
     ap.add_argument("--devices", type=int, default=1,
                     help="throughput rows: our side data-parallel over N host devices (the rlhf CLI's --devices)")
     ap.add_argument("--trl-flush-denormal", action="store_true",
@@ -535,21 +541,24 @@ def main(argv=None) -> dict:
 
     result = {"benchmark": "vs_trl", "hardware": hardware(), "sft": info, "hyper": HYPER, "model": MODEL,
               "task": TASK, "command": "python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]),
-              "loadavg_start": loadavg(), "throughput": [], "not_run": []}
+              "loadavg_start": loadavg(), "throughput": [], "not_run": [], "eos": args.eos,
+              "devices": args.devices}
     base = {**HYPER, "model_dir": info["model_dir"], "prompts": info["prompts"], "threads": args.trl_threads, "seed": 0,
             "devices": args.devices,
             "flush_denormal": args.trl_flush_denormal}
     print(f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "
           f"sampled {info['sft_sampled']['exact_match']:.3f}; load avg {loadavg()}", flush=True)
     for t in [int(x) for x in args.lengths.split(",") if x]:  # --lengths "": the learning grid alone
-        spec = {**base, "mode": "throughput", "iterations": args.iterations, "response_length": t, "stop": None,
+        spec = {**base, "mode": "throughput", "iterations": args.iterations, "response_length": t,
+                "stop": 1 if args.eos else None,
                 "beta": 0.1}
         ours = run_ours(spec, f"ours_T{t}")
         trl = run_trl(args.trl_python, spec, f"trl_T{t}")
         row = throughput_row(t, ours, trl)
         row["raw"] = {"ours": ours, "trl": trl}
         result["throughput"].append(row)
-        print(f"T={t}: ours {row['ours']['tokens_per_s']:.0f} tok/s, TRL {row['trl']['tokens_per_s']:.0f} tok/s, "
+        print(f"T={t}: ours {row['ours']['tokens_per_s']:.0f} tok/s (response {row['ours']['response_length']:.1f}), "
+              f"TRL {row['trl']['tokens_per_s']:.0f} tok/s, "
               f"ratio {row['ratio']:.2f} (load {loadavg()})", flush=True)
         _write(args.json, result)
     if not args.skip_learning:
