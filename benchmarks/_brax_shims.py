@@ -108,6 +108,9 @@ def replay() -> float:
     total = 0.0
     for compiled, args in STATE["saved"]:
         args = jax.tree_util.tree_map(_copy, args)
+        # placed as the program was compiled: over several devices, an input pmap took from one
+        # device (and resharded itself on the first call) must be handed over sharded
+        args = jax.device_put(args, compiled.input_shardings[0])
         jax.block_until_ready(args)
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*args))

@@ -48,6 +48,10 @@ ours. Brax's ``train()`` builds and compiles its env reset, init and evaluator a
 call, so it is called once per row (round 1; its whole wall time is in the JSON as
 ``train_call_s_round1``) and later rounds replay the compiled epoch(s) on copies of the same
 inputs (``_brax_shims.replay``). ``run s`` is the training program alone on both sides.
+``--host-devices N`` (N > 1) forces N host CPU devices before JAX starts: Brax's ``train`` pmaps
+over every local device (its envs and minibatches split over them, gradients averaged), and ours
+is ``parallel.split_envs(config, N)`` (the same split: one agent, its envs over the devices, a
+``pmean`` of gradients per minibatch); both sides data-parallel over the same devices.
 Env-steps/s = env steps (x action_repeat, as Brax counts them) / run s. Rounds: ours, Brax,
 ours, Brax, ...
 
@@ -355,8 +359,15 @@ def main(argv=None):
                    help="also time each side's env alone over the row's steps (where the run's time goes)")
     p.add_argument("--env-only", action="store_true",
                    help="only time each side's env alone over each row's steps (no training)")
+    p.add_argument("--host-devices", type=int, default=1,
+                   help="force this many host CPU devices (before JAX starts): Brax's train pmaps over all of them, "
+                        "ours splits the run's envs over them (parallel.split_envs); both sides data-parallel")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = p.parse_args(argv)
+    if args.host_devices > 1:
+        from purejaxppo.cli.devices import set_devices
+
+        set_devices(args.host_devices)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
     if bad:
@@ -373,6 +384,7 @@ def main(argv=None):
     import _brax_shims
     from _common import cpu_seconds, hardware
     from purejaxppo import make_ppo
+    from purejaxppo.scale.parallel import split_envs
     from vs_purejaxrl import warm_up
 
     shims = _brax_shims.apply()
@@ -422,7 +434,7 @@ def main(argv=None):
         _brax_shims.STATE["reuse_key"] = (name, json.dumps(s, sort_keys=True, default=str))
 
         key = jax.random.PRNGKey(args.seed)
-        ppo = make_ppo(cfg)
+        ppo = make_ppo(cfg) if args.host_devices == 1 else split_envs(cfg, args.host_devices)
         jax.clear_caches()
         t0 = time.perf_counter()
         ours_compiled = jax.jit(ppo.train).lower(key).compile()
@@ -491,7 +503,7 @@ def main(argv=None):
         b_med = statistics.median(rec["brax"]["times"])
         o_sps, b_sps = ours_steps / o_med, brax_steps / b_med
         out_row = {
-            "row": name, "env": row["env"], "size": args.size, "published_in": row["source"],
+            "row": name, "env": row["env"], "size": args.size, "host_devices": args.host_devices, "published_in": row["source"],
             "brax_settings": {k: v for k, v in s.items()}, "ours_config": cfg.to_dict(),
             "config_differences": diffs, "notes": NOTES_ALL,
             "bootstraps_truncation": {"ours": True, "brax": False},
