@@ -71,10 +71,11 @@ def test_kv_cache_decoding_equals_full_recompute(lm, top_k, temperature, top_p, 
     assert len({tuple(r) for r in np.asarray(toks_c)}) > 1  # rows differ: not a degenerate model
     if stop.size:  # the stop ids end some rows early, not all
         assert 0 < int((~np.asarray(mask_c)).any(1).sum()) < B, np.asarray(mask_c)
-    if (top_k, temperature, top_p) == (0, 1.0, 1.0):  # defaults: the sampled log-probs are the policy's
+    if (top_k, temperature, top_p) == (0, 1.0, 1.0):  # defaults: the sampled log-probs are the policy's (PAD cut)
         model, seq = lm[0], jnp.concatenate([prompt, toks_c], 1)
         seq_valid = jnp.concatenate([valid, mask_c], 1)
-        tf = jax.nn.log_softmax(jax.jit(model.apply)(params, seq, seq_valid)[0][:, P - 1:-1])
+        logits = jax.jit(model.apply)(params, seq, seq_valid)[0][:, P - 1:-1]
+        tf = jax.nn.log_softmax(filter_logits(logits, banned=PAD))
         tf = np.take_along_axis(np.asarray(tf), np.asarray(toks_c)[..., None], -1)[..., 0]
         np.testing.assert_allclose(np.where(mask_c, logp_c, 0), np.where(mask_c, tf, 0), atol=TOL)
     if top_k == 1:  # greedy: the same for any key
@@ -105,9 +106,12 @@ def test_every_decode_step_has_the_full_recompute_logits(lm, query_block):
 
 
 # --- sampling controls against NumPy ---------------------------------------------------------
-def _np_probs(logits, temperature=1.0, top_k=0, top_p=1.0):
-    """The renormalised distribution, in float64: temperature, then top-k, then top-p."""
+def _np_probs(logits, temperature=1.0, top_k=0, top_p=1.0, banned=None):
+    """The renormalised distribution, in float64: temperature, the banned id cut, then top-k,
+    then top-p."""
     x = np.asarray(logits, np.float64) / temperature
+    if banned is not None:
+        x[:, banned] = -np.inf
     keep = np.ones_like(x, bool)
     if top_k:
         keep = np.zeros_like(x, bool)
@@ -155,12 +159,17 @@ def test_temperature_scales_logits(temperature):
     np.testing.assert_allclose(np.asarray(jax.nn.softmax(out)), _np_probs(LOGITS, temperature), atol=1e-6)
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (0.9, 6, 0.7)])
-def test_logp_is_the_log_of_the_renormalised_probability(temperature, top_k, top_p):
+TOP0 = int(np.argmax(np.asarray(LOGITS)[0]))  # row 0's most probable token: banning it moves the most mass
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p,banned", [(1.0, 0, 1.0, None), (0.7, 5, 1.0, None), (1.3, 0, 0.8, None),
+                                                            (0.9, 6, 0.7, None), (1.0, 0, 1.0, TOP0), (0.9, 6, 0.7, TOP0)])
+def test_logp_is_the_log_of_the_renormalised_probability(temperature, top_k, top_p, banned):
+    """``banned`` (the sampler's pad id): never drawn, its mass renormalised over the rest."""
     n = 4000
     keys = jax.random.split(jax.random.PRNGKey(11), n)
-    toks, logp = jax.jit(jax.vmap(lambda k: sample_tokens(k, LOGITS, temperature, top_k, top_p)))(keys)
-    ref = _np_probs(LOGITS, temperature, top_k, top_p)
+    toks, logp = jax.jit(jax.vmap(lambda k: sample_tokens(k, LOGITS, temperature, top_k, top_p, banned)))(keys)
+    ref = _np_probs(LOGITS, temperature, top_k, top_p, banned)
     toks, logp = np.asarray(toks), np.asarray(logp)  # [n, 6]
     rows = np.arange(LOGITS.shape[0])[None]
     assert (ref[rows, toks] > 0).all()  # never a cut token
@@ -208,13 +217,13 @@ def test_the_mask_ends_at_the_first_stop_token():
 # --- generation ends once every row has stopped ------------------------------------------------
 def _full_decode(lm, params, key, prompt, valid, max_new, stops, temperature=1.0):
     """The reference: a Python loop through ALL ``max_new`` steps (no early end), each step as
-    ``sample_response`` documents it (``key, sub = split(key)``; a row's tokens after its first
+    ``sample_response`` documents it (``key, sub = split(key)``, PAD never drawn; a row's tokens after its first
     stop are PAD with log-prob 0 and mask False)."""
     logits, cache = lm.prefill(params, prompt, valid, prompt.shape[1] + max_new)
     done, cols = jnp.zeros(prompt.shape[0], bool), []
     for t in range(max_new):
         key, sub = jax.random.split(key)
-        tok, lp = sample_tokens(sub, logits, temperature)
+        tok, lp = sample_tokens(sub, logits, temperature, banned=PAD)
         tok, lp, live = jnp.where(done, PAD, tok), jnp.where(done, 0.0, lp), ~done
         done = done | jnp.isin(tok, jnp.asarray(stops))
         cols.append((tok, lp, live))

@@ -68,6 +68,41 @@ def config(**kw):
     return TokenPPOConfig(**{**base, **kw})
 
 
+def _np_logp_without(logits, tokens, temperature, banned):
+    """NumPy (float64): log-probs of ``tokens`` under softmax(logits / temperature) with the
+    ``banned`` id removed and the rest renormalised; logits aligned as token_logprobs (position
+    ``t`` predicts token ``t+1``; slot 0 gets 0)."""
+    x = np.asarray(logits, np.float64)[:, :-1] / temperature
+    x[..., banned] = -np.inf
+    lse = np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1)) + x.max(-1)
+    out = np.take_along_axis(x, np.asarray(tokens)[:, 1:, None], -1)[..., 0] - lse
+    return np.concatenate([np.zeros_like(out[:, :1]), out], axis=1)
+
+
+def test_pad_is_never_sampled_and_every_log_prob_renormalises_without_it(tiny):
+    """A policy that prefers the pad id (0): no response holds it, and the old log-probs (the
+    PPO ratio's) and the reference's (the KL's) are those of the law without pad, as sampled."""
+    lm, params = tiny
+    boosted = jax.tree_util.tree_map_with_path(  # the policy's pad logit +3: pad is likely
+        lambda path, x: x.at[0].add(3.0) if "lm_head" in str(path) and "bias" in str(path) else x, params)
+    cfg = config(temperature=0.8)
+    models = experience.Models(lm, lm, lm, count_threes)
+    prompt, valid = prompts(jax.random.PRNGKey(3), B)
+    exp = jax.jit(lambda k: experience.collect(models, {"policy": boosted, "critic": boosted}, params, None,
+                                               jax.random.split(k, B), prompt, valid, cfg))(jax.random.PRNGKey(9))
+    toks, mask = np.asarray(exp["tokens"]), np.asarray(exp["mask"])
+    pol = np.asarray(lm.logits(boosted, exp["tokens"], exp["valid"]))
+    p_pad = jax.nn.softmax(pol[:, :-1] / 0.8)[..., 0][mask[:, 1:]]
+    assert float(p_pad.mean()) > 0.3  # the scenario: without the cut, about a third of the tokens would be pad
+    assert mask.sum() > 10 and not (toks[mask] == 0).any()
+    ref = np.asarray(lm.logits(params, exp["tokens"], exp["valid"]))
+    for name, logits in (("logp_old", pol), ("logp_ref", ref)):
+        np.testing.assert_allclose(np.where(mask, exp[name], 0), np.where(mask, _np_logp_without(logits, toks, 0.8, 0), 0),
+                                   atol=1e-5, err_msg=name)
+    # the sampler's own log-probs are the same law's (TOL: the cache's decode against the recompute)
+    np.testing.assert_allclose(np.where(mask, exp["logp_sampled"], 0), np.where(mask, exp["logp_old"], 0), atol=1e-4)
+
+
 @pytest.mark.parametrize("top_k,top_p,temperature", [(0, 1.0, 1.0), (0, 1.0, 0.7), (3, 1.0, 1.0), (0, 0.8, 1.3)],
                          ids=["defaults", "temperature", "top_k", "top_p"])
 def test_first_minibatch_is_on_policy(tiny, top_k, top_p, temperature):
@@ -93,10 +128,10 @@ def test_first_minibatch_is_on_policy(tiny, top_k, top_p, temperature):
     assert float(stats["logp_mismatch"]) < 1e-4, float(stats["logp_mismatch"])
     mask = np.asarray(exp["mask"])
     assert mask.any() and not mask[:, :P].any()  # prompts are never actions
-    if top_k:  # every sampled token is among the top-k of the policy's logits at its step
+    if top_k:  # every sampled token is among the top-k of the policy's logits at its step, pad (0) cut
         logits = np.asarray(lm.logits(params, exp["tokens"], exp["valid"]))[:, :-1]
         toks = np.asarray(exp["tokens"])[:, 1:]
-        rank = (logits > np.take_along_axis(logits, toks[..., None], -1)).sum(-1)
+        rank = (logits[..., 1:] > np.take_along_axis(logits, toks[..., None], -1)).sum(-1)
         assert (rank[mask[:, 1:]] < top_k).all()
 
 

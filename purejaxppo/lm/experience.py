@@ -16,7 +16,9 @@ under that distribution, and the loss computes ``logp_new`` the same way, so the
 minibatch's ratio is 1 (to float rounding) with every sampling control. The log-probs the
 sampler reported are kept only to measure ``logp_mismatch`` (the decode path against the
 teacher-forced pass). The reference is scored at the same temperature and never cut
-(a cut reference would make the KL infinite on tokens outside its set).
+(a cut reference would make the KL infinite on tokens outside its set), except for the pad
+id: the sampler never draws it (:func:`~purejaxppo.lm.sampling.sample_response`), so the
+policy's law, its old and new log-probs and the reference all renormalise without it.
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ class Models(NamedTuple):
 
 
 def filtered_logprobs(logits, tokens, cfg):
-    """``(logp [B, L], entropy [B, L])`` of the sampled-from distribution, aligned to tokens
-    (:func:`purejaxppo.lm.tokens.token_logprobs`). Tokens cut by top-k / top-p have
-    probability 0: their entropy terms are 0, never NaN."""
-    x = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p)
+    """``(logp [B, L], entropy [B, L])`` of the sampled-from distribution (the pad id cut,
+    as the sampler does), aligned to tokens (:func:`purejaxppo.lm.tokens.token_logprobs`).
+    Tokens cut by top-k / top-p or as pad have probability 0: their entropy terms are 0,
+    never NaN (a pad in the PROMPT gets ``logp = -inf``; it is outside the mask)."""
+    x = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.pad_id)
     logp_all = jax.nn.log_softmax(x, axis=-1)
     finite = jnp.isfinite(logp_all)
     plogp = jnp.where(finite, jnp.exp(logp_all) * jnp.where(finite, logp_all, 0.0), 0.0)
@@ -96,7 +99,7 @@ def score(models: Models, params: dict, reference_params, reward_params, prompt,
     logits, values = heads(models, params, tokens, valid)
     logp_old, _ = filtered_logprobs(logits, tokens, cfg)
     ref_logits = models.reference.logits(reference_params, tokens, valid)
-    logp_ref = tk.token_logprobs(ref_logits / cfg.temperature, tokens)
+    logp_ref = tk.token_logprobs(filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id), tokens)
     scores = models.reward(reward_params, prompt, prompt_valid, response, rmask).astype(jnp.float32)
     stops = jnp.asarray(cfg.stop_ids, response.dtype).reshape(-1)
     has_stop = jnp.any(rmask & jnp.any(response[..., None] == stops, axis=-1), axis=1)

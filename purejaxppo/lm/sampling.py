@@ -22,16 +22,20 @@ import jax
 import jax.numpy as jnp
 
 
-def filter_logits(logits, temperature=1.0, top_k: int = 0, top_p=1.0):
-    """``logits [B, V] -> [B, V]``: the logits of the distribution :func:`sample_tokens`
+def filter_logits(logits, temperature=1.0, top_k: int = 0, top_p=1.0, banned: int | None = None):
+    """``logits [..., V] -> [..., V]``: the logits of the distribution :func:`sample_tokens`
     draws from (``-inf`` on the tokens cut; softmax of the result is the renormalised law).
 
-    In order: divide by ``temperature`` (traced, > 0); keep the ``top_k`` largest (static int,
-    exactly ``k`` tokens, ties broken by lower index; 0 = off; 1 = greedy); keep the smallest
-    set of most probable tokens whose renormalised mass is ``>= top_p`` (traced; ``1.0`` = off,
-    exactly: nothing is cut by rounding; the most probable token is always kept).
+    In order: divide by ``temperature`` (traced, > 0); cut the ``banned`` token id (static;
+    :func:`sample_response` bans its ``pad_id``: a sampled pad would read as padding); keep the
+    ``top_k`` largest (static int, exactly ``k`` tokens, ties broken by lower index; 0 = off;
+    1 = greedy); keep the smallest set of most probable tokens whose renormalised mass is
+    ``>= top_p`` (traced; ``1.0`` = off, exactly: nothing is cut by rounding; the most probable
+    token is always kept).
     """
     x = logits / temperature
+    if banned is not None:
+        x = jnp.where(jnp.arange(x.shape[-1]) == banned, -jnp.inf, x)
     if not top_k and isinstance(top_p, (int, float)) and top_p >= 1.0:
         return x  # nothing is cut (the same numbers as below, without sorting the vocabulary)
     order = jnp.argsort(-x, axis=-1, stable=True)  # descending, ties by index
@@ -44,13 +48,13 @@ def filter_logits(logits, temperature=1.0, top_k: int = 0, top_p=1.0):
     return jnp.where(keep, x, -jnp.inf)
 
 
-def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0):
+def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0, banned: int | None = None):
     """One token per row from ``logits [B, V]`` ``-> (token [B] int32, logp [B])``: a
     ``jax.random.categorical`` draw from :func:`filter_logits` (at the defaults bit for bit
     ``jax.random.categorical(key, logits)``). ``logp`` is the log of the token's renormalised
     probability under that filtered distribution, the one actually sampled from.
     """
-    x = filter_logits(logits, temperature, top_k, top_p)
+    x = filter_logits(logits, temperature, top_k, top_p, banned)
     token = jax.random.categorical(key, x, axis=-1).astype(jnp.int32)
     logp = jnp.take_along_axis(jax.nn.log_softmax(x, axis=-1), token[:, None], axis=-1)[:, 0]
     return token, logp
@@ -68,6 +72,8 @@ def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_id
       prompt, prompt_valid: ``[B, P]``, left-padded.
       max_new: static; the cache has ``P + max_new`` slots.
       stop_ids: ``[N]`` int array (``N`` may be 0): a row stops after sampling one of them.
+      pad_id: static; fills each row after its stop, and is never sampled (its logit is cut:
+        :func:`filter_logits`' ``banned``), so a response never holds a pad that reads as padding.
       temperature, top_k, top_p: as :func:`sample_tokens`.
     Returns:
       ``(tokens [B, max_new], logp [B, max_new], mask [B, max_new])``: ``mask`` is True up to
@@ -85,9 +91,10 @@ def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_id
     def draw(key, logits):
         if not per_row:
             key, sub = jax.random.split(key)
-            return key, sample_tokens(sub, logits, temperature, top_k, top_p)
+            return key, sample_tokens(sub, logits, temperature, top_k, top_p, pad_id)
         keys = jax.vmap(jax.random.split)(key)
-        one = lambda k, x: jax.tree.map(lambda a: a[0], sample_tokens(k, x[None], temperature, top_k, top_p))  # noqa: E731
+        def one(k, x):
+            return jax.tree.map(lambda a: a[0], sample_tokens(k, x[None], temperature, top_k, top_p, pad_id))
         return keys[:, 0], jax.vmap(one)(keys[:, 1], logits)
 
     def pick(logits, done, key):
