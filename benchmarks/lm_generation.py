@@ -1,6 +1,6 @@
 """Per-token generation time of the tiny LM with and without its KV cache.
 
-Both sides run :func:`purejaxppo.lm.sampling.sample_response` (the same ``lax.scan``, the same
+Both sides run :func:`purejaxppo.lm.sampling.sample_response` (the same decode loop, the same
 sampling) on a TinyLM of about 1M parameters and left-padded ragged prompts: ``cached`` is
 :class:`purejaxppo.lm.model.FlaxLM` (one prefill, then one single-token decode per token),
 ``full`` is :class:`purejaxppo.lm.model.FullRecompute` (one causal pass over all ``P + T`` slots

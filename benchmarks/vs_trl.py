@@ -35,10 +35,13 @@ Not matchable (TRL's code fixes them):
   at 1.0;
 * one optimizer: TRL has one AdamW over policy and value; ours has an Adam each (same lr here);
 * response end: TRL ends a response at the first PAD token as well as at EOS (``sequence_length`` =
-  first PAD - 1); ours at EOS only; a generated PAD (token 0) is rare after SFT;
-* generation: HF ``generate`` stops when every row has produced EOS; ours always runs ``T`` steps
-  (masked after EOS). The throughput rows turn EOS off on both sides (every response is exactly ``T``
-  tokens, ``stop_token_id=None`` / ``stop_ids=()``) so the work is the same;
+  first PAD - 1), and its sampler can draw PAD (token 0; about 1.6% of the SFT model's samples held
+  one); ours never samples PAD (the sampler cuts its logit, and the old, new and reference log-probs
+  renormalise without it) and ends a response at EOS;
+* generation: both stop once every row has produced EOS (ours keeps the ``[B, T]`` shapes, masked
+  after EOS, and its scoring and update still run over all ``T`` slots; TRL's batch is cut to the
+  longest response). The throughput rows turn EOS off on both sides (every response is exactly ``T``
+  tokens, ``stop_token_id=None`` / ``stop_ids=()``) so the work is the same; ``--eos`` keeps it on;
 * old log-probs: TRL's from the sampler's logits, ours from a teacher-forced pass (equal to float
   rounding, ``logp_mismatch`` about 1e-6);
 * the prompt order: both draw batches from one pool of prompts, each with its own shuffling.
