@@ -121,6 +121,22 @@ def test_next_state_values_use_the_pre_reset_carry():
     assert np.abs(nv[t, e] - ref(np.zeros_like(carry_out[t, e]))).max() > 1e-4
 
 
+def test_values_without_final_states_read_the_recorded_next_values():
+    """``final_states=False``: V(s'_t) is the recorded V(s_{t+1}) where step t did not end an
+    episode, and one GRU step on the last step's next state at the horizon; equal (two
+    programs: 1e-5) to the full computation wherever the step reads it."""
+    ppo, params, _, traj, _ = _rollout(ROLL)
+    tr = _np(traj)
+    done = tr.terminated | tr.truncated
+    assert done[:-1].any() and not done[-1].all()
+    v_full, nv_full = ppo.agent.values(params, traj)
+    v, nv = ppo.agent.values(params, traj, final_states=False)
+    np.testing.assert_array_equal(np.asarray(v), np.asarray(v_full))
+    np.testing.assert_allclose(np.asarray(nv)[~done], np.asarray(nv_full)[~done], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(nv)[:-1], tr.record[0][1:], atol=0)  # read from the record
+    assert np.isfinite(np.asarray(nv)).all()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env,kw", [("CartPole-v1", {}), ("Pendulum-v1", dict(max_episode_steps=7))])
 def test_first_minibatch_ratio_is_one(env, kw):

@@ -3,10 +3,14 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from purejaxppo import PPOConfig, make_ppo, ppo_loss_fn
 from purejaxppo.envs import episode_statistics, make_vec_env
 from purejaxppo.stages.gae import gae
 from purejaxppo.stages.rollout import collect, critic_values, stateless
+from purejaxppo.step.device_split import DeviceSplit
+from purejaxppo.step.phases import StepParts, collect_rollout, compute_targets
 
 LIMIT = 12
 
@@ -130,6 +134,36 @@ def test_critic_values_against_numpy_vmapped_and_pytree_obs():
     np.testing.assert_allclose(tn, next_values, rtol=1e-6, atol=1e-6)
 
 
+def test_critic_values_without_final_states_one_pass_of_h_e_plus_e():
+    """``final_states=False`` (every end terminal): V(s_t) as before, V(s'_t) = V(s_{t+1})
+    wherever step t did not end an episode and at the horizon, from ONE critic pass over
+    ``H*E + E`` observations; GAE with ends terminal then equals GAE on the full pass."""
+    tr, last_obs, last_done = _rollout()
+    h, e = tr.reward.shape
+    w = np.array([0.3, -1.2, 2.0, 0.7], np.float32)
+    f = lambda o: np.tanh(o @ w) + 2.0
+    sizes = []
+
+    def critic(o):
+        sizes.append(o.shape[0])
+        return jnp.tanh(o @ w) + 2.0
+
+    values, next_values = critic_values(critic, tr, final_states=False)
+    assert sizes == [h + 1]  # one pass: [H + 1, E] observations
+    values, next_values = np.asarray(values), np.asarray(next_values)
+    done = tr.terminated | tr.truncated
+    np.testing.assert_allclose(values, f(tr.obs), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(next_values[~done], f(tr.next_obs)[~done], rtol=1e-6, atol=1e-6)
+    assert not last_done.all()  # the horizon bootstrap is exercised
+    np.testing.assert_allclose(next_values[-1][~done[-1]], f(last_obs)[~done[-1]], rtol=1e-6, atol=1e-6)
+    ends = jnp.asarray(done)  # bootstrap_truncated=False: the GAE sees every end as terminal
+    for lam in (0.0, 0.95):
+        adv, _ = gae(jnp.asarray(tr.reward), values, next_values, ends, jnp.asarray(tr.truncated), 0.9, lam)
+        ref, _ = gae(jnp.asarray(tr.reward), jnp.asarray(f(tr.obs)), jnp.asarray(f(tr.next_obs)), ends,
+                     jnp.asarray(tr.truncated), 0.9, lam)
+        np.testing.assert_allclose(adv, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_continuous_actions_clipped_only_for_the_env():
     venv = make_vec_env("Pendulum-v1", 2)
     obs, state = venv.reset(jax.random.PRNGKey(0))
@@ -137,3 +171,35 @@ def test_continuous_actions_clipped_only_for_the_env():
     _, s1, r1, *_ = venv.step(jax.random.PRNGKey(1), state, big)
     _, s2, r2, *_ = venv.step(jax.random.PRNGKey(1), state, jnp.array([[2.0], [-2.0]]))
     np.testing.assert_allclose(r1, r2)  # the env saw the clipped action
+
+
+@pytest.mark.parametrize("network", ["mlp", "gru"])
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_step_targets_against_a_numpy_gae(network, bootstrap):
+    """The step's advantages (``compute_targets``) against a NumPy GAE loop over the critic's
+    values of every observation and every TRUE next state: truncations bootstrap from the final
+    state's value with ``bootstrap_truncated``, and are terminal without it (where the step
+    skips the final states' pass: a wrong skip fails the first case)."""
+    cfg = PPOConfig(network=network, num_envs=8, num_steps=48, max_episode_steps=12, total_timesteps=8 * 48,
+                    bootstrap_truncated=bootstrap, gamma=0.9, gae_lambda=0.8)
+    ppo = make_ppo(cfg)
+    parts = StepParts(cfg, ppo.venv, ppo.agent, ppo_loss_fn, DeviceSplit(None, 1, cfg.num_envs, cfg.num_envs))
+    runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))
+    params = runner.train.params
+
+    @jax.jit
+    def targets(runner):
+        _, traj = collect_rollout(parts, params, runner, jax.random.PRNGKey(1))
+        batch = compute_targets(parts, params, traj, runner.reward_scale, cfg)[0]
+        return traj, batch, ppo.agent.values(params, traj)  # the full pass: V(s_t), V(s'_t)
+
+    traj, batch, (v, nv) = jax.device_get(targets(runner))
+    term, trunc = traj.terminated, traj.truncated
+    assert (trunc & ~term).any() and term.any()
+    ends = (term | trunc) if not bootstrap else term
+    adv, running = np.zeros_like(v), np.zeros_like(v[0])
+    for t in reversed(range(cfg.num_steps)):
+        delta = traj.reward[t] + cfg.gamma * (1.0 - ends[t]) * nv[t] - v[t]
+        running = delta + cfg.gamma * cfg.gae_lambda * (1.0 - (term[t] | trunc[t])) * running
+        adv[t] = running
+    np.testing.assert_allclose(batch.advantage, adv, rtol=1e-4, atol=1e-5)

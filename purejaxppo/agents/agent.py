@@ -13,9 +13,12 @@ Conventions (``E`` envs, ``H`` rollout steps, ``N`` minibatch units):
   ONE env step. ``reset`` is True where the previous step ended an episode (and at the
   very start); a recurrent agent zeroes its carry there before acting. ``record`` is a
   pytree ``[E, ...]`` the rollout stores per step for :attr:`values` (``()`` if nothing).
-* ``values(params, traj: Transition [H, E]) -> (V(s_t), V(s'_t))``, each ``[H, E]``:
-  critic values of every observation and of every TRUE next state (the pre-reset
-  ``final_observation``), the targets GAE bootstraps from.
+* ``values(params, traj: Transition [H, E], final_states=True) -> (V(s_t), V(s'_t))``, each
+  ``[H, E]``: critic values of every observation and of every TRUE next state (the pre-reset
+  ``final_observation``), the targets GAE bootstraps from. With ``final_states=False`` the
+  step will not read ``V(s'_t)`` where step ``t`` ended an episode (``bootstrap_truncated=False``
+  makes every end terminal), so the agent may skip the final states and return any finite
+  value there (e.g. ``V(s_{t+1})``, the next episode's first state).
 * ``units(batch: Batch [H, E], carry0 [E], reset [H, E]) -> Batch [N, ...]``: the
   layout whose leading axis is shuffled into minibatches: single transitions
   (``N = H*E``) for a feed-forward agent, whole env sequences (``N = E``, ``[E, H, ...]``)
@@ -56,13 +59,14 @@ def feed_forward(network: Network) -> Agent:
 
     It acts with the actor alone inside the rollout; the critic values every
     observation and every true next state afterwards in ONE batched pass
-    (``2*H*E`` observations), and minibatches are single transitions."""
+    (``2*H*E`` observations; ``H*E + E`` without ``final_states``), and minibatches are
+    single transitions."""
 
     def act(params, carry, obs, reset):
         return carry, network.actor(params, obs), ()
 
-    def values(params, traj: Transition):
-        return critic_values(lambda o: network.critic(params, o), traj)
+    def values(params, traj: Transition, final_states: bool = True):
+        return critic_values(lambda o: network.critic(params, o), traj, final_states)
 
     def units(batch: Batch, carry0, reset) -> Batch:
         return jax.tree.map(flatten_time, batch)

@@ -203,14 +203,20 @@ def recurrent_agent(network: RecurrentNetwork) -> Agent:
 
     ``act`` runs one GRU step (reset applied first) and records ``(V(s_t), carry_out_t)``;
     ``values`` reads ``V(s_t)`` from that record and computes ``V(s'_t)`` with
-    :func:`next_values`; ``units`` makes env-major sequences; ``evaluate`` replays them."""
+    :func:`next_values` (without ``final_states``, for the last step only: elsewhere
+    ``V(s'_t) = V(s_{t+1})``, recorded); ``units`` makes env-major sequences; ``evaluate``
+    replays them."""
 
     def act(params, carry, obs, reset):
         carry, dist_params, value = network.step(params, carry, obs, reset)
         return carry, dist_params, (value, carry)
 
-    def values(params, traj: Transition):
-        return traj.record[0], next_values(network, params, traj)
+    def values(params, traj: Transition, final_states: bool = True):
+        value = traj.record[0]
+        if final_states:
+            return value, next_values(network, params, traj)
+        last = next_values(network, params, jax.tree.map(lambda x: x[-1:], traj))  # [1, E]
+        return value, jnp.concatenate([value[1:], last], axis=0)
 
     def units(batch: Batch, carry0, reset) -> Batch:
         env_major = lambda x: jnp.swapaxes(x, 0, 1)

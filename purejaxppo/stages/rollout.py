@@ -89,14 +89,24 @@ def stateless(policy: Callable[[jax.Array, jax.Array], tuple]) -> Policy:
     return adapted
 
 
-def critic_values(critic: Callable[[jax.Array], jax.Array], traj: Transition) -> tuple[jax.Array, jax.Array]:
-    """``(V(s_t), V(s'_t))``, each ``[H, E]``, from one critic pass over ``2*H*E`` observations.
+def critic_values(critic: Callable[[jax.Array], jax.Array], traj: Transition,
+                  final_states: bool = True) -> tuple[jax.Array, jax.Array]:
+    """``(V(s_t), V(s'_t))``, each ``[H, E]``, from one batched critic pass.
 
-    ``s'_t`` is the true next state, so the same array serves ordinary steps, truncated
-    steps (pre-reset final observation) and the horizon bootstrap (the last step's next
-    state is the rollout's last observation unless that step ended an episode).
+    ``s'_t`` is the true next state, so with ``final_states`` (the default) one pass over the
+    ``2*H*E`` observations and true next states serves ordinary steps, truncated steps
+    (pre-reset final observation) and the horizon bootstrap (the last step's next state is the
+    rollout's last observation unless that step ended an episode).
+
+    ``final_states=False`` is for a caller that never reads ``V(s'_t)`` where step ``t`` ended
+    an episode (every end terminal: ``bootstrap_truncated=False``). Then ``s'_t = s_{t+1}``
+    wherever it is read, and one pass over ``H*E + E`` observations (the stored ones and the
+    last step's next states) gives ``V(s'_t) = V(s_{t+1})``; where step ``t`` ended an
+    episode that is the value of the next episode's first state: finite, and not the final
+    state's.
     """
     h = traj.reward.shape[0]
-    both = jax.tree.map(lambda o, n: jnp.concatenate([o, n], axis=0), traj.obs, traj.next_obs)  # obs may be a pytree
+    seconds = traj.next_obs if final_states else jax.tree.map(lambda n: n[-1:], traj.next_obs)
+    both = jax.tree.map(lambda o, n: jnp.concatenate([o, n], axis=0), traj.obs, seconds)  # obs may be a pytree
     values = critic(both)
-    return values[:h], values[h:]
+    return values[:h], (values[h:] if final_states else values[1:])

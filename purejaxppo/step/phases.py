@@ -145,7 +145,8 @@ def compute_targets(parts: StepParts, params, traj: Transition, reward_scale, cf
         reward_scale, reward = normalize.scale_rewards(
             reward_scale, reward, jnp.logical_or(traj.terminated, traj.truncated), cfg.gamma,
             axis_name=parts.split.axis_name)
-    values, next_values = parts.agent.values(params, traj)
+    # without a truncation bootstrap every end is terminal, and no final state's value is read
+    values, next_values = parts.agent.values(params, traj, final_states=static.bootstrap_truncated)
     terminated = gae_terminated(traj.terminated, traj.truncated, static.bootstrap_truncated)
     adv, ret = gae(reward, values, next_values, terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
     batch, resets, info = ds.gather(parts.split, (Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret),
