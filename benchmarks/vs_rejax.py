@@ -42,7 +42,10 @@ policy's sampled actions, until the episode ends or the env's ``max_steps_in_epi
 side's final policy; on the sweep row the best and the median member.
 
 Truncation: ours bootstraps V(final observation) at time limits (CartPole's 500 steps); rejax
-treats ``done = terminated | truncated`` as terminal (no bootstrap).
+treats ``done = terminated | truncated`` as terminal (no bootstrap). Every row also runs
+``ours_noboot``: ours with ``bootstrap_truncated=False``, rejax's semantics, where no final
+state's value is read and our step skips that critic pass (``H*E + E`` observations, not
+``2*H*E``): the like-with-like row.
 """
 
 from __future__ import annotations
@@ -281,6 +284,13 @@ def main(argv=None):
             r_fn, r_args = jax.jit(algo.train), (key,)
             o_fn, o_args = jax.jit(ppo.train), (key,)
             extra, n = [], 1
+        # like with like on truncation: ours with rejax's semantics (every end terminal)
+        ppo_nb = make_ppo(cfg.replace(bootstrap_truncated=False))
+        if sweep:
+            nb_configs = runs(cfg.replace(bootstrap_truncated=False), [{"lr": lr} for lr in SWEEP_LRS], 1, args.seed)[1]
+            extra.insert(0, ("ours_noboot", jax.jit(jax.vmap(ppo_nb.train, in_axes=(None, 0))), (key, nb_configs)))
+        else:
+            extra.insert(0, ("ours_noboot", jax.jit(ppo_nb.train), (key,)))
         sides = [("ours", o_fn, o_args), ("rejax", r_fn, r_args)] + extra
         labels = [lab for lab, _, _ in sides]
         total = steps * n
@@ -313,20 +323,19 @@ def main(argv=None):
 
         # final evaluation: rejax's protocol on both sides
         ekey = jax.random.PRNGKey(args.seed + 1)
+        def ours_returns(p, final):  # rejax's evaluation of each of our runs' final policy
+            finals = [jax.tree.map(lambda x: x[i], final) for i in range(n)] if sweep else [final]
+            return np.asarray([float(_rejax_shims.final_eval(algo, None, ekey, act=ours_act(p, f))[1].mean())
+                               for f in finals])
+
         if sweep:
             r_ret = np.asarray(jax.vmap(lambda al, ts: _rejax_shims.final_eval(al, ts, ekey)[1].mean())(
                 stacked, outs["rejax"][0]))
-            o_ret = []
-            for i, lr in enumerate(SWEEP_LRS):
-                runner_i = jax.tree.map(lambda x: x[i], outs["ours"][0])
-                o_ret.append(float(_rejax_shims.final_eval(algo, None, ekey, act=ours_act(ppo, runner_i))[1].mean()))
-            o_ret = np.asarray(o_ret)
         else:
             r_ret = np.asarray([float(_rejax_shims.final_eval(algo, outs["rejax"][0], ekey)[1].mean())])
-            o_ret = np.asarray([float(_rejax_shims.final_eval(algo, None, ekey, act=ours_act(ppo, outs["ours"][0]))[1]
-                                      .mean())])
-        print(f"  eval (rejax.evaluate, 128 episodes): rejax {np.round(r_ret, 1).tolist()}  ours "
-              f"{np.round(o_ret, 1).tolist()}", flush=True)
+        o_rets = {"ours": ours_returns(ppo, outs["ours"][0]), "ours_noboot": ours_returns(ppo_nb, outs["ours_noboot"][0])}
+        print(f"  eval (rejax.evaluate, 128 episodes): rejax {np.round(r_ret, 1).tolist()}  "
+              + "  ".join(f"{k} {np.round(v, 1).tolist()}" for k, v in o_rets.items()), flush=True)
 
         prof = None
         if args.profile and not sweep:
@@ -345,7 +354,7 @@ def main(argv=None):
                "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
         base_sps = total / statistics.median(rec["rejax"]["times"])
         for label in ["rejax"] + [lab for lab in labels if lab != "rejax"]:
-            ret = r_ret if label == "rejax" else o_ret  # ours' extra rows: ours' program laid out otherwise, not evaluated
+            ret = r_ret if label == "rejax" else o_rets.get(label, o_rets["ours"])  # layouts of ours: not evaluated
             v = rec[label]
             med = statistics.median(v["times"])
             res = {"compile_s": round(v["compile_s"], 3), "run_s": [round(t, 3) for t in v["times"]],
@@ -354,7 +363,7 @@ def main(argv=None):
                    "eval_return_per_run": [round(float(x), 2) for x in ret],
                    "eval_return": float(np.max(ret) if sweep else ret[0]),
                    "eval_return_median": float(np.median(ret))}
-            if label not in ("rejax", "ours"):
+            if label not in ("rejax", *o_rets):
                 res["eval_return_per_run"] = res["eval_return"] = res["eval_return_median"] = None
             if label != "rejax":
                 res["speed_ratio"] = round(res["steps_per_s"] / base_sps, 3)
@@ -376,7 +385,8 @@ def main(argv=None):
                   f"{fmt_k(v['steps_per_s']):>10}{v['cores_used']:>7.2f}{ev}{ratio:>9}{cratio:>11}")
     print("eval ret: rejax.evaluate (128 episodes, sampled actions) of the final policy; on the sweep row the best "
           "member, (median) the median member\nspeed x = ours / rejax env-steps/s; compile x = rejax / ours compile "
-          "seconds; truncations: ours bootstraps, rejax does not")
+          "seconds; truncations: ours bootstraps, rejax does not; ours_noboot: ours with bootstrap_truncated=False, "
+          "rejax's semantics (every end terminal), which skips the critic's pass over the final states")
     if args.json:
         out = {"rows": results, "hardware": hw, "jax": jax.__version__, "rejax": ver,
                "shims": _rejax_shims.APPLIED, "args": vars(args)}
