@@ -317,6 +317,8 @@ def test_bad_configs_are_refused_with_the_fix(tiny):
         make_token_ppo(config(kl_estimator="k4"), lm, count_threes)
     with pytest.raises(ConfigError, match="split evenly over 3 devices"):
         make_token_ppo(config(), lm, count_threes, axis_name="data", num_devices=3)
+    with pytest.raises(ConfigError, match="pad_id=0 is also a stop id"):  # HF's pad = EOS habit
+        make_token_ppo(config(stop_ids=(1, 0)), lm, count_threes)
 
 
 WORKER = r"""

@@ -103,6 +103,9 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
         raise ConfigError(f"top_p={cfg.top_p!r} must be in (0, 1] (1 = off)")
     if not all(isinstance(i, numbers.Integral) for i in cfg.stop_ids):
         raise ConfigError(f"stop_ids={cfg.stop_ids!r} must be token ids (ints)")
+    if cfg.pad_id in cfg.stop_ids:  # the sampler never draws pad_id: a stop equal to it could never be sampled
+        raise ConfigError(f"pad_id={cfg.pad_id} is also a stop id {cfg.stop_ids}: the sampler never draws the pad id, "
+                          "so no response could stop; give padding an id of its own (e.g. an unused token, not EOS)")
     for name, lo in (("actor_lr", 0.0), ("critic_lr", 0.0), ("max_grad_norm", 0.0), ("clip_eps", 0.0),
                      ("temperature", 0.0), ("kl_target", 0.0), ("kl_horizon", 0.0)):
         v = getattr(cfg, name)
