@@ -70,3 +70,40 @@ def final_window_return(episode_returns, episode_end_steps, total_steps: int, fr
     t = np.asarray(episode_end_steps, float)
     sel = r[t > (1 - frac) * total_steps]
     return float(sel.mean()) if sel.size else float("nan")
+
+
+def rollout_targets(ppo):
+    """``(runner, key) -> ((env_state, obs, carry, done), batch [H, E], resets [H, E])``: the
+    training step's own first two phases (``purejaxppo.step.phases.collect_rollout`` and
+    ``compute_targets``) at the runner's params, on one device, for benchmarks that time them
+    apart from the update (the rollout is not written again here)."""
+    from purejaxppo.step.device_split import DeviceSplit
+    from purejaxppo.step.phases import StepParts, collect_rollout, compute_targets
+    from purejaxppo.step.train import ppo_loss_fn
+
+    cfg = ppo.config
+    parts = StepParts(cfg, ppo.venv, ppo.agent, ppo_loss_fn, DeviceSplit(None, 1, cfg.num_envs, cfg.num_envs))
+
+    def run(runner, key):
+        params = runner.train.params
+        ends, traj = collect_rollout(parts, params, runner, key)
+        batch, resets, _, _ = compute_targets(parts, params, traj, runner.reward_scale, cfg)
+        return ends, batch, resets
+
+    return run
+
+
+def rollouts_alone(ppo, runner, num_iters: int):
+    """``num_iters`` rollouts + targets (:func:`rollout_targets`) in one ``lax.scan`` from
+    ``runner``, params fixed (no update): ``(runner, [num_iters] sums of advantages and returns)``."""
+    import jax
+
+    phases = rollout_targets(ppo)
+
+    def body(r, _):
+        rng, key = jax.random.split(r.rng)
+        (env_state, obs, carry, done), batch, _ = phases(r, key)
+        return (r._replace(env_state=env_state, obs=obs, carry=carry, done=done, rng=rng),
+                batch.advantage.sum() + batch.ret.sum())
+
+    return jax.lax.scan(body, runner, None, length=num_iters)

@@ -31,7 +31,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import cpu_seconds  # noqa: E402
+from _common import cpu_seconds, rollout_targets, rollouts_alone  # noqa: E402
 
 
 def main(argv=None):
@@ -47,51 +47,24 @@ def main(argv=None):
     import jax
 
     from purejaxppo import PPOConfig, make_ppo
-    from purejaxppo.stages.gae import gae
-    from purejaxppo.stages.rollout import collect
-    from purejaxppo.step.train import rollout_key
     from purejaxppo.stages.update import make_optimizer, update_epochs
 
     kw = dict(gru_size=128, hidden_sizes=(128,), activation="relu") if args.network == "gru" else {}
     cfg = PPOConfig(env_name=args.env, network=args.network, total_timesteps=args.total_timesteps, **kw)
     ppo = make_ppo(cfg)
-    agent, venv = ppo.agent, ppo.venv
+    agent = ppo.agent
     keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
     runner = jax.jit(jax.vmap(ppo.init))(keys) if args.seeds > 1 else jax.jit(ppo.init)(keys[0])
 
     def rollout_part(runner):
-        def body(r, _):
-            rng, k_roll = jax.random.split(r.rng)
-            params = r.train.params
-
-            def policy(key, carry, obs, reset):
-                carry, d, record = agent.act(params, carry, obs, reset)
-                a = agent.dist.sample(key, d)
-                return carry, a, agent.dist.log_prob(d, a), record
-
-            (env_state, obs, carry, done), traj = collect(
-                rollout_key(k_roll, cfg.rollout_rng), policy, venv.step, r.env_state, r.obs, cfg.num_steps,
-                r.carry, r.done, cfg.rollout_unroll)
-            values, next_values = agent.values(params, traj)
-            adv, ret = gae(traj.reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
-            return r._replace(env_state=env_state, obs=obs, carry=carry, done=done, rng=rng), adv.sum() + ret.sum()
-        return jax.lax.scan(body, runner, None, length=cfg.num_updates)
+        return rollouts_alone(ppo, runner, cfg.num_updates)
 
     from purejaxppo.stages import losses
-    from purejaxppo.stages.rollout import Batch
     from purejaxppo.step.train import ppo_loss_fn
 
     def update_part(runner):
-        def policy(key, carry, obs, reset):
-            carry, d, record = agent.act(runner.train.params, carry, obs, reset)
-            a = agent.dist.sample(key, d)
-            return carry, a, agent.dist.log_prob(d, a), record
-
-        _, traj = collect(runner.rng, policy, venv.step, runner.env_state, runner.obs, cfg.num_steps,
-                          runner.carry, runner.done, cfg.rollout_unroll)
-        values, next_values = agent.values(runner.train.params, traj)
-        adv, ret = gae(traj.reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
-        data = agent.units(Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret), runner.carry, traj.reset)
+        _, batch, resets = rollout_targets(ppo)(runner, runner.rng)
+        data = agent.units(batch, runner.carry, resets)
 
         def loss(p, mb):
             return ppo_loss_fn(agent, p, mb._replace(advantage=losses.normalize(mb.advantage)), cfg)
@@ -107,8 +80,6 @@ def main(argv=None):
 
     def update_matmuls(runner):
         """The update's matrix products alone, at its shapes (see the module docstring)."""
-        import jax.numpy as jnp
-
         # actor and critic: each a chain of Dense layers (torso in key order, then its head)
         p = runner.train.params["params"]
         kernels = lambda sub: [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(sub)

@@ -147,37 +147,17 @@ def ours_act(ppo, runner):
     return act
 
 
-def rollout_only(ppo, cfg, algo, n_iters: int):
+def rollout_only(ppo, algo, n_iters: int):
     """Where the time goes: each side's rollout + values + GAE alone, ``n_iters`` times in one
-    compiled scan, params fixed at init (the update left out). Ours as ``profile_step.py``'s
-    rollout part (``stages.rollout.collect``, the agent's critic on observations and true next
-    observations, ``stages.gae.gae``); rejax its own ``collect_trajectories`` + critic on the last
-    observation + ``calculate_gae``. The rest of each side's run is the update (and init)."""
+    compiled scan, params fixed at init (the update left out). Ours: the step's own rollout and
+    targets phases (``_common.rollouts_alone``, as ``profile_step.py``'s rollout part); rejax its
+    own ``collect_trajectories`` + critic on the last observation + ``calculate_gae``. The rest of
+    each side's run is the update (and init)."""
     import jax
-    from purejaxppo.stages.gae import gae
-    from purejaxppo.stages.rollout import collect
-    from purejaxppo.step.environment import rollout_key
-
-    agent, venv = ppo.agent, ppo.venv
+    from _common import rollouts_alone
 
     def ours(key):
-        r = ppo.init(key)
-        params = r.train.params
-
-        def policy(k, carry, obs, reset):
-            carry, d, record = agent.act(params, carry, obs, reset)
-            a = agent.dist.sample(k, d)
-            return carry, a, agent.dist.log_prob(d, a), record
-
-        def body(r, _):
-            rng, k_roll = jax.random.split(r.rng)
-            (env_state, obs, carry, done), traj = collect(
-                rollout_key(k_roll, cfg.rollout_rng), policy, venv.step, r.env_state, r.obs, cfg.num_steps,
-                r.carry, r.done, cfg.rollout_unroll)
-            values, next_values = agent.values(params, traj)
-            adv, ret = gae(traj.reward, values, next_values, traj.terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
-            return r._replace(env_state=env_state, obs=obs, carry=carry, done=done, rng=rng), adv.sum() + ret.sum()
-        return jax.lax.scan(body, r, None, length=n_iters)[1].sum()
+        return rollouts_alone(ppo, ppo.init(key), n_iters)[1].sum()
 
     def theirs(key):
         ts = algo.init_state(key)
@@ -340,7 +320,7 @@ def main(argv=None):
         prof = None
         if args.profile and not sweep:
             iters = steps // (s["num_envs"] * s["num_steps"])
-            prof = {"rollout_alone_s": rollout_only(ppo, cfg, algo, iters)}
+            prof = {"rollout_alone_s": rollout_only(ppo, algo, iters)}
             for label in ("ours", "rejax"):
                 run_s = statistics.median(rec[label]["times"])
                 roll = prof["rollout_alone_s"][label]
