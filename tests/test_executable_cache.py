@@ -139,3 +139,65 @@ def test_cpu_identity_reads_model_and_features_of_the_first_processor():
     assert executable_cache._cpuinfo_identity("") == ""  # then cpu_identity falls back to platform.processor()
     ident = executable_cache.cpu_identity()
     assert len(ident) == 16 and ident == executable_cache.cpu_identity()
+
+
+def test_editing_a_stage_in_a_copied_package_compiles_anew_and_changes_the_numbers(tmp_path):
+    # a researcher's edit of a stage outside run/: the key must see it (it once hashed run/ alone
+    # and served the stale program). The package is copied so the edit touches nothing shared.
+    import shutil
+
+    shutil.copytree(os.path.join(ROOT, "purejaxppo"), tmp_path / "src" / "purejaxppo",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "cache"
+    env = dict(os.environ, PUREJAXPPO_CACHE_DIR=str(cache), PYTHONPATH=str(tmp_path / "src"))
+    argv = [sys.executable, "-m", "purejaxppo", "train", "--env", "CartPole-v1", "--hidden-sizes", "7",
+            "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "96", "--devices", "1", "--quiet"]
+
+    def run(name):
+        proc = subprocess.run(argv + ["--run-dir", str(tmp_path / name)], env=env, capture_output=True, text=True,
+                              timeout=600, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return open(tmp_path / name / "metrics.csv").read()
+
+    first = run("r1")
+    saved = set(glob.glob(str(cache / "executables" / "*.jaxexe")))
+    assert saved  # the first run's programs were saved
+    losses = tmp_path / "src" / "purejaxppo" / "stages" / "losses.py"
+    text = losses.read_text()
+    assert "    return total, metrics\n" in text
+    losses.write_text(text.replace("    return total, metrics\n", "    return 0.0 * total, metrics\n"))
+    second = run("r2")
+    assert set(glob.glob(str(cache / "executables" / "*.jaxexe"))) > saved  # compiled anew ...
+    assert second != first  # ... and the edit shows: no gradient, other numbers
+
+
+def test_an_agent_registered_outside_the_package_is_keyed_by_its_source(tmp_path):
+    import importlib.util
+
+    from purejaxppo.agents.registry import register_agent, unregister_agent
+
+    def load(text, name):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    body = "from purejaxppo.agents.agent import feed_forward\nfrom purejaxppo.agents.networks import make_network\n" \
+           "def build(config, spec):\n    return feed_forward(make_network(spec))  # {}\n"
+    args = (jnp.zeros((2, 2), jnp.uint32),)
+    keys = []
+    for i in range(2):
+        mod = load(body.format(i), f"my_agent_{i}")
+        register_agent("outside_agent", mod.build, replace=True)
+        try:
+            keys.append(executable_cache.for_program(str(tmp_path), CFG.replace(network="outside_agent")).key("r", args))
+            # source that cannot be read (a function made at run time): not cached at all
+            exec_ns = {}
+            exec("def build(config, spec):\n    return None\n", exec_ns)
+            register_agent("outside_agent", exec_ns["build"], replace=True)
+            assert executable_cache.for_program(str(tmp_path), CFG.replace(network="outside_agent")) is None
+        finally:
+            unregister_agent("outside_agent")
+    assert keys[0] != keys[1]  # an edit of the user's agent module changes the key

@@ -10,7 +10,9 @@ key computed WITHOUT tracing, from everything that decides the program:
   (``PPOConfig.to_dict()``: every static and numeric field, floats written exactly);
 * how it runs: devices split, runs axis, and every argument's shape, dtype, weak type and
   sharding;
-* the code: a hash of every ``.py`` file of the installed ``purejaxppo`` package, the
+* the code: a hash of every ``.py`` file of the installed ``purejaxppo`` package (every
+  subpackage) and of the source file of a registered agent defined outside it (an agent whose
+  source cannot be read is not cached at all), the
   versions of jax, jaxlib, flax, optax, gymnax and of the env's suite package, JAX's
   config values (PRNG implementation, x64, ...), ``XLA_FLAGS`` (``--xla_cpu_max_isa`` and every
   other flag that changes code generation) and the devices;
@@ -45,10 +47,10 @@ import jax
 from purejaxppo.run.compile_once import signature
 
 
-@functools.lru_cache(maxsize=1)
-def _source_hash() -> str:
-    root = os.path.dirname(os.path.abspath(__file__))
-    h = hashlib.sha256()
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the purejaxppo folder
+
+
+def _hash_files(h, root: str) -> None:
     for folder, dirs, files in os.walk(root):
         dirs.sort()
         for name in sorted(files):
@@ -57,7 +59,44 @@ def _source_hash() -> str:
                 h.update(os.path.relpath(path, root).encode())
                 with open(path, "rb") as f:
                     h.update(f.read())
+
+
+@functools.lru_cache(maxsize=1)
+def _source_hash() -> str:
+    """A hash of every ``.py`` file of the installed ``purejaxppo`` package (all subpackages: any
+    stage, agent, env adapter or loss the traced program can come from)."""
+    h = hashlib.sha256()
+    _hash_files(h, _PACKAGE)
     return h.hexdigest()
+
+
+def _outside_code(config) -> Optional[list]:
+    """The source of code from outside the package that the program of ``config`` is traced from:
+    a registered agent's ``build``/``check`` defined in the user's module. ``[]`` when everything is
+    the package's own; None when such code has no readable source file (then the program is not
+    cached: a key that cannot see the code could serve a stale program)."""
+    import inspect
+
+    from purejaxppo.agents.registry import agent_kind
+
+    try:
+        kind = agent_kind(config.network)
+    except Exception:  # an unknown network: the build fails later with its own message
+        return []
+    sources = []
+    for fn in (kind.build, kind.check):
+        if fn is None:
+            continue
+        module = getattr(fn, "__module__", None) or ""
+        if module == "purejaxppo" or module.startswith("purejaxppo."):
+            continue
+        try:
+            path = inspect.getsourcefile(fn)
+            with open(path, "rb") as f:
+                sources.append((module, hashlib.sha256(f.read()).hexdigest()))
+        except (TypeError, OSError):
+            return None
+    return sources
 
 
 def _version(dist: str) -> str:
@@ -179,7 +218,11 @@ class ExecutableCache:
 
 
 def for_program(folder: Optional[str], config, **context) -> Optional[ExecutableCache]:
-    """The cache for one :class:`~purejaxppo.programs.program.Program` (None when ``folder`` is None)."""
+    """The cache for one :class:`~purejaxppo.programs.program.Program` (None when ``folder`` is None,
+    or when the program comes from outside code whose source cannot be hashed)."""
     if folder is None:
         return None
-    return ExecutableCache(folder, {"config": config.to_dict(), **context})
+    outside = _outside_code(config)
+    if outside is None:
+        return None
+    return ExecutableCache(folder, {"config": config.to_dict(), "outside_code": outside, **context})
