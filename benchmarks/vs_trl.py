@@ -257,7 +257,7 @@ def _ours(spec: dict) -> dict:
         times = {k: [] for k in progs}
         cpu = {k: [] for k in progs}  # process CPU seconds (all threads): cores used = cpu / wall
         rows = []
-        for i in range(spec["iterations"]):  # interleaved; the first round warms up
+        for _ in range(spec["iterations"]):  # interleaved; the first round warms up
             for name in ("gen", "gen_score"):
                 t0, c0 = time.perf_counter(), time.process_time()
                 jax.block_until_ready(progs[name](state, batch))
