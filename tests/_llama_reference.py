@@ -3,9 +3,11 @@ family, random weights under HF's tensor names (listed here by hand, not from th
 layout), and a plain NumPy forward pass (float64) written from transformers' modeling files
 (``modeling_llama`` / ``mistral`` / ``qwen2`` / ``qwen3`` and ``modeling_rope_utils``)."""
 
+import json
 import math
 
 import numpy as np
+from safetensors.numpy import save_file
 
 BASE = dict(vocab_size=61, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
             rms_norm_eps=1e-5, max_position_embeddings=64, hidden_act="silu", bos_token_id=1, eos_token_id=2)
@@ -13,6 +15,7 @@ BASE = dict(vocab_size=61, hidden_size=32, intermediate_size=40, num_hidden_laye
 CONFIGS = {
     # Llama 3.1-style frequency scaling (4.x style), GQA 4/2, untied head
     "llama": BASE | dict(model_type="llama", num_key_value_heads=2, rope_theta=10000.0, tie_word_embeddings=False,
+                         max_position_embeddings=4096,
                          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                            original_max_position_embeddings=1024)),
     # one KV head (MQA), a sliding window shorter than the rows
@@ -130,3 +133,11 @@ def np_llama(w: dict, cfg: dict, tokens: np.ndarray):
     h = rms(x, w["model.norm.weight"])
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return h @ head.T, h
+
+
+def write_checkpoint(folder, cfg, tensors):
+    """An HF folder written with the safetensors package itself (not the code under test)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder

@@ -12,15 +12,15 @@ written from transformers' modeling files, HF tensor names listed by hand).
 """
 
 import json
+import math
 
 import jax
 import jax.numpy as jnp
-import math
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from _llama_reference import CONFIGS, hf_weights, inv_freq, np_llama
+from _llama_reference import CONFIGS, hf_weights, inv_freq, np_llama, write_checkpoint
 from purejaxppo.lm.llama import Llama
 from purejaxppo.lm.llama_config import llama_config_from_hf, rope_inv_freq
 from purejaxppo.lm.pretrained import CheckpointFolderError, load_pretrained
@@ -31,14 +31,6 @@ LENS = [9, 1, 5, 3]
 # matrices of std 0.3 one qwen2 logit drifted 1.6e-5: float32 rounding through the residual stream); the
 # check is atol + rtol * |ref|.
 TOL = 1e-5
-
-
-def write_checkpoint(folder, cfg, tensors):
-    """An HF folder written with the safetensors package itself (not the code under test)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(cfg))
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    return folder
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
