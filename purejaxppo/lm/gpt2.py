@@ -25,7 +25,7 @@ import numpy as np
 # attend: TinyLM's attention, shared so both models mask padded keys the same way
 from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, empty_kv_cache, positions_from_mask,
                                  value_head, written_cache)
-from purejaxppo.lm.safetensors_io import load_safetensors, save_safetensors
+from purejaxppo.lm.hf_files import read_safetensors, write_safetensors
 
 CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon")
 # HF's causal-mask buffers and the tied head (a copy of wte): in files, not parameters here
@@ -250,7 +250,7 @@ def load_gpt2(path: str | os.PathLike, dtype=jnp.float32) -> tuple[GPT2, dict]:
             raise FileNotFoundError(f"load_gpt2: no {need} (local files only; nothing is downloaded)")
     with open(cfg_path) as f:
         module = gpt2_from_config(json.load(f), dtype)
-    return module, gpt2_params_from_hf(load_safetensors(file), module)
+    return module, gpt2_params_from_hf(read_safetensors(file), module)
 
 
 def save_gpt2(folder: str | os.PathLike, module: GPT2, params: Mapping, value_head: bool = True) -> None:
@@ -262,4 +262,4 @@ def save_gpt2(folder: str | os.PathLike, module: GPT2, params: Mapping, value_he
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(gpt2_config(module), f, indent=2)
-    save_safetensors(os.path.join(folder, "model.safetensors"), tensors, {"format": "pt"})
+    write_safetensors(os.path.join(folder, "model.safetensors"), tensors)

@@ -92,7 +92,7 @@ def read_weights(folder: str | os.PathLike) -> dict[str, np.ndarray]:
 
 def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray]) -> None:
     """One safetensors file with metadata ``format=pt`` (what transformers expects)."""
-    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, os.fspath(path), metadata={"format": "pt"})
+    save_file({k: np.asarray(v, order="C") for k, v in tensors.items()}, os.fspath(path), metadata={"format": "pt"})
 
 
 def write_folder(folder: str | os.PathLike, config: Mapping, tensors: Mapping[str, np.ndarray]) -> None:
