@@ -101,6 +101,9 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], c: LlamaConfig, param_dtyp
     tied_copy = {"lm_head.weight"} if c.tie_word_embeddings else set()
     unknown = sorted(k for k in tensors if k not in layout and k not in heads and k not in tied_copy
                      and not _IGNORED.fullmatch(k))
+    if "score.weight" in unknown:
+        raise ValueError(f"{what}: score.weight makes this a reward model (*ForSequenceClassification): "
+                         "read it with load_sequence_classifier")
     if unknown:
         raise ValueError(f"{what}: unexpected tensors {unknown[:5]} (another architecture or layer count?)")
     _check(tensors, layout, what)
@@ -137,6 +140,9 @@ def reward_params_from_hf(tensors: Mapping[str, np.ndarray], c: LlamaConfig, par
     (``score.weight`` with more than one row is a multi-label classifier: refused)."""
     what = f"{c.model_type} reward-model weights"
     layout = {**trunk_layout(c), "score.weight": (("value_head", "kernel"), (1, c.hidden_size), True)}
+    if "score.weight" not in tensors:
+        raise ValueError(f"{what}: missing tensor 'score.weight' (a *ForSequenceClassification model with one label; "
+                         "a causal LM is read by load_pretrained)")
     unknown = sorted(k for k in tensors if k not in layout and not _IGNORED.fullmatch(k))
     if unknown:
         raise ValueError(f"{what}: unexpected tensors {unknown[:5]} (a reward model holds model.* and score.weight "
