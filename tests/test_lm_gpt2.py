@@ -338,3 +338,26 @@ def test_bf16_compute_stays_near_float32(model, forward):
     # errors add up: measured 0.13 at most, 0.016 on average (x86 CPU). Bounds 0.5 / 0.05 leave
     # ~4x / ~3x; the float32 path is 4e-6 from float64, so the gap is bf16's alone.
     assert err.max() < 0.5 and err.mean() < 0.05, (err.max(), err.mean())
+
+
+def test_a_gpt2_reward_model_reads_its_score_head_as_the_value_head(tmp_path, model):
+    """``GPT2ForSequenceClassification`` tensors (``transformer.*`` + ``score.weight [1, D]``):
+    the values are the NumPy GPT-2's final hidden state times the score row; written back as is."""
+    from purejaxppo.lm.pretrained import load_sequence_classifier, save_sequence_classifier
+
+    _, w, _ = model
+    score = np.random.default_rng(9).normal(0, 0.5, (1, D)).astype(np.float32)
+    _write_hf(tmp_path / "rm", {f"transformer.{k}": v for k, v in w.items()} | {"score.weight": score})
+    lm, params = load_sequence_classifier(tmp_path / "rm")
+    lens = [L, 1, 5, 3]
+    tokens, valid = _batch(lens, seed=8)
+    values = np.asarray(lm.values(params, tokens, valid))
+    for r, n in enumerate(lens):
+        np.testing.assert_allclose(values[r, L - n:], np_gpt2(w, tokens[r, L - n:])[1] @ score[0], atol=TOL, rtol=TOL)
+    save_sequence_classifier(tmp_path / "back", lm, params)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, load_sequence_classifier(tmp_path / "back")[1], params)
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == [
+        "GPT2ForSequenceClassification"]
+    _write_hf(tmp_path / "two", {**w, "score.weight": np.zeros((2, D), np.float32)})
+    with pytest.raises(ValueError, match=r"need score.weight of shape \(1, 32\) \(one label\), got \(2, 32\)"):
+        load_sequence_classifier(tmp_path / "two")

@@ -76,3 +76,28 @@ def test_transformers_reads_our_reward_model(tmp_path, name):
         ref = hf.score(hidden)[..., 0].numpy()
     print(f"{name} reward: max |ours - transformers| = {np.abs(ours[valid] - ref[valid]).max():.2e}")
     np.testing.assert_allclose(ours[valid], ref[valid], atol=TOL, rtol=TOL)
+
+
+def test_transformers_reads_our_gpt2_reward_model(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from purejaxppo.lm.gpt2 import GPT2
+    from purejaxppo.lm.model import FlaxLM
+
+    module = GPT2(vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=2)
+    tokens, valid, positions = _batch(50)
+    params = module.init(jax.random.PRNGKey(0), jnp.asarray(tokens), jnp.asarray(valid))
+    kernel = np.random.default_rng(4).normal(0, 0.5, (32, 1)).astype(np.float32)
+    params["params"]["value_head"] = {"kernel": jnp.asarray(kernel), "bias": jnp.zeros((1,))}
+    save_sequence_classifier(tmp_path / "rm", FlaxLM(module), params)
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(
+        str(tmp_path / "rm"), local_files_only=True, dtype=torch.float32, attn_implementation="eager").eval()
+    with torch.no_grad():
+        hidden = hf.transformer(torch.tensor(tokens), attention_mask=torch.tensor(valid.astype(np.int64)),
+                                position_ids=torch.tensor(positions)).last_hidden_state
+        ref = hf.score(hidden)[..., 0].numpy()
+    rm, rm_params = load_sequence_classifier(tmp_path / "rm")
+    ours = np.asarray(rm.values(rm_params, tokens, valid))
+    print(f"gpt2 reward: max |ours - transformers| = {np.abs(ours[valid] - ref[valid]).max():.2e}")
+    np.testing.assert_allclose(ours[valid], ref[valid], atol=TOL, rtol=TOL)

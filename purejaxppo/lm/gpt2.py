@@ -238,6 +238,32 @@ def gpt2_params_to_hf(params: Mapping, value_head: bool = False) -> dict[str, np
     return out
 
 
+def gpt2_reward_params_from_hf(tensors: Mapping[str, np.ndarray], config: GPT2 | Mapping) -> dict:
+    """HF ``GPT2ForSequenceClassification`` tensors with one label (``transformer.*`` and
+    ``score.weight [1, n_embd]``, no bias) -> the variables of :class:`GPT2`, the score row as
+    the value head (``kernel = score.weight.T``, ``bias = 0``)."""
+    named = {k.removeprefix("transformer."): v for k, v in tensors.items()}
+    module = config if isinstance(config, GPT2) else gpt2_from_config(config)
+    score = named.pop("score.weight", None)
+    if score is None or tuple(np.shape(score)) != (1, module.n_embd):
+        raise ValueError(f"GPT-2 reward-model weights: need score.weight of shape (1, {module.n_embd}) (one label), "
+                         f"got {None if score is None else tuple(np.shape(score))}")
+    params = gpt2_params_from_hf(named, module)
+    params["params"]["value_head"] = {"kernel": jnp.asarray(np.asarray(score, np.float32).T), "bias": jnp.zeros((1,))}
+    return params
+
+
+def gpt2_reward_params_to_hf(params: Mapping) -> dict[str, np.ndarray]:
+    """The inverse of :func:`gpt2_reward_params_from_hf` (float32; ``ValueError`` for a value
+    head bias that is not 0: HF's score head has none)."""
+    head = params.get("params", params)["value_head"]
+    if np.any(np.asarray(head["bias"]) != 0):
+        raise ValueError(f"reward model: value_head bias {np.asarray(head['bias']).tolist()} is not 0; HF's score "
+                         "head has no bias")
+    out = {f"transformer.{k}": v for k, v in gpt2_params_to_hf(params).items()}
+    return out | {"score.weight": np.asarray(head["kernel"], np.float32).T.copy()}
+
+
 def load_gpt2(path: str | os.PathLike, dtype=jnp.float32) -> tuple[GPT2, dict]:
     """``(GPT2 module, variables)`` from a LOCAL HF GPT-2: a folder holding ``config.json`` and
     ``model.safetensors``, or the ``.safetensors`` file itself (``config.json`` beside it).

@@ -115,35 +115,43 @@ def save_pretrained(out_dir: str | os.PathLike, model, params, value_head: bool 
     write_folder(out_dir, config, tensors)
 
 
-_CLASSIFIERS = {"llama": "LlamaForSequenceClassification", "mistral": "MistralForSequenceClassification",
-                "qwen2": "Qwen2ForSequenceClassification", "qwen3": "Qwen3ForSequenceClassification"}
+_CLASSIFIERS = {"gpt2": "GPT2ForSequenceClassification", "llama": "LlamaForSequenceClassification",
+                "mistral": "MistralForSequenceClassification", "qwen2": "Qwen2ForSequenceClassification",
+                "qwen3": "Qwen3ForSequenceClassification"}
 
 
 def load_sequence_classifier(folder: str | os.PathLike, dtype=jnp.float32, param_dtype=jnp.float32) -> tuple[Any, dict]:
     """``(model, params)`` of an HF ``*ForSequenceClassification`` folder with one label (a
-    reward model) of the Llama family: the trunk, and ``score.weight [1, D]`` as the value head
+    reward model) of any family here: the trunk, and ``score.weight [1, D]`` as the value head
     (bias 0), so ``model.values(params, tokens, valid)[:, t]`` is the score of the prefix
-    ending at ``t``. There is no LM head: call ``values`` only."""
+    ending at ``t``. Call ``values`` only: the Llama family's has no LM head."""
+    from purejaxppo.lm.gpt2 import gpt2_from_config, gpt2_reward_params_from_hf
     from purejaxppo.lm.llama_hf import reward_params_from_hf
 
     folder = os.fspath(folder)
     config, family = _family(folder)
-    if family not in _CLASSIFIERS:
-        raise CheckpointFolderError(f"{folder}: a {family} reward model is not supported; supported: "
-                                    f"{', '.join(sorted(_CLASSIFIERS))}")
+    if family == "gpt2":
+        module = _configured(folder, lambda: gpt2_from_config(config, dtype))
+        return FlaxLM(module), _configured(folder, lambda: gpt2_reward_params_from_hf(read_weights(folder), module))
     module = _llama_module(folder, config, dtype, param_dtype)
     return FlaxLM(module), _configured(folder, lambda: reward_params_from_hf(read_weights(folder), module.config,
                                                                              param_dtype))
 
 
 def save_sequence_classifier(out_dir: str | os.PathLike, model, params, dtype=np.float32) -> None:
-    """Write a Llama-family model's trunk and value head as an HF ``*ForSequenceClassification``
-    folder (one label; the value head must have bias 0): the inverse of
-    :func:`load_sequence_classifier`."""
+    """Write a model's trunk and value head as an HF ``*ForSequenceClassification`` folder (one
+    label; the value head must have bias 0): the inverse of :func:`load_sequence_classifier`."""
+    from purejaxppo.lm.gpt2 import GPT2, gpt2_config, gpt2_reward_params_to_hf
     from purejaxppo.lm.llama_config import llama_config_to_hf
     from purejaxppo.lm.llama_hf import reward_params_to_hf
 
-    c = _module(model).config
-    config = llama_config_to_hf(c, np.dtype(dtype).name)
-    config.update(architectures=[_CLASSIFIERS[c.model_type]], id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
-    write_folder(out_dir, config, reward_params_to_hf(params, c, dtype))
+    module = _module(model)
+    if isinstance(module, GPT2):
+        config = gpt2_config(module)
+        tensors = {k: v.astype(np.dtype(dtype)) for k, v in gpt2_reward_params_to_hf(params).items()}
+    else:
+        config = llama_config_to_hf(module.config, np.dtype(dtype).name)
+        tensors = reward_params_to_hf(params, module.config, dtype)
+    config.update(architectures=[_CLASSIFIERS[config["model_type"]]], id2label={"0": "LABEL_0"},
+                  label2id={"LABEL_0": 0})
+    write_folder(out_dir, config, tensors)
