@@ -229,6 +229,18 @@ def test_save_pretrained_round_trips_exactly(tmp_path, family):
     save_pretrained(tmp_path / "vh", model, params, value_head=True)
     _same_params(load_pretrained(tmp_path / "vh")[1], params)
     params["params"]["value_head"] = params2["params"]["value_head"]
+    # stored in bf16: the bf16 rounding of every tensor; the tokenizer files come along
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "tokenizer.json").write_text("{}")
+    (tmp_path / "src" / "generation_config.json").write_text('{"eos_token_id": 2}')
+    save_pretrained(tmp_path / "bf", model, params, dtype=jnp.bfloat16, copy_from=tmp_path / "src")
+    assert (tmp_path / "bf" / "tokenizer.json").read_text() == "{}"
+    assert json.loads((tmp_path / "bf" / "generation_config.json").read_text()) == {"eos_token_id": 2}
+    assert json.loads((tmp_path / "bf" / "config.json").read_text())["torch_dtype"] == "bfloat16"
+    back16 = load_file(str(tmp_path / "bf" / "model.safetensors"))
+    for k in w:
+        assert back16[k].dtype == jnp.bfloat16, k
+        np.testing.assert_array_equal(back16[k], w[k].astype(jnp.bfloat16), err_msg=k)
 
 
 # --- reward models (*ForSequenceClassification) ------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from typing import Mapping
 
 import ml_dtypes  # noqa: F401  (registers the "bfloat16" NumPy dtype the reader asks for)
@@ -19,6 +20,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "config.json"
+#: the files beside the weights that an export carries over from the source folder, when there
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "generation_config.json")
 
 
 class CheckpointFolderError(ValueError):
@@ -101,3 +105,11 @@ def write_folder(folder: str | os.PathLike, config: Mapping, tensors: Mapping[st
     with open(os.path.join(folder, CONFIG), "w") as f:
         json.dump(dict(config), f, indent=2)
     write_safetensors(os.path.join(folder, WEIGHTS), tensors)
+
+
+def copy_tokenizer_files(source: str | os.PathLike, folder: str | os.PathLike) -> list[str]:
+    """Copy :data:`TOKENIZER_FILES` that ``source`` has into ``folder``; the names copied."""
+    copied = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(source, n))]
+    for name in copied:
+        shutil.copyfile(os.path.join(source, name), os.path.join(folder, name))
+    return copied

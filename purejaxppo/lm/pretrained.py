@@ -21,7 +21,8 @@ from typing import Any, Callable, Dict
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.hf_files import CheckpointFolderError, read_config, read_weights, write_folder
+from purejaxppo.lm.hf_files import (CheckpointFolderError, copy_tokenizer_files, read_config, read_weights,
+                                    write_folder)
 from purejaxppo.lm.model import FlaxLM
 
 __all__ = ["CheckpointFolderError", "FAMILIES", "load_pretrained", "save_pretrained", "read_config",
@@ -91,13 +92,15 @@ def _module(model):
     return getattr(model, "model", model)  # a FlaxLM or the Flax module itself
 
 
-def save_pretrained(out_dir: str | os.PathLike, model, params, value_head: bool = False, dtype=np.float32) -> None:
+def save_pretrained(out_dir: str | os.PathLike, model, params, value_head: bool = False, dtype=np.float32,
+                    copy_from: str | os.PathLike | None = None) -> None:
     """Write ``model`` (from :func:`load_pretrained`, a ``FlaxLM`` or its module) with
     ``params`` as an HF causal-LM folder: ``config.json`` (the source's model_type and
     architectures, its other keys kept) and ``model.safetensors`` in HF names, tensors in
     ``dtype`` (float32 by default: exact for float32 and bf16 parameters alike).
     ``value_head=True`` also stores ``value_head.*`` (HF skips them; :func:`load_pretrained`
-    reads them back)."""
+    reads them back). ``copy_from``: the source folder, whose tokenizer and generation files
+    (:data:`~purejaxppo.lm.hf_files.TOKENIZER_FILES`) are copied beside the weights."""
     from purejaxppo.lm.gpt2 import GPT2, gpt2_config, gpt2_params_to_hf
     from purejaxppo.lm.llama import Llama
     from purejaxppo.lm.llama_config import llama_config_to_hf
@@ -113,6 +116,8 @@ def save_pretrained(out_dir: str | os.PathLike, model, params, value_head: bool 
     else:
         raise TypeError(f"save_pretrained: {type(module).__name__} has no Hugging Face layout (GPT2 or Llama)")
     write_folder(out_dir, config, tensors)
+    if copy_from is not None:
+        copy_tokenizer_files(copy_from, out_dir)
 
 
 _CLASSIFIERS = {"gpt2": "GPT2ForSequenceClassification", "llama": "LlamaForSequenceClassification",
