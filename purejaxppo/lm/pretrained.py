@@ -21,8 +21,13 @@ from typing import Any, Callable, Dict
 import jax.numpy as jnp
 import numpy as np
 
+from purejaxppo.lm.gpt2 import (GPT2, gpt2_config, gpt2_from_config, gpt2_params_from_hf, gpt2_params_to_hf,
+                                gpt2_reward_params_from_hf, gpt2_reward_params_to_hf)
 from purejaxppo.lm.hf_files import (CheckpointFolderError, copy_tokenizer_files, read_config, read_weights,
                                     write_folder)
+from purejaxppo.lm.llama import Llama
+from purejaxppo.lm.llama_config import llama_config_from_hf, llama_config_to_hf
+from purejaxppo.lm.llama_hf import params_from_hf, params_to_hf, reward_params_from_hf, reward_params_to_hf
 from purejaxppo.lm.model import FlaxLM
 
 __all__ = ["CheckpointFolderError", "FAMILIES", "load_pretrained", "save_pretrained", "read_config",
@@ -30,8 +35,6 @@ __all__ = ["CheckpointFolderError", "FAMILIES", "load_pretrained", "save_pretrai
 
 
 def _gpt2(folder: str, config: dict, dtype, param_dtype) -> tuple[Any, dict]:
-    from purejaxppo.lm.gpt2 import gpt2_from_config, gpt2_params_from_hf
-
     if np.dtype(param_dtype) != np.float32:
         raise CheckpointFolderError(f"{folder}: gpt2 keeps float32 parameters (param_dtype {np.dtype(param_dtype)} "
                                     "is for the Llama family)")
@@ -40,15 +43,10 @@ def _gpt2(folder: str, config: dict, dtype, param_dtype) -> tuple[Any, dict]:
 
 
 def _llama_module(folder: str, config: dict, dtype, param_dtype):
-    from purejaxppo.lm.llama import Llama
-    from purejaxppo.lm.llama_config import llama_config_from_hf
-
     return Llama(_configured(folder, lambda: llama_config_from_hf(config)), dtype=dtype, param_dtype=param_dtype)
 
 
 def _llama(folder: str, config: dict, dtype, param_dtype) -> tuple[Any, dict]:
-    from purejaxppo.lm.llama_hf import params_from_hf
-
     module = _llama_module(folder, config, dtype, param_dtype)
     return FlaxLM(module), _configured(folder, lambda: params_from_hf(read_weights(folder), module.config, param_dtype))
 
@@ -101,11 +99,6 @@ def save_pretrained(out_dir: str | os.PathLike, model, params, value_head: bool 
     ``value_head=True`` also stores ``value_head.*`` (HF skips them; :func:`load_pretrained`
     reads them back). ``copy_from``: the source folder, whose tokenizer and generation files
     (:data:`~purejaxppo.lm.hf_files.TOKENIZER_FILES`) are copied beside the weights."""
-    from purejaxppo.lm.gpt2 import GPT2, gpt2_config, gpt2_params_to_hf
-    from purejaxppo.lm.llama import Llama
-    from purejaxppo.lm.llama_config import llama_config_to_hf
-    from purejaxppo.lm.llama_hf import params_to_hf
-
     module = _module(model)
     if isinstance(module, Llama):
         config = llama_config_to_hf(module.config, np.dtype(dtype).name)
@@ -130,9 +123,6 @@ def load_sequence_classifier(folder: str | os.PathLike, dtype=jnp.float32, param
     reward model) of any family here: the trunk, and ``score.weight [1, D]`` as the value head
     (bias 0), so ``model.values(params, tokens, valid)[:, t]`` is the score of the prefix
     ending at ``t``. Call ``values`` only: the Llama family's has no LM head."""
-    from purejaxppo.lm.gpt2 import gpt2_from_config, gpt2_reward_params_from_hf
-    from purejaxppo.lm.llama_hf import reward_params_from_hf
-
     folder = os.fspath(folder)
     config, family = _family(folder)
     if family == "gpt2":
@@ -146,10 +136,6 @@ def load_sequence_classifier(folder: str | os.PathLike, dtype=jnp.float32, param
 def save_sequence_classifier(out_dir: str | os.PathLike, model, params, dtype=np.float32) -> None:
     """Write a model's trunk and value head as an HF ``*ForSequenceClassification`` folder (one
     label; the value head must have bias 0): the inverse of :func:`load_sequence_classifier`."""
-    from purejaxppo.lm.gpt2 import GPT2, gpt2_config, gpt2_reward_params_to_hf
-    from purejaxppo.lm.llama_config import llama_config_to_hf
-    from purejaxppo.lm.llama_hf import reward_params_to_hf
-
     module = _module(model)
     if isinstance(module, GPT2):
         config = gpt2_config(module)
