@@ -61,13 +61,25 @@ def reward_optimizer(learning_rate: float, max_grad_norm: float = 1.0, weight_de
     return optax.chain(*parts, optax.adamw(learning_rate, weight_decay=weight_decay))
 
 
+def _frozen_bias(g):
+    """The head's bias gets no gradient: the loss is blind to it (it shifts both rewards), so its
+    true gradient is 0, but the float sum of ``+g`` and ``-g`` is not, and Adam would scale that
+    rounding up to learning-rate-sized steps. HF's ``score`` head has no bias to keep."""
+    def zero(path, x):
+        keys = [str(getattr(p, "key", getattr(p, "name", ""))) for p in path]
+        return jnp.zeros_like(x) if "value_head" in keys and keys[-1] == "bias" else x
+    return jax.tree_util.tree_map_with_path(zero, g)
+
+
 def reward_step(reward_fn: Callable, optimizer: optax.GradientTransformation):
     """``step(params, opt_state, batch) -> (params, opt_state, metrics)``: one optimizer step on
-    the Bradley-Terry loss of one :class:`PairBatch` (pure; jit it or scan it)."""
+    the Bradley-Terry loss of one :class:`PairBatch` (pure; jit it or scan it). The value
+    head's bias stays where it is (see :func:`_frozen_bias`)."""
     grad = jax.value_and_grad(lambda p, b: pair_loss(reward_fn, p, b), has_aux=True)
 
     def step(params, opt_state, batch: PairBatch):
         (_, metrics), g = grad(params, batch)
+        g = _frozen_bias(g)
         updates, opt_state = optimizer.update(g, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, metrics
 

@@ -94,8 +94,10 @@ def load_reward_trunk(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Any
         raise CheckpointFolderError(f"{folder}: the score head has a bias; HF's sequence classifiers have none")
     tensors.pop("lm_head.weight", None) if head is not None else None  # a classifier has no LM head to check
     lm, params = read(tensors, config, dtype)
-    if head is None:
-        return lm, params, False
+    if head is None:  # a causal LM: its value head (zero, or a stored critic's) with no bias, as HF's score
+        tree = dict(params["params"])
+        tree["value_head"] = {**tree["value_head"], "bias": jnp.zeros((1,), jnp.float32)}
+        return lm, {**params, "params": tree}, False
     head = np.asarray(head, np.float32)
     if head.ndim != 2 or head.shape[0] != 1:
         raise CheckpointFolderError(f"{folder}: score.weight has shape {head.shape}; a reward model has one label "
