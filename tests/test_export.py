@@ -8,6 +8,7 @@ A bad RUN_DIR or a used OUT_DIR exits 2 with one ``error:`` line.
 
 import json
 import os
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -85,3 +86,29 @@ def test_bad_run_dir_exits_2_with_one_error_line(lora_run, tmp_path, capsys, cas
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert case == "used-out" or not os.path.exists(out)
+
+
+CROSS = """
+import json, sys, torch, transformers
+model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()
+with torch.no_grad():
+    print(json.dumps(model(torch.tensor(json.loads(sys.argv[2]))).logits.tolist()))
+"""
+
+
+def test_transformers_loads_the_export_with_the_same_logits(lora_run, tmp_path):
+    from test_reward_model import _torch_python
+
+    python = _torch_python()
+    if not python:
+        pytest.skip("no Python with torch and transformers (set PUREJAXPPO_TORCH_PYTHON)")
+    out = tmp_path / "out"
+    assert main(["export", str(lora_run / "run"), str(out)]) == 0
+    rows = [[3, 4, 5, 6, 7], [9, 2, 11, 4, 5]]
+    got = subprocess.run([python, "-c", CROSS, str(out), json.dumps(rows)], capture_output=True, text=True,
+                         timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    theirs = np.asarray(json.loads(got.stdout.strip().splitlines()[-1]))
+    _, lm, policy, _ = final_policy(str(lora_run / "run"))
+    ours = lm.logits(policy, jnp.asarray(rows), jnp.ones((2, 5), bool))
+    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)
