@@ -318,3 +318,83 @@ def test_interrupted_run_names_its_own_resume_command(command, monkeypatch, caps
     assert main([command, "--quiet"]) == 143
     err = capsys.readouterr().err
     assert f"`python -m purejaxppo {command} --resume {os.path.join('runs', 'x')}`" in err, err
+
+
+def _text_setup(root):
+    from _lm_fixtures import tiny_gpt2_folder
+
+    model = tiny_gpt2_folder(root / "model")
+    prompts = [{"prompt": "what is one plus two"}, {"messages": [{"role": "user", "content": "reverse cat dog"}]},
+               {"prompt": "hello"}]
+    (root / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    (root / "sft.jsonl").write_text('{"prompt": "hello", "response": "world"}\n'
+                                    '{"prompt": "what is one plus two", "response": "three"}\n')
+    return model
+
+
+@pytest.mark.slow
+def test_text_run_end_to_end_writes_decoded_samples_and_records_hashes(tmp_path):
+    """A tiny GPT-2 with a BPE tokenizer trained here, a prompts file, a reward.py: the run trains,
+    samples.txt holds the prompts' decoded text, config.json the model folder and the sha256 of
+    the weights, tokenizer and prompt files (computed here with hashlib), and a resume after the
+    prompt file changed is refused."""
+    import hashlib
+
+    model = _text_setup(tmp_path)
+    (tmp_path / "reward.py").write_text("def score(prompts, responses):\n"
+                                        "    return [float(len(r.split())) for r in responses]\n")
+    run = str(tmp_path / "run")
+    proc = _cli(["rlhf", "--model", model, "--prompts", str(tmp_path / "prompts.jsonl"), "--reward",
+                 str(tmp_path / "reward.py") + ":score", "--sft-data", str(tmp_path / "sft.jsonl"), "--sft-steps", "3",
+                 "--iterations", "2", "--batch", "4", "--minibatches", "2", "--epochs", "1", "--max-new-tokens", "6",
+                 "--eval-every", "2", "--quiet", "--run-dir", run])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples = open(os.path.join(run, "samples.txt"), encoding="utf-8").read().splitlines()
+    shown = [json.loads(line[len("prompt: "):]) for line in samples if line.startswith("prompt: ")]
+    # the first evaluation prompts, decoded: the plain one as written, the chat one through the template
+    assert shown == ["what is one plus two", "<user>reverse cat dog<|endoftext|><assistant>", "hello"]
+    assert sum(line.startswith("response: ") for line in samples) == 3
+    info = json.load(open(os.path.join(run, "config.json")))["rlhf"]
+
+    def sha(*paths):
+        h = hashlib.sha256()
+        for p in paths:
+            h.update(os.path.basename(p).encode() + b"\0" + open(p, "rb").read())
+        return h.hexdigest()
+
+    m = lambda name: os.path.join(model, name)  # noqa: E731
+    assert info["model_dir"] == model and info["hashes"] == {
+        "weights": sha(m("model.safetensors")), "tokenizer": sha(m("tokenizer.json"), m("tokenizer_config.json")),
+        "prompts": sha(str(tmp_path / "prompts.jsonl")), "sft_data": sha(str(tmp_path / "sft.jsonl"))}
+    header = rows(run)[0]
+    assert "reward_fn_s" in header and len(rows(run)) == 3
+    with open(tmp_path / "prompts.jsonl", "a") as f:
+        f.write('{"prompt": "one more"}\n')
+    refused = _cli(["rlhf", "--resume", run, "--quiet"])
+    assert refused.returncode == 2 and "the prompts changed since this run started" in refused.stderr, refused.stderr
+
+
+@pytest.mark.slow
+def test_a_failing_reward_function_stops_with_one_error_line_naming_it_and_the_row(tmp_path):
+    """The reward raises on its third call (1: the initial model's evaluation, 2: iteration 0,
+    3: iteration 1): one error line names the function and the row, exit 2, and the checkpoint
+    after iteration 0 is kept."""
+    model = _text_setup(tmp_path)
+    (tmp_path / "reward.py").write_text("calls = []\n"
+                                        "def score(prompts, responses):\n"
+                                        "    calls.append(1)\n"
+                                        "    if len(calls) >= 3 and len(prompts) > 1:\n"
+                                        "        raise ValueError('bad row')\n"
+                                        "    if len(calls) >= 3 and prompts[0] == 'hello':\n"
+                                        "        raise ValueError('bad row')\n"
+                                        "    return [0.0] * len(prompts)\n")
+    run = str(tmp_path / "run")
+    proc = _cli(["rlhf", "--model", model, "--prompts", str(tmp_path / "prompts.jsonl"), "--reward",
+                 str(tmp_path / "reward.py") + ":score", "--iterations", "3", "--batch", "4", "--minibatches", "2",
+                 "--epochs", "1", "--max-new-tokens", "4", "--eval-every", "0", "--chunk", "1", "--quiet",
+                 "--run-dir", run])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "reward.py:score raised ValueError: bad row on row " in errors[0] and "prompt 'hello'" in errors[0]
+    assert "the last finite checkpoint is" in errors[0] and "rlhf --resume" in errors[0], errors[0]
+    assert latest_checkpoint(os.path.join(run, "checkpoints")).endswith("update_00000001")

@@ -103,9 +103,14 @@ class TextTask:
     def diagnostics(self, prompt, prompt_valid, response, response_mask):
         return {}
 
-    def check_reward(self) -> None:
-        """Raise the text reward's failure, if any (after an evaluation ran it)."""
-        if hasattr(self.reward, "raise_if_failed"):
+    def reward_error(self) -> Optional[str]:
+        """The text reward's first failure (None: none, or a reward model)."""
+        return getattr(self.reward, "error", None)
+
+    def check_reward(self, before: Optional[str] = None) -> None:
+        """Raise the text reward's failure if one happened since ``before`` (:meth:`reward_error`
+        taken before a call): a host-side check after an evaluation ran it."""
+        if hasattr(self.reward, "raise_if_failed") and self.reward.error != before:
             self.reward.raise_if_failed()
 
     def decode(self, tokens) -> str:

@@ -52,8 +52,10 @@ class RLHFEvaluator:
         return self._once(signature(params), lambda: self._fn.lower(params).compile())
 
     def __call__(self, keys, done: int, runner) -> dict:
+        before = getattr(self.task, "reward_error", lambda: None)()
         stats, (prompts, valid, responses) = jax.device_get(self._fn(runner.train.params["policy"]))
-        getattr(self.task, "check_reward", lambda: None)()  # a text reward that failed on these answers
+        if before is None:  # a text reward that failed on these answers (not a training failure already kept)
+            getattr(self.task, "check_reward", lambda _: None)(before)
         if self.samples_path:
             lines = [f"# iteration {done}, run 0, greedy"]
             lines += [self._sample(p, v, r) for p, v, r in zip(prompts[0], valid[0], responses[0])]

@@ -213,19 +213,24 @@ class RLHFProgram:
         if self.text_reward is None:
             return self._chunk(n)(state)
         before = self.text_reward.seconds
-        (state, metrics), finite = jax.block_until_ready(self._chunk(n)(state))  # the host calls are done
+        # waits for the chunk (its host calls done) before the loop dispatches the next: the time is
+        # this chunk's, and the overlap lost is small next to the reward's own host time
+        (state, metrics), finite = jax.block_until_ready(self._chunk(n)(state))
         runs = jax.tree.leaves(metrics)[0].shape[0]
         # the chunk's host time spread evenly over its iterations (one call per iteration, every seed at once)
         metrics = {**metrics, "reward_fn_s": np.full((runs, n), (self.text_reward.seconds - before) / n, np.float32)}
         return (state, metrics), finite
 
     def check_finite(self, metrics, finite, first_update, describe):
-        if self.text_reward is not None and self.text_reward.error:
+        # evaluation columns are NaN by design at the iterations without an evaluation
+        problem = first_non_finite({k: v for k, v in metrics.items() if not k.startswith("eval_")}, finite,
+                                   first_update, describe)
+        # a failed text reward gives NaN scores from its iteration on: name it at the chunk that holds
+        # them (the loop may already have run the next chunk, whose failure must not stop this one)
+        if problem is not None and self.text_reward is not None and self.text_reward.error:
             self.nan_hint = "Fix the function, then continue the run with python -m purejaxppo rlhf --resume RUN_DIR"
             return self.text_reward.error
-        # evaluation columns are NaN by design at the iterations without an evaluation
-        trained = {k: v for k, v in metrics.items() if not k.startswith("eval_")}
-        return first_non_finite(trained, finite, first_update, describe)
+        return problem
 
     def training_state(self, state):
         return state
