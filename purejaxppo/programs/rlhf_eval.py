@@ -10,7 +10,6 @@ folder gets a few of run 0's prompts and answers (decoded text for a text task).
 from __future__ import annotations
 
 import json
-import os
 from typing import Optional
 
 import jax

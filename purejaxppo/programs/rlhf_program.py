@@ -112,9 +112,10 @@ class RLHFSettings:
 
             module, params = load_gpt2(self.init, dtype=DTYPES[self.dtype])
             if module.vocab_size < task.vocab_size:
-                raise ConfigError(f"--init {self.init}: its vocabulary ({module.vocab_size}) is smaller than the task's "
-                                  f"({task.vocab_size})")
-            if module.n_positions < task.prompt_len + task.max_new:  # an embedding lookup past the table clamps silently
+                raise ConfigError(f"--init {self.init}: its vocabulary ({module.vocab_size}) is smaller than the "
+                                  f"task's ({task.vocab_size})")
+            # an embedding lookup past the table clamps silently
+            if module.n_positions < task.prompt_len + task.max_new:
                 raise ConfigError(f"--init {self.init}: its {module.n_positions} positions cannot hold a prompt and a "
                                   f"response ({task.prompt_len} + {task.max_new} tokens); use a shorter task")
             return FlaxLM(module), params
