@@ -30,6 +30,7 @@ from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.config_types import register_config_type
 from purejaxppo.run.guards import first_non_finite, tree_finite
 
+RUNS_AXIS = "runs"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 register_config_type("rlhf", TokenPPOConfig)  # config.json of an "rlhf" folder holds a TokenPPOConfig
 
@@ -180,8 +181,10 @@ class RLHFProgram:
             self.reward_params = None
         # a text reward runs on the host (jax.pure_callback): its time is its own phase, reward_fn_s
         self.text_reward = bound if isinstance(bound, TextReward) else None
+        # runs_axis: the seeds agree on one response width per iteration (length_buckets), so a
+        # chunk runs one branch of the width switch, not all of them
         build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts,
-                                  diagnostics=task.diagnostics)
+                                  diagnostics=task.diagnostics, runs_axis=RUNS_AXIS)
         self.tp = data_parallel(build, num_devices)
         self._chunks, self._once = {}, CompileOnce()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
@@ -204,7 +207,7 @@ class RLHFProgram:
             def one(state):
                 state, metrics = self.tp.run(state, n)
                 return (state, metrics), tree_finite(state.train)
-            self._chunks[n] = jax.jit(jax.vmap(one))
+            self._chunks[n] = jax.jit(jax.vmap(one, axis_name=RUNS_AXIS))
         return self._chunks[n]
 
     def compile(self, n: int, state, configs=None) -> float:
