@@ -3,8 +3,9 @@
 * :func:`train_bpe`: a byte-level BPE ``tokenizers.Tokenizer`` trained on a small synthetic corpus.
 * :func:`write_tokenizer`: ``tokenizer.json`` + ``tokenizer_config.json`` (EOS, pad, a chat
   template) into a model folder.
-* :func:`tiny_gpt2_folder`: a random-weight GPT-2 checkpoint in Hugging Face's layout with that
-  tokenizer: what ``rlhf --model DIR`` and ``load_pretrained`` read.
+* :func:`tiny_gpt2_folder`, :func:`tiny_llama_folder`: a random-weight GPT-2 or Llama-family
+  checkpoint in Hugging Face's layout with that tokenizer: what ``rlhf --model DIR`` and
+  ``load_pretrained`` read.
 """
 
 from __future__ import annotations
@@ -68,5 +69,22 @@ def tiny_gpt2_folder(folder, n_positions: int = 64, n_embd: int = 16, n_layer: i
                  n_head=n_head)
     params = jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool))
     save_gpt2(str(folder), model, params)
+    write_tokenizer(folder, tok, **tokenizer_kwargs)
+    return str(folder)
+
+
+def tiny_llama_folder(folder, family: str = "llama", max_positions: int = 64, seed: int = 0,
+                      **tokenizer_kwargs) -> str:
+    """A random Llama-family checkpoint (``family``: one of tests/_llama_reference.py's CONFIGS,
+    its vocabulary the tokenizer's, EOS/BOS the tokenizer's EOS id) and the tokenizer, in ``folder``."""
+    import pathlib
+
+    from _llama_reference import CONFIGS, hf_weights, write_checkpoint
+
+    tok = train_bpe()
+    eos = tok.token_to_id(EOS)
+    cfg = CONFIGS[family] | dict(vocab_size=tok.get_vocab_size(), eos_token_id=eos, bos_token_id=eos,
+                                 max_position_embeddings=max_positions)
+    write_checkpoint(pathlib.Path(folder), cfg, hf_weights(cfg, seed=seed))
     write_tokenizer(folder, tok, **tokenizer_kwargs)
     return str(folder)

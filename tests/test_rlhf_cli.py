@@ -320,10 +320,10 @@ def test_interrupted_run_names_its_own_resume_command(command, monkeypatch, caps
     assert f"`python -m purejaxppo {command} --resume {os.path.join('runs', 'x')}`" in err, err
 
 
-def _text_setup(root):
-    from _lm_fixtures import tiny_gpt2_folder
+def _text_setup(root, family="gpt2"):
+    from _lm_fixtures import tiny_gpt2_folder, tiny_llama_folder
 
-    model = tiny_gpt2_folder(root / "model")
+    model = tiny_gpt2_folder(root / "model") if family == "gpt2" else tiny_llama_folder(root / "model", family)
     prompts = [{"prompt": "what is one plus two"}, {"messages": [{"role": "user", "content": "reverse cat dog"}]},
                {"prompt": "hello"}]
     (root / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
@@ -333,14 +333,15 @@ def _text_setup(root):
 
 
 @pytest.mark.slow
-def test_text_run_end_to_end_writes_decoded_samples_and_records_hashes(tmp_path):
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_text_run_end_to_end_writes_decoded_samples_and_records_hashes(tmp_path, family):
     """A tiny GPT-2 with a BPE tokenizer trained here, a prompts file, a reward.py: the run trains,
     samples.txt holds the prompts' decoded text, config.json the model folder and the sha256 of
     the weights, tokenizer and prompt files (computed here with hashlib), and a resume after the
     prompt file changed is refused."""
     import hashlib
 
-    model = _text_setup(tmp_path)
+    model = _text_setup(tmp_path, family)
     (tmp_path / "reward.py").write_text("def score(prompts, responses):\n"
                                         "    return [float(len(r.split())) for r in responses]\n")
     run = str(tmp_path / "run")

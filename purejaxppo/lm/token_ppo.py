@@ -97,11 +97,12 @@ def _units(mask, aggregation):
 
 def position_rows(model) -> Optional[int]:
     """The position table of a :class:`~purejaxppo.lm.model.FlaxLM`'s module (TinyLM's ``max_len``,
-    GPT-2's ``n_positions``, the Llama family's ``max_position_embeddings``), None when unknown."""
+    GPT-2's ``n_positions``, the Llama family's ``config.max_position_embeddings``), None when unknown."""
     module = getattr(model, "model", model)
-    for name in ("max_len", "n_positions", "max_position_embeddings"):
-        if isinstance(getattr(module, name, None), int):
-            return getattr(module, name)
+    for holder in (module, getattr(module, "config", None)):  # the Llama family keeps its sizes in .config
+        for name in ("max_len", "n_positions", "max_position_embeddings"):
+            if isinstance(getattr(holder, name, None), int):
+                return getattr(holder, name)
     return None
 
 
