@@ -106,6 +106,7 @@ def test_prompt_table_is_left_padded_and_cut_from_the_left_only_when_asked(tmp_p
     ("{not json", ":1 is not JSON"),
     ("[1, 2]", ":1 holds list"),
     ('{"text": "x"}', 'needs exactly one of "prompt"'),
+    ('{"prompt": "a", "messages": [{"role": "user", "content": "b"}]}', 'needs exactly one of "prompt"'),
     ('{"prompt": 3}', '"prompt" must be a string'),
     ('{"messages": [{"role": "user"}]}', '"messages" must be a non-empty list'),
 ])
