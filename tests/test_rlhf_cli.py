@@ -115,18 +115,137 @@ SMALL = ["rlhf", "--iterations", "2", "--batch", "8", "--minibatches", "2", "--e
          "--d-model", "16", "--layers", "1", "--eval-every", "2", "--quiet"]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--batch", "10", "--minibatches", "4"], "divisible by num_minibatches"),
-    (["--critic", "both"], "critic='both' must be one of"),
+def _bad_folders(root):
+    """Broken --init/--model folders, each a different way (made once per test module)."""
+    from _lm_fixtures import tiny_gpt2_folder
+
+    good = tiny_gpt2_folder(root / "good")
+    tiny_gpt2_folder(root / "nochat", chat_template=None)
+    (root / "empty").mkdir()
+    (root / "afile").write_text("x")
+    (root / "badjson").mkdir()
+    (root / "badjson" / "config.json").write_text("{not json")
+    (root / "noweights").mkdir()
+    (root / "noweights" / "config.json").write_text(open(os.path.join(good, "config.json")).read())
+    (root / "truncated").mkdir()
+    for name in os.listdir(good):
+        data = open(os.path.join(good, name), "rb").read()
+        (root / "truncated" / name).write_bytes(data[: len(data) // 2] if name.endswith(".safetensors") else data)
+    (root / "notok").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (root / "notok" / name).write_bytes(open(os.path.join(good, name), "rb").read())
+    (root / "prompts.jsonl").write_text('{"prompt": "hello world"}\n{"prompt": "what is the answer"}\n')
+    (root / "badline.jsonl").write_text('{"prompt": "hello world"}\n{"prompt": 3}\n')
+    (root / "chat.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    (root / "p.csv").write_text("hello\n")
+    (root / "sft_noresp.jsonl").write_text('{"prompt": "hello"}\n')
+    (root / "sft_long.jsonl").write_text('{"prompt": "hello", "response": "%s"}\n' % ("one two three " * 20))
+    (root / "reward.py").write_text("def score(prompts, responses):\n    return [0.0] * len(prompts)\n"
+                                    "def one(x):\n    return x\n")
+    (root / "broken.py").write_text("def score(:\n")
+    (root / "finished").mkdir()
+    (root / "finished" / "config.json").write_text(json.dumps({"kind": "rlhf"}))
+    (root / "finished" / "metrics.csv").write_text("seed,update\n0,0\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory):
+    return _bad_folders(tmp_path_factory.mktemp("bad"))
+
+
+TEXT = ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score"]
+BAD_INPUTS = [  # (flags, what the one error line must say)
+    (["--batch", "10", "--minibatches", "4"], "--batch 10 must be divisible by --minibatches 4"),
+    (["--critic", "both"], "--critic 'both' must be one of"),
     (["--task", "sorting"], "unknown task 'sorting'"),
     (["--task-option", "max_len"], "must be FIELD=VALUE"),
     (["--task-option", "colour=3"], "unexpected keyword argument 'colour'"),
     (["--task-option", "max_len=long"], "must be a number, true or false"),
     (["--task-option", "max_len=20"], "need 1 <= min_len <= max_len < max_new"),
-])
-def test_bad_flags_get_one_error_line(args, message):
-    proc = _cli(["rlhf", *args, "--quiet"], timeout=300)
-    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    (["--beta", "nan"], "--beta nan must be a finite number"),
+    (["--beta", "inf"], "--beta inf must be a finite number"),
+    (["--actor-lr", "inf"], "--actor-lr inf must be a finite number"),
+    (["--actor-lr", "-1"], "--actor-lr -1.0 must be > 0"),
+    (["--ent-coef", "-0.1"], "--ent-coef -0.1 must be >= 0"),
+    (["--gamma", "1.5"], "--gamma 1.5 must be in [0, 1]"),
+    (["--top-p", "0"], "--top-p 0.0 must be in (0, 1]"),
+    (["--temperature", "0"], "--temperature 0.0 must be > 0"),
+    (["--kl-estimator", "k9"], "--kl-estimator 'k9' must be one of"),
+    (["--iterations", "0"], "--iterations 0 must be a positive integer"),
+    (["--micro-batches", "3"], "divisible by --micro-batches 3"),
+    (["--top-k", "100"], "--top-k 100 is more than the vocabulary's 13 tokens"),
+    (["--layers", "0"], "--layers 0 must be at least 1"),
+    (["--heads", "0"], "--heads 0 must be at least 1"),
+    (["--d-model", "30", "--heads", "4"], "--d-model 30 must be divisible by --heads 4"),
+    (["--seeds", "0"], "--seeds 0 must be at least 1"),
+    (["--seed", "-1"], "--seed=-1 must be between 0"),
+    (["--chunk", "0"], "--chunk 0 must be at least 1"),
+    (["--eval-every", "-1"], "--eval-every -1 must be at least 0"),
+    (["--sft-steps", "-5"], "--sft-steps -5 must be at least 0"),
+    (["--init", "{missing}"], "is not a folder"),
+    (["--init", "{empty}"], "has no config.json"),
+    (["--init", "{afile}"], "is not a folder"),
+    (["--init", "{badjson}"], "config.json is not readable JSON"),
+    (["--init", "{noweights}"], "the model cannot be loaded (FileNotFoundError"),
+    (["--init", "{truncated}"], "model.safetensors is not a readable safetensors file"),
+    (["--run-dir", "{afile}"], "--run-dir {afile} is a file"),
+    (["--run-dir", "{finished}"], "continue it with python -m purejaxppo rlhf --resume {finished}"),
+    (["--prompts", "{prompts.jsonl}"], "--prompts needs --model DIR"),
+    (["--max-new-tokens", "4"], "--max-new-tokens needs --model DIR"),
+    (["--model", "{good}"], "--model needs --prompts FILE"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}"], "--model needs one reward"),
+    (TEXT + ["--reward-model", "{good}"], "--model needs one reward"),
+    (TEXT + ["--task", "reverse"], "--task belongs to the built-in tasks"),
+    (TEXT + ["--layers", "2"], "--layers belongs to the built-in tasks"),
+    (TEXT + ["--sft-steps", "5"], "--sft-steps 5 needs --sft-data FILE"),
+    (TEXT + ["--top-k", "1000"], "--top-k 1000 is more than the vocabulary's 320 tokens"),
+    (TEXT + ["--sft-lr", "nan"], "--sft-lr nan must be a finite number > 0"),
+    (TEXT + ["--max-new-tokens", "0"], "--max-new-tokens 0 must be at least 1"),
+    (TEXT + ["--max-new-tokens", "64"], "--max-new-tokens 64 leaves no room for a prompt"),
+    (TEXT + ["--max-prompt-tokens", "60", "--max-new-tokens", "8"], "exceed the model's 64 positions"),
+    (TEXT + ["--max-prompt-tokens", "2"], "--prompts {prompts.jsonl}:1: the prompt has"),
+    (["--model", "{missing}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score"], "is not a folder"),
+    (["--model", "{notok}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score"], "has no tokenizer.json"),
+    (["--model", "{truncated}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score"],
+     "model.safetensors is not a readable safetensors file"),
+    (["--model", "{good}", "--prompts", "{missing}.jsonl", "--reward", "{reward.py}:score"], "does not exist"),
+    (["--model", "{good}", "--prompts", "{badline.jsonl}", "--reward", "{reward.py}:score"],
+     "--prompts {badline.jsonl}:2: \"prompt\" must be a string"),
+    (["--model", "{good}", "--prompts", "{p.csv}", "--reward", "{reward.py}:score"], "expected a .jsonl or .txt file"),
+    (["--model", "{nochat}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score", "--eval-prompts",
+      "{chat.jsonl}"], "--eval-prompts {chat.jsonl}:1: the model folder's tokenizer_config.json has no chat_template"),
+    (TEXT + ["--sft-data", "{sft_noresp.jsonl}"], "--sft-data {sft_noresp.jsonl}:1 needs a \"response\" string"),
+    (TEXT + ["--sft-data", "{sft_long.jsonl}"], "over --max-new-tokens 16"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}"], "must be FILE.py:FUNCTION"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:nope"], "has no function 'nope'"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:one"],
+     "must take (prompts, responses)"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{broken.py}:score"], "failed to import"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{missing}.py:f"], "does not exist"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_INPUTS, ids=[" ".join(a)[-50:] for a, _ in BAD_INPUTS])
+def test_bad_inputs_get_one_error_line_before_any_work(args, message, bad, tmp_path, monkeypatch, capsys):
+    """In-process main(): exit 2, ONE ``error:`` line with the flag as typed, no traceback, and
+    nothing created (the run folder, runs/, anything in the working folder)."""
+    from purejaxppo.cli import main
+
+    paths = {p.name: str(p) for p in bad.iterdir()} | {"missing": str(bad / "missing")}
+
+    def fill(s):
+        for name, path in sorted(paths.items(), key=lambda x: -len(x[0])):
+            s = s.replace("{" + name + "}", path)
+        return s
+    monkeypatch.chdir(tmp_path)
+    before = sorted(os.listdir(bad))
+    code = main(["rlhf", *map(fill, args), "--quiet"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert fill(message) in lines[0], lines[0]
+    assert os.listdir(tmp_path) == [] and sorted(os.listdir(bad)) == before
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorboardX") is not None or importlib.util.find_spec("torch") is not None,
@@ -199,3 +318,84 @@ def test_interrupted_run_names_its_own_resume_command(command, monkeypatch, caps
     assert main([command, "--quiet"]) == 143
     err = capsys.readouterr().err
     assert f"`python -m purejaxppo {command} --resume {os.path.join('runs', 'x')}`" in err, err
+
+
+def _text_setup(root, family="gpt2"):
+    from _lm_fixtures import tiny_gpt2_folder, tiny_llama_folder
+
+    model = tiny_gpt2_folder(root / "model") if family == "gpt2" else tiny_llama_folder(root / "model", family)
+    prompts = [{"prompt": "what is one plus two"}, {"messages": [{"role": "user", "content": "reverse cat dog"}]},
+               {"prompt": "hello"}]
+    (root / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    (root / "sft.jsonl").write_text('{"prompt": "hello", "response": "world"}\n'
+                                    '{"prompt": "what is one plus two", "response": "three"}\n')
+    return model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_text_run_end_to_end_writes_decoded_samples_and_records_hashes(tmp_path, family):
+    """A tiny GPT-2 with a BPE tokenizer trained here, a prompts file, a reward.py: the run trains,
+    samples.txt holds the prompts' decoded text, config.json the model folder and the sha256 of
+    the weights, tokenizer and prompt files (computed here with hashlib), and a resume after the
+    prompt file changed is refused."""
+    import hashlib
+
+    model = _text_setup(tmp_path, family)
+    (tmp_path / "reward.py").write_text("def score(prompts, responses):\n"
+                                        "    return [float(len(r.split())) for r in responses]\n")
+    run = str(tmp_path / "run")
+    proc = _cli(["rlhf", "--model", model, "--prompts", str(tmp_path / "prompts.jsonl"), "--reward",
+                 str(tmp_path / "reward.py") + ":score", "--sft-data", str(tmp_path / "sft.jsonl"), "--sft-steps", "3",
+                 "--iterations", "2", "--batch", "4", "--minibatches", "2", "--epochs", "1", "--max-new-tokens", "6",
+                 "--eval-every", "2", "--quiet", "--run-dir", run])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    samples = open(os.path.join(run, "samples.txt"), encoding="utf-8").read().splitlines()
+    shown = [json.loads(line[len("prompt: "):]) for line in samples if line.startswith("prompt: ")]
+    # the first evaluation prompts, decoded: the plain one as written, the chat one through the template
+    assert shown == ["what is one plus two", "<user>reverse cat dog<|endoftext|><assistant>", "hello"]
+    assert sum(line.startswith("response: ") for line in samples) == 3
+    info = json.load(open(os.path.join(run, "config.json")))["rlhf"]
+
+    def sha(*paths):
+        h = hashlib.sha256()
+        for p in paths:
+            h.update(os.path.basename(p).encode() + b"\0" + open(p, "rb").read())
+        return h.hexdigest()
+
+    m = lambda name: os.path.join(model, name)  # noqa: E731
+    assert info["model_dir"] == model and info["hashes"] == {
+        "weights": sha(m("model.safetensors")), "tokenizer": sha(m("tokenizer.json"), m("tokenizer_config.json")),
+        "prompts": sha(str(tmp_path / "prompts.jsonl")), "sft_data": sha(str(tmp_path / "sft.jsonl"))}
+    header = rows(run)[0]
+    assert "reward_fn_s" in header and len(rows(run)) == 3
+    with open(tmp_path / "prompts.jsonl", "a") as f:
+        f.write('{"prompt": "one more"}\n')
+    refused = _cli(["rlhf", "--resume", run, "--quiet"])
+    assert refused.returncode == 2 and "the prompts changed since this run started" in refused.stderr, refused.stderr
+
+
+@pytest.mark.slow
+def test_a_failing_reward_function_stops_with_one_error_line_naming_it_and_the_row(tmp_path):
+    """The reward raises on its third call (1: the initial model's evaluation, 2: iteration 0,
+    3: iteration 1): one error line names the function and the row, exit 2, and the checkpoint
+    after iteration 0 is kept."""
+    model = _text_setup(tmp_path)
+    (tmp_path / "reward.py").write_text("calls = []\n"
+                                        "def score(prompts, responses):\n"
+                                        "    calls.append(1)\n"
+                                        "    if len(calls) >= 3 and len(prompts) > 1:\n"
+                                        "        raise ValueError('bad row')\n"
+                                        "    if len(calls) >= 3 and prompts[0] == 'hello':\n"
+                                        "        raise ValueError('bad row')\n"
+                                        "    return [0.0] * len(prompts)\n")
+    run = str(tmp_path / "run")
+    proc = _cli(["rlhf", "--model", model, "--prompts", str(tmp_path / "prompts.jsonl"), "--reward",
+                 str(tmp_path / "reward.py") + ":score", "--iterations", "3", "--batch", "4", "--minibatches", "2",
+                 "--epochs", "1", "--max-new-tokens", "4", "--eval-every", "0", "--chunk", "1", "--quiet",
+                 "--run-dir", run])
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "reward.py:score raised ValueError: bad row on row " in errors[0] and "prompt 'hello'" in errors[0]
+    assert "the last finite checkpoint is" in errors[0] and "rlhf --resume" in errors[0], errors[0]
+    assert latest_checkpoint(os.path.join(run, "checkpoints")).endswith("update_00000001")

@@ -72,27 +72,30 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         if f.name == "env_name":
             flag = "--env"
-        t, default = hints[f.name], f.default
-        args_t = typing.get_args(t)
-        optional = type(None) in args_t
-        inner = next((a for a in args_t if a is not type(None)), t) if optional else t
-        if t is bool:
-            conv = _parse_bool
-        elif inner is tuple:
-            parse = _parse_indices if f.name == "obs_keep" else _parse_int_tuple
-            conv = (lambda s, parse=parse: None if s.lower() in NONE else parse(s)) if optional else parse
-        elif optional and inner is float:
-            conv = _parse_optional_float
-        elif optional and inner is int:
-            conv = _parse_optional_int
-        elif t is int:
-            conv = strict_int
-        elif t is float:
-            conv = strict_float
-        else:
-            conv = str
-        group.add_argument(flag, dest=f"cfg_{f.name}", type=conv, default=None, metavar=f.name.upper(),
-                           help=f"default: {default}")
+        group.add_argument(flag, dest=f"cfg_{f.name}", type=flag_type(hints[f.name], f.name), default=None,
+                           metavar=f.name.upper(), help=f"default: {f.default}")
+
+
+def flag_type(t, name: str = ""):
+    """The strict argparse type of a config field of type ``t`` (``bool``, ``int``, ``float``,
+    ``tuple`` of ints, their ``Optional``, else ``str``): what ``--flag`` values it accepts."""
+    args_t = typing.get_args(t)
+    optional = type(None) in args_t
+    inner = next((a for a in args_t if a is not type(None)), t) if optional else t
+    if t is bool:
+        return _parse_bool
+    if inner is tuple:
+        parse = _parse_indices if name == "obs_keep" else _parse_int_tuple
+        return (lambda s, parse=parse: None if s.lower() in NONE else parse(s)) if optional else parse
+    if optional and inner is float:
+        return _parse_optional_float
+    if optional and inner is int:
+        return _parse_optional_int
+    if t is int:
+        return strict_int
+    if t is float:
+        return strict_float
+    return str
 
 
 def config_from_args(args, base=None):

@@ -1,116 +1,166 @@
-"""``python -m purejaxppo rlhf``: token-level PPO on a built-in task (SFT, then PPO), or ``--resume``.
+"""``python -m purejaxppo rlhf``: token-level PPO (SFT, then PPO), or ``--resume``.
+
+Two ways in: a built-in task (``--task reverse|grammar``, a TinyLM or ``--init`` GPT-2), or the
+user's own model and data (``--model DIR --prompts FILE --reward FILE.py:FUNC``, or
+``--reward-model DIR``; ``--sft-data FILE`` for a supervised stage first). Every input is
+checked before any work (:mod:`purejaxppo.cli.rlhf_flags`, then the files and the model
+folder here): a bad one is one ``error:`` line, exit 2, nothing created.
 
 The run folder is a control run's (config.json, metrics.csv with one row per iteration and
-seed, checkpoints, summary.json) plus ``samples.txt`` (greedy generations at every
-``--eval-every``). The flags map onto :class:`~purejaxppo.lm.config.TokenPPOConfig` and
-:class:`~purejaxppo.programs.rlhf_program.RLHFSettings`.
+seed, checkpoints, summary.json) plus ``samples.txt`` (greedy generations, decoded, at every
+``--eval-every``); a text run's config.json also records the model folder and the sha256 of its
+weights, its tokenizer and the data files (``rlhf.hashes``, checked on ``--resume``).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import time
 
 from purejaxppo.cli.errors import UserError
-from purejaxppo.cli.train_setup import add_sink_flags, check_sinks, sinks_for
+from purejaxppo.cli.rlhf_flags import (BOTH, TASK_PRESETS, TEXT, TEXT_SWITCHES, TOY, add_rlhf, check_plain,
+                                       given_flags, task_options, token_config)
+from purejaxppo.cli.train_setup import check_sinks, sinks_for
 
-# flag -> (TokenPPOConfig field, type, help)
-CONFIG_FLAGS = {
-    "--iterations": ("num_iterations", int, "PPO iterations (default 80)"),
-    "--batch": ("batch_size", int, "prompts per iteration (default 64)"),
-    "--epochs": ("update_epochs", int, "epochs over each batch (default 4)"),
-    "--minibatches": ("num_minibatches", int, "minibatches per epoch (default 4)"),
-    "--micro-batches": ("micro_batches", int, "gradient accumulation: passes per minibatch (default 1)"),
-    "--beta": ("beta", float, "KL coefficient (the initial one with --kl-target) (default 0.02)"),
-    "--kl-target": ("kl_target", float, "adaptive KL: target KL per sequence (turns the controller on)"),
-    "--kl-estimator": ("kl_estimator", str, "per-token KL in the reward: k1 | k2 | k3 | abs (default k1)"),
-    "--actor-lr": ("actor_lr", float, "policy learning rate (default 1e-3)"),
-    "--critic-lr": ("critic_lr", float, "critic learning rate (default 1e-3)"),
-    "--critic": ("critic", str, "separate (its own model) | value_head (on the policy's trunk) (default separate)"),
-    "--temperature": ("temperature", float, "sampling temperature (default 1)"),
-    "--top-k": ("top_k", int, "sample from the k most probable tokens (default 0 = off)"),
-    "--top-p": ("top_p", float, "nucleus sampling mass (default 1 = off)"),
-    "--ent-coef": ("ent_coef", float, "entropy bonus (default 0)"),
-    "--missing-eos-penalty": ("missing_eos_penalty", float, "subtracted from a response with no EOS (default 1)"),
-}
-DEFAULTS = dict(num_iterations=80, batch_size=64, actor_lr=1e-3, critic_lr=1e-3, beta=0.02)
-# each task's preset (flags and --task-option override it): reversal of up to 6 digits after a
-# short SFT leaves the SFT model at about 0.3 greedy exact match, with room for PPO to show (about
-# 0.6 after 80 iterations, experiments/lm/RESULTS.md); longer strings learn far slower
-TASK_PRESETS = {"reverse": dict(task_options={"max_len": 6, "max_new": 8}, sft_steps=40),
-                "grammar": dict(task_options={}, sft_steps=300)}
-SETTING_FLAGS = {
-    "--sft-steps": ("sft_steps", int, "supervised steps before PPO (default: the task's preset, 40 for reverse)"),
-    "--d-model": ("d_model", int, "TinyLM width (default 32)"),
-    "--layers": ("n_layers", int, "TinyLM layers (default 2)"),
-    "--heads": ("n_heads", int, "TinyLM attention heads (default 2)"),
-    "--init": ("init", str, "start from a local GPT-2 folder (config.json + model.safetensors, HF layout)"),
-    "--eval-every": ("eval_every", int, "greedy evaluation on fixed prompts every N iterations (default 10; 0 = off)"),
-}
+__all__ = ["add_rlhf", "cmd_rlhf"]
 
 
-def add_rlhf(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default="reverse", help="built-in task: reverse (exact match) | grammar (default reverse)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--seeds", type=int, default=1, help="independent runs trained at once (default 1)")
-    p.add_argument("--run-dir", default=None, help="run folder (default runs/rlhf-TASK-<time>)")
-    p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue this run folder (no other flags)")
-    p.add_argument("--devices", default="1", help="split each iteration's prompts over N devices (default 1)")
-    p.add_argument("--chunk", type=int, default=10, help="iterations per compiled chunk (default 10)")
-    p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (parameters stay float32)")
-    p.add_argument("--task-option", dest="rl_task_options", action="append", metavar="FIELD=VALUE", default=None,
-                   help="a field of the task (e.g. max_len=6, partial_credit=true); repeatable")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_sink_flags(p)
-    for flag, (dest, typ, text) in {**CONFIG_FLAGS, **SETTING_FLAGS}.items():
-        p.add_argument(flag, dest=f"rl_{dest}", type=typ, default=None, help=text, metavar=flag[2:].upper())
-
-
-def _config_and_settings(args):
-    from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
+def _settings(args, text: bool):
+    """The :class:`RLHFSettings` of the flags (paths made absolute: a resume may start elsewhere)."""
     from purejaxppo.programs.rlhf_program import RLHFSettings
 
-    cfg = {**DEFAULTS, **{d: getattr(args, f"rl_{d}") for d, _, _ in CONFIG_FLAGS.values()
-                          if getattr(args, f"rl_{d}") is not None}}
-    if "kl_target" in cfg:
-        cfg["adaptive_kl"] = True
-    st = {d: getattr(args, f"rl_{d}") for d, _, _ in SETTING_FLAGS.values() if getattr(args, f"rl_{d}") is not None}
+    st = {dest: getattr(args, dest) for dest, *_ in {**TEXT, **TOY, **BOTH}.values() if getattr(args, dest) is not None}
+    st.update({dest: True for dest, _ in TEXT_SWITCHES.values() if getattr(args, dest)})
     st.setdefault("eval_every", 10)
-    preset = TASK_PRESETS.get(args.task, {"task_options": {}})
+    if text:
+        for dest in ("model_dir", "prompts", "eval_prompts", "sft_data", "reward_model"):
+            if st.get(dest):
+                st[dest] = os.path.abspath(st[dest])
+        path, sep, name = (st.get("reward") or "").rpartition(":")
+        if sep and path.endswith(".py"):
+            st["reward"] = f"{os.path.abspath(path)}:{name}"
+        st.setdefault("sft_steps", 100 if st.get("sft_data") else 0)
+        return RLHFSettings(task="text", dtype="bfloat16" if args.bf16 else "float32", **st)
+    task = args.task or "reverse"
+    preset = TASK_PRESETS.get(task, {"task_options": {}})
     st.setdefault("sft_steps", preset.get("sft_steps", 100))
-    options = {**preset["task_options"], **dict(_task_options(args.rl_task_options or []))}
-    settings = RLHFSettings(task=args.task, task_options=tuple(sorted(options.items())),
+    options = {**preset["task_options"], **dict(task_options(args.task_options or []))}
+    settings = RLHFSettings(task=task, task_options=tuple(sorted(options.items())),
                             dtype="bfloat16" if args.bf16 else "float32", **st)
     try:
         settings.make_task()
     except (ValueError, TypeError) as e:  # an unknown task, an unknown field, a value out of range
-        raise UserError(f"--task {args.task}: {e}") from None
-    return validate_token_config(TokenPPOConfig(**cfg)), settings
+        raise UserError(f"--task {task}: {e}") from None
+    return settings
 
 
-def _task_options(items) -> tuple:
-    """``["max_len=6", "partial_credit=true"]`` -> ``(("max_len", 6), ("partial_credit", True))``."""
-    out = {}
-    for item in items:
-        field, sep, value = item.partition("=")
-        if not sep or not field:
-            raise UserError(f"--task-option {item!r} must be FIELD=VALUE (e.g. max_len=6)")
-        low = value.lower()
+def _load(settings, args, text: bool):
+    """Read every file and load the model (the cheap part: no SFT, no compile); a problem is a
+    :class:`UserError` naming the flag. Returns ``(settings, vocab)`` (``eval_batch`` set to the
+    evaluation prompts of a text run)."""
+    from purejaxppo.config import ConfigError
+    from purejaxppo.lm.pretrained import CheckpointFolderError, read_config
+
+    flag, folder = ("--model", settings.model_dir) if text else ("--init", settings.init)
+    try:
+        if text:
+            task = _text_task(settings, args)
+            settings = dataclasses.replace(settings, eval_batch=len(task.eval_table.texts))
+        if folder:
+            read_config(folder)
+            settings.model(None)  # read here (a text run's model is kept for the SFT stage)
+    except (UserError, ConfigError):
+        raise
+    except CheckpointFolderError as e:
+        raise UserError(f"{flag} {_typed(args, flag)}: {e}") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a truncated safetensors file, a missing tensor
+        if not folder:
+            raise
+        raise UserError(f"{flag} {_typed(args, flag)}: the model cannot be loaded ({type(e).__name__}: {e}); "
+                        "check the folder holds a complete checkpoint") from None
+    return settings, settings.make_task().vocab_size if not settings.init else read_config(folder)["vocab_size"]
+
+
+def _text_task(settings, args):
+    from purejaxppo.lm.pretrained import CheckpointFolderError
+    from purejaxppo.lm.prompt_data import PromptFileError
+    from purejaxppo.lm.text_reward import RewardSpecError
+
+    try:
+        return settings.make_task()
+    except RewardSpecError as e:
+        raise UserError(f"--reward {args.reward}: {e}") from None
+    except ImportError as e:
+        if settings.reward_model:
+            raise UserError(f"--reward-model needs purejaxppo.lm.reward_model, which this installation lacks ({e}); "
+                            "score with --reward FILE.py:FUNCTION meanwhile") from None
+        raise
+    except PromptFileError as e:
+        raise UserError(str(e)) from None
+    except CheckpointFolderError:
+        raise
+
+
+def _typed(args, flag: str) -> str:
+    return getattr(args, {**TEXT, **TOY}[flag][0])
+
+
+def _check_run_dir(run_dir: str) -> None:
+    """A new run's folder: not a file, and not holding a run (say which command continues it)."""
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise UserError(f"--run-dir {run_dir} is a file; give a folder (it is created)")
+    held = [n for n in ("config.json", "metrics.csv", "checkpoints") if os.path.exists(os.path.join(run_dir, n))]
+    if held:
         try:
-            out[field] = True if low == "true" else False if low == "false" else (
-                int(value) if value.lstrip("-").isdigit() else float(value))
-        except ValueError:
-            raise UserError(f"--task-option {item!r}: the value must be a number, true or false") from None
-    return tuple(sorted(out.items()))
+            with open(os.path.join(run_dir, "config.json")) as f:
+                kind = json.load(f).get("kind")
+        except (OSError, ValueError, AttributeError):
+            kind = None
+        command = "rlhf" if kind == "rlhf" else "train"
+        raise UserError(f"--run-dir {run_dir} already holds a run ({', '.join(held)}); continue it with "
+                        f"python -m purejaxppo {command} --resume {run_dir}, or choose another --run-dir")
+
+
+def _prepare(args):
+    """Everything checked and read before any work: ``(config, settings, devices, run_dir)``."""
+    from purejaxppo.cli.devices import choose_devices
+
+    text = args.model_dir is not None
+    check_plain(args, text)
+    config = token_config(args, text)
+    settings, vocab = _load(_settings(args, text), args, text)
+    if config.top_k > vocab:
+        raise UserError(f"--top-k {config.top_k} is more than the vocabulary's {vocab} tokens; give at most {vocab} "
+                        "(0 = off)")
+    devices = choose_devices(args.devices, config.batch_size, f"--batch ({config.batch_size})")
+    run_dir = args.run_dir or os.path.join("runs", f"rlhf-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    _check_run_dir(run_dir)
+    if text and not args.quiet:
+        _describe_data(settings)
+    return config, settings, devices, run_dir
+
+
+def _describe_data(settings) -> None:
+    """What was read: prompts per file, how many were cut (never silently)."""
+    task, data = settings.make_task(), settings.text_data()
+    line = f"data: {len(task.table.texts)} prompts ({task.table.prompt_len} tokens at most)"
+    if settings.eval_prompts:
+        line += f", {len(task.eval_table.texts)} evaluation prompts"
+    if task.sft:
+        line += f", {len(task.sft[0].texts)} SFT pairs"
+    print(line, flush=True)
+    for name, n in data.cut.items():
+        if n:
+            print(f"data: cut {n} prompts of --{name.replace('_', '-')} to their last tokens (--truncate-prompts)",
+                  flush=True)
 
 
 def cmd_rlhf(args) -> int:
-    from purejaxppo.cli.devices import choose_devices, set_devices
+    from purejaxppo.cli.devices import set_devices
 
-    given = [f for f, (d, _, _) in {**CONFIG_FLAGS, **SETTING_FLAGS}.items() if getattr(args, f"rl_{d}") is not None]
-    given += ["--task-option"] if args.rl_task_options else []
+    given = given_flags(args)
     if args.resume and given:
         raise UserError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
     if args.resume:
@@ -121,33 +171,39 @@ def cmd_rlhf(args) -> int:
         if info.get("kind") != "rlhf":
             raise UserError(f"{args.resume!r} holds a {info.get('kind', 'run')!r} run, not an rlhf one; continue it "
                             f"with python -m purejaxppo train --resume {args.resume}")
-        devices = int(info.get("num_devices", 1))
+        devices, label = int(info.get("num_devices", 1)), info.get("rlhf", {}).get("task", "")
     else:
-        config, settings = _config_and_settings(args)
-        devices = choose_devices(args.devices, config.batch_size, f"--batch ({config.batch_size})")
+        config, settings, devices, run_dir = _prepare(args)
+        label = settings.task
     check_sinks(args)
     set_devices(devices)
+    from purejaxppo.lm.text_reward import RewardFunctionError
     from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
+    from purejaxppo.run.guards import NonFiniteError
     from purejaxppo.run.progress import progress_bar
 
-    on_chunk, close = progress_bar(args.quiet, f"rlhf {args.task}", metric="score", eval_metric="eval_score",
+    on_chunk, close = progress_bar(args.quiet, f"rlhf {label}", metric="score", eval_metric="eval_score",
                                    shown="score", steps="sequences", fmt=".3f")
     try:
         if args.resume:
-            result = resume_rlhf(args.resume, on_chunk=on_chunk,
-                                 loggers=sinks_for(args, args.resume, info["config"], 1))
+            resume_rlhf(args.resume, on_chunk=on_chunk, loggers=sinks_for(args, args.resume, info["config"], 1))
             run_dir = args.resume
         else:
-            run_dir = args.run_dir or os.path.join("runs", f"rlhf-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
             t = time.perf_counter()
             sft = sft_model(settings, args.seed)
             if not args.quiet:
                 ev = {k[5:]: round(v, 3) for k, v in sft[2].items() if k.startswith("eval_")}
                 print(f"SFT: {settings.sft_steps} steps in {time.perf_counter() - t:.1f}s; greedy {json.dumps(ev)}",
                       flush=True)
-            result = train_rlhf(config, settings, seed=args.seed, num_seeds=args.seeds, run_dir=run_dir,
-                                num_devices=devices, chunk_updates=args.chunk, on_chunk=on_chunk, sft=sft,
-                                loggers=sinks_for(args, run_dir, config, 1))
+            train_rlhf(config, settings, seed=args.seed, num_seeds=args.seeds, run_dir=run_dir, num_devices=devices,
+                       chunk_updates=args.chunk, on_chunk=on_chunk, sft=sft,
+                       loggers=sinks_for(args, run_dir, config, 1))
+    except RewardFunctionError as e:  # failed in an evaluation (outside the training chunks)
+        raise UserError(str(e)) from None
+    except NonFiniteError as e:
+        if "the reward function" in str(e):  # the text reward failed inside an iteration: the user's to fix
+            raise UserError(str(e)) from None
+        raise
     finally:
         close()
     if not args.quiet:
@@ -171,6 +227,9 @@ def _report(run_dir: str) -> None:
     print(f"SFT model (greedy): score {sft.get('eval_score', float('nan')):.3f}")
     print(f"sampled score: {mean('score', updates[0]):.3f} -> {mean('score', updates[-1]):.3f}; "
           f"KL per sequence {mean('kl', updates[0]):.3f} -> {mean('kl', updates[-1]):.3f}")
+    if "reward_fn_s" in rows[0]:
+        spent = sum(value(r, "reward_fn_s") for r in rows if r["seed"] == rows[0]["seed"])
+        print(f"text reward on the host: {spent:.2f}s over {len(updates)} iterations (reward_fn_s in metrics.csv)")
     evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
     if evaluated:
         print(f"greedy score at iteration {evaluated[-1] + 1}: {mean('eval_score', evaluated[-1]):.3f}")

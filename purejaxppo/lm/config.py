@@ -10,6 +10,7 @@ sweep over ``beta``, say) compiles once.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from flax import struct
 
@@ -112,7 +113,7 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
             or cfg.length_buckets < 0:
         raise ConfigError(f"length_buckets={cfg.length_buckets!r} must be an integer >= 0 (the smallest response "
                           "width; 0 = off)")
-    if not isinstance(cfg.top_k, numbers.Integral) or cfg.top_k < 0:
+    if isinstance(cfg.top_k, bool) or not isinstance(cfg.top_k, numbers.Integral) or cfg.top_k < 0:
         raise ConfigError(f"top_k={cfg.top_k!r} must be an integer >= 0 (0 = off)")
     if not 0.0 < float(cfg.top_p) <= 1.0:
         raise ConfigError(f"top_p={cfg.top_p!r} must be in (0, 1] (1 = off)")
@@ -122,6 +123,10 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
         raise ConfigError(f"pad_id={cfg.pad_id} is also a stop id {cfg.stop_ids}: the sampler never draws the pad id, "
                           "so no response could stop; give padding an id of its own (e.g. an unused token, not EOS)")
     _check_lora(cfg)
+    for f in dataclasses.fields(cfg):  # NaN passes every `v < lo` test; inf trains to NaN after a compile
+        v = getattr(cfg, f.name)
+        if isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isfinite(v):
+            raise ConfigError(f"{f.name}={v!r} must be a finite number")
     for name, lo in (("actor_lr", 0.0), ("critic_lr", 0.0), ("max_grad_norm", 0.0), ("clip_eps", 0.0),
                      ("temperature", 0.0), ("kl_target", 0.0), ("kl_horizon", 0.0)):
         v = getattr(cfg, name)
@@ -129,7 +134,7 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
             raise ConfigError(f"{name}={v!r} must be > {lo}")
     for name in ("beta", "vf_coef", "ent_coef", "missing_eos_penalty", "ptx_coef", "vf_clip_eps", "adam_eps"):
         v = getattr(cfg, name)
-        if isinstance(v, numbers.Real) and v < 0:
+        if isinstance(v, numbers.Real) and not v >= 0:
             raise ConfigError(f"{name}={v!r} must be >= 0")
     for name in ("gamma", "gae_lambda"):
         v = getattr(cfg, name)

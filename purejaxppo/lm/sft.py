@@ -78,7 +78,8 @@ def init_tiny_lm(task, key, d_model: int = 32, n_layers: int = 2, n_heads: int =
 @functools.partial(jax.jit, static_argnames=("lm", "task", "batch", "greedy"))
 def _evaluate(lm, params, task, key, temperature, *, batch: int, greedy: bool):
     k_prompt, k_gen = jax.random.split(key)
-    prompt, prompt_valid = task.prompts(k_prompt, batch)
+    fixed = getattr(task, "evaluation_prompts", None)  # a text task's own evaluation prompts
+    prompt, prompt_valid = fixed(batch) if fixed else task.prompts(k_prompt, batch)
     response, _, mask = sample_response(lm, params, k_gen, prompt, prompt_valid, task.max_new,
                                         jnp.asarray(task.stop_ids), task.pad_id, temperature=temperature,
                                         top_k=1 if greedy else 0)

@@ -128,6 +128,34 @@ def _units(mask, aggregation):
     return jnp.sum(jnp.any(mask, axis=1), dtype=jnp.float32)
 
 
+def position_rows(model) -> Optional[int]:
+    """The position table of a :class:`~purejaxppo.lm.model.FlaxLM`'s module (TinyLM's ``max_len``,
+    GPT-2's ``n_positions``, the Llama family's ``config.max_position_embeddings``), None when unknown."""
+    module = getattr(model, "model", model)
+    for holder in (module, getattr(module, "config", None)):  # the Llama family keeps its sizes in .config
+        for name in ("max_len", "n_positions", "max_position_embeddings"):
+            if isinstance(getattr(holder, name, None), int):
+                return getattr(holder, name)
+    return None
+
+
+def _check_prompts(batch_prompts, cfg, policy) -> None:
+    """Shapes are static under ``jit``: a prompts function's wrong batch or a prompt table wider
+    than the model's positions is refused at trace time, naming the fix (instead of a vmap
+    error, or positions past the table that clamp silently)."""
+    try:
+        prompt, valid = batch_prompts
+    except (TypeError, ValueError):
+        raise ConfigError("prompts(key, batch) must return (prompt [B, P] int32, prompt_valid [B, P] bool)") from None
+    if prompt.ndim != 2 or prompt.shape != valid.shape or prompt.shape[0] != cfg.batch_size:
+        raise ConfigError(f"prompts(key, {cfg.batch_size}) returned prompt {tuple(prompt.shape)} and prompt_valid "
+                          f"{tuple(valid.shape)}; both must be [batch_size={cfg.batch_size}, P]")
+    rows = position_rows(policy)
+    if rows is not None and prompt.shape[1] + cfg.max_new_tokens > rows:
+        raise ConfigError(f"prompts of {prompt.shape[1]} slots + max_new_tokens={cfg.max_new_tokens} exceed the "
+                          f"model's {rows} positions; shorten the prompts or the response budget")
+
+
 def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, *,
                    prompts: Optional[PromptFn] = None, critic=None, reference=None, ptx: Optional[PtxFn] = None,
                    diagnostics: Optional[Callable] = None, axis_name: Optional[str] = None,
@@ -222,6 +250,7 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
             if prompts is None:
                 raise ConfigError("iteration() without prompts needs make_token_ppo(..., prompts=fn)")
             batch_prompts = prompts(k_prompt, cfg.batch_size)
+        _check_prompts(batch_prompts, cfg, policy)
         prompt, prompt_valid = mine(tuple(batch_prompts))
         row_keys = mine(jax.random.split(k_sample, cfg.batch_size))
         params = trained_params(state.train.params, state.reference)  # LoRA adapters merged into the base

@@ -4,12 +4,12 @@
 iterations each run answers the same ``batch`` prompts greedily (keys apart from training's,
 so the training numbers do not change); ``metrics.csv`` gets ``eval_score`` and
 ``eval_<diagnostic>`` columns (NaN at the other iterations), and ``samples.txt`` in the run
-folder gets a few of run 0's prompts and answers.
+folder gets a few of run 0's prompts and answers (decoded text for a text task).
 """
 
 from __future__ import annotations
 
-import os
+import json
 from typing import Optional
 
 import jax
@@ -27,14 +27,16 @@ SHOWN = 4  # sample generations written per evaluation
 class RLHFEvaluator:
     def __init__(self, task, lm, every: int, batch: int, samples_path: Optional[str] = None):
         self.task, self.every, self.batch, self.samples_path = task, every, batch, samples_path
-        prompt, valid = task.prompts(jax.random.PRNGKey(EVAL_KEY), batch)
+        fixed = getattr(task, "evaluation_prompts", None)  # a text task's own evaluation prompts
+        prompt, valid = fixed(batch) if fixed else task.prompts(jax.random.PRNGKey(EVAL_KEY), batch)
 
         def one(params):
             response, _, mask = sample_response(lm, params, jax.random.PRNGKey(0), prompt, valid, task.max_new,
                                                 jnp.asarray(task.stop_ids), task.pad_id, top_k=1)  # greedy
             stats = {"score": jnp.mean(task.score(prompt, valid, response, mask)),
                      **task.diagnostics(prompt, valid, response, mask)}
-            return {f"eval_{k}": v for k, v in stats.items()}, (prompt[:SHOWN], jnp.where(mask, response, 0)[:SHOWN])
+            shown = (prompt[:SHOWN], valid[:SHOWN], jnp.where(mask, response, task.pad_id)[:SHOWN])
+            return {f"eval_{k}": v for k, v in stats.items()}, shown
 
         self._fn, self._once, self.names = jax.jit(jax.vmap(one)), CompileOnce(), None
 
@@ -50,13 +52,25 @@ class RLHFEvaluator:
         return self._once(signature(params), lambda: self._fn.lower(params).compile())
 
     def __call__(self, keys, done: int, runner) -> dict:
-        stats, (prompts, responses) = jax.device_get(self._fn(policy_params(runner)))
+        before = getattr(self.task, "reward_error", lambda: None)()
+        stats, (prompts, valid, responses) = jax.device_get(self._fn(policy_params(runner)))
+        if before is None:  # a text reward that failed on these answers (not a training failure already kept)
+            getattr(self.task, "check_reward", lambda _: None)(before)
         if self.samples_path:
             lines = [f"# iteration {done}, run 0, greedy"]
-            lines += [f"{self.task.decode(p)}  ->  {self.task.decode(r)}" for p, r in zip(prompts[0], responses[0])]
+            lines += [self._sample(p, v, r) for p, v, r in zip(prompts[0], valid[0], responses[0])]
             with open(self.samples_path, "a") as f:
                 f.write("\n".join(lines) + "\n")
         return {k: np.asarray(v, np.float32) for k, v in stats.items()}
+
+    def _sample(self, prompt, valid, response) -> str:
+        """A built-in task's one line ``prompt  ->  response``; a text task's decoded text as two
+        JSON strings (a prompt or response may hold newlines)."""
+        if not hasattr(self.task, "decode_prompt"):
+            return f"{self.task.decode(prompt)}  ->  {self.task.decode(response)}"
+        text = lambda s: json.dumps(s, ensure_ascii=False)  # noqa: E731
+        return (f"prompt: {text(self.task.decode_prompt(prompt, valid))}\n"
+                f"response: {text(self.task.decode(response))}")
 
     def columns(self, result: Optional[dict], runs: int, n: int) -> dict:
         out = {k: np.full((runs, n), np.nan, np.float32) for k in self.names}

@@ -16,12 +16,15 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from purejaxppo.config import ConfigError
 from purejaxppo.lm.config import TokenPPOConfig
 from purejaxppo.lm.data_parallel import data_parallel
 from purejaxppo.lm.sft import init_tiny_lm
 from purejaxppo.lm.tasks import make_task
+from purejaxppo.lm.text_reward import TextReward
+from purejaxppo.lm.text_task import BoundReward
 from purejaxppo.lm.token_ppo import make_token_ppo
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.config_types import register_config_type
@@ -39,7 +42,17 @@ class RLHFSettings:
     ``n_heads``, or ``init`` (a local GPT-2 folder in Hugging Face's layout, then the SFT
     stage starts from it); ``dtype`` the compute dtype; the SFT stage: ``sft_steps`` of
     ``sft_batch`` demonstrations at ``sft_lr`` (0 steps: PPO starts from the model as given);
-    ``eval_every`` iterations, greedy decoding of ``eval_batch`` fixed prompts."""
+    ``eval_every`` iterations, greedy decoding of ``eval_batch`` fixed prompts.
+
+    The user's own data instead of a task (``model_dir`` set, ``task`` then ``"text"``): a local
+    model folder (any :func:`~purejaxppo.lm.pretrained.load_pretrained` family, with its
+    tokenizer.json), ``prompts`` / ``eval_prompts`` / ``sft_data`` files
+    (:mod:`purejaxppo.lm.prompt_data`), ``reward`` (``FILE.py:FUNCTION`` or ``module:FUNCTION``,
+    :mod:`purejaxppo.lm.text_reward`) or ``reward_model`` (a folder), ``chat_template`` (render
+    plain prompts as a user message), ``max_new_tokens`` (the response budget),
+    ``max_prompt_tokens`` (0: what the model's positions leave), ``truncate_prompts``.
+    ``hashes``: ``((name, sha256), ...)`` of the model's weights and tokenizer and of the data
+    files, recorded when the run starts and checked on a resume."""
 
     task: str = "reverse"
     task_options: tuple = ()  # ((field, value), ...): hashable
@@ -53,39 +66,90 @@ class RLHFSettings:
     sft_lr: float = 3e-3
     eval_every: int = 0  # 0 = no evaluation during training
     eval_batch: int = 256
+    model_dir: Optional[str] = None
+    prompts: Optional[str] = None
+    eval_prompts: Optional[str] = None
+    sft_data: Optional[str] = None
+    reward: Optional[str] = None
+    reward_model: Optional[str] = None
+    chat_template: bool = False
+    max_new_tokens: int = 16
+    max_prompt_tokens: int = 0
+    truncate_prompts: bool = False
+    hashes: tuple = ()
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["task_options"] = dict(self.task_options)
+        d["task_options"], d["hashes"] = dict(self.task_options), dict(self.hashes)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "RLHFSettings":
         d = dict(d)
         d["task_options"] = tuple(sorted((d.get("task_options") or {}).items()))
+        d["hashes"] = tuple(sorted((d.get("hashes") or {}).items()))
         return cls(**d)
 
     def make_task(self):
+        if self.model_dir:
+            return _text_task(dataclasses.replace(self, hashes=()))[0]
         return make_task(self.task, **dict(self.task_options))
 
+    def text_data(self):
+        """What the text task read (:class:`~purejaxppo.lm.text_task.TextData`: prompts cut, hashes)."""
+        return _text_task(dataclasses.replace(self, hashes=()))[1]
+
     def model(self, key):
-        """``(lm, params)``: the TinyLM of these sizes (initialised from ``key``) or the GPT-2 in ``init``."""
+        """``(lm, params)``: the TinyLM of these sizes (initialised from ``key``), the GPT-2 in
+        ``init``, or the checkpoint in ``model_dir``."""
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype={self.dtype!r} must be one of {sorted(DTYPES)}")
         task = self.make_task()
+        if self.model_dir:
+            return _load_model(self.model_dir, self.dtype)
         if self.init:
             from purejaxppo.lm.gpt2 import load_gpt2
             from purejaxppo.lm.model import FlaxLM
 
             module, params = load_gpt2(self.init, dtype=DTYPES[self.dtype])
             if module.vocab_size < task.vocab_size:
-                raise ConfigError(f"--init {self.init}: its vocabulary ({module.vocab_size}) is smaller than the task's "
-                                  f"({task.vocab_size})")
-            if module.n_positions < task.prompt_len + task.max_new:  # an embedding lookup past the table clamps silently
+                raise ConfigError(f"--init {self.init}: its vocabulary ({module.vocab_size}) is smaller than the "
+                                  f"task's ({task.vocab_size})")
+            # an embedding lookup past the table clamps silently
+            if module.n_positions < task.prompt_len + task.max_new:
                 raise ConfigError(f"--init {self.init}: its {module.n_positions} positions cannot hold a prompt and a "
                                   f"response ({task.prompt_len} + {task.max_new} tokens); use a shorter task")
             return FlaxLM(module), params
         return init_tiny_lm(task, key, self.d_model, self.n_layers, self.n_heads, DTYPES[self.dtype])
+
+
+@functools.lru_cache(maxsize=4)
+def _load_model(folder: str, dtype: str):
+    """One load per folder and dtype in a process (the command checks it, SFT then uses it)."""
+    from purejaxppo.lm.pretrained import load_pretrained
+
+    return load_pretrained(folder, DTYPES[dtype])
+
+
+@functools.lru_cache(maxsize=4)
+def _text_task(settings: RLHFSettings):
+    """``(TextTask, TextData)`` of the settings' files, read once per process."""
+    from purejaxppo.lm.text_task import make_text_task
+
+    def reward_for(tokenizer):
+        if settings.reward_model:
+            from purejaxppo.lm.reward_model import load_reward_model  # (reward_fn, params)
+            from purejaxppo.lm.text_task import BoundReward
+
+            return BoundReward(*load_reward_model(settings.reward_model))
+        from purejaxppo.lm.text_reward import TextReward, load_reward_function
+
+        return TextReward(load_reward_function(settings.reward), settings.reward, tokenizer)
+
+    return make_text_task(settings.model_dir, settings.prompts, reward_for, max_new=settings.max_new_tokens,
+                          eval_prompts=settings.eval_prompts, sft_data=settings.sft_data,
+                          max_prompt_tokens=settings.max_prompt_tokens, truncate=settings.truncate_prompts,
+                          chat=settings.chat_template)
 
 
 def task_config(config: TokenPPOConfig, task) -> TokenPPOConfig:
@@ -109,7 +173,14 @@ class RLHFProgram:
         self.run_info = {"kind": "rlhf", "rlhf": settings.to_dict()}
         self.headline = ("score", "score")  # the task's score of the sampled responses
         self.nan_hint = "Lower --actor-lr / --critic-lr, or --beta (and --kl-target) if the KL term blew up"
-        reward = lambda _, *batch: task.score(*batch)  # noqa: E731  (a function: no reward-model params)
+        bound = getattr(task, "reward", None)
+        if isinstance(bound, BoundReward):  # a reward model: its params ride in the state, not in the program
+            reward, self.reward_params = bound.fn, bound.params
+        else:
+            reward = lambda _, *batch: task.score(*batch)  # noqa: E731  (a function: no reward-model params)
+            self.reward_params = None
+        # a text reward runs on the host (jax.pure_callback): its time is its own phase, reward_fn_s
+        self.text_reward = bound if isinstance(bound, TextReward) else None
         # runs_axis: the seeds agree on one response width per iteration (length_buckets), so a
         # chunk runs one branch of the width switch, not all of them
         build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts,
@@ -117,7 +188,7 @@ class RLHFProgram:
         self.tp = data_parallel(build, num_devices)
         self._chunks, self._once = {}, CompileOnce()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
-        self._init = jax.jit(jax.vmap(lambda k, p: self.tp.init(k, p, p), in_axes=(0, None)))
+        self._init = jax.jit(jax.vmap(lambda k, p, r: self.tp.init(k, p, p, None, r), in_axes=(0, None, None)))
 
     @staticmethod
     def template(settings: RLHFSettings):
@@ -129,7 +200,7 @@ class RLHFProgram:
         return inputs
 
     def init(self, keys, configs=None):
-        return self._init(keys, self.sft_params)
+        return self._init(keys, self.sft_params, self.reward_params)
 
     def _chunk(self, n: int):
         if n not in self._chunks:
@@ -143,12 +214,27 @@ class RLHFProgram:
         return self._once((n, signature(state)), lambda: self._chunk(n).lower(state).compile())
 
     def chunk(self, n: int, state, configs=None):
-        return self._chunk(n)(state)
+        if self.text_reward is None:
+            return self._chunk(n)(state)
+        before = self.text_reward.seconds
+        # waits for the chunk (its host calls done) before the loop dispatches the next: the time is
+        # this chunk's, and the overlap lost is small next to the reward's own host time
+        (state, metrics), finite = jax.block_until_ready(self._chunk(n)(state))
+        runs = jax.tree.leaves(metrics)[0].shape[0]
+        # the chunk's host time spread evenly over its iterations (one call per iteration, every seed at once)
+        metrics = {**metrics, "reward_fn_s": np.full((runs, n), (self.text_reward.seconds - before) / n, np.float32)}
+        return (state, metrics), finite
 
     def check_finite(self, metrics, finite, first_update, describe):
         # evaluation columns are NaN by design at the iterations without an evaluation
-        trained = {k: v for k, v in metrics.items() if not k.startswith("eval_")}
-        return first_non_finite(trained, finite, first_update, describe)
+        problem = first_non_finite({k: v for k, v in metrics.items() if not k.startswith("eval_")}, finite,
+                                   first_update, describe)
+        # a failed text reward gives NaN scores from its iteration on: name it at the chunk that holds
+        # them (the loop may already have run the next chunk, whose failure must not stop this one)
+        if problem is not None and self.text_reward is not None and self.text_reward.error:
+            self.nan_hint = "Fix the function, then continue the run with python -m purejaxppo rlhf --resume RUN_DIR"
+            return self.text_reward.error
+        return problem
 
     def training_state(self, state):
         return state

@@ -11,11 +11,13 @@ diagnostics on the evaluation prompts), the baseline the PPO curves are read aga
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Optional, Sequence
 
 import jax
 import numpy as np
 
+from purejaxppo.config import ConfigError
 from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
 from purejaxppo.lm.sft import evaluate_policy, train_sft
 from purejaxppo.programs.rlhf_eval import EVAL_KEY, RLHFEvaluator
@@ -37,6 +39,7 @@ def sft_model(settings: RLHFSettings, seed: int):
         params, losses = train_sft(lm, params, task, jax.random.fold_in(key, 2), steps=settings.sft_steps,
                                    batch=settings.sft_batch, learning_rate=settings.sft_lr)
     evaluation = evaluate_policy(lm, params, task, jax.random.PRNGKey(EVAL_KEY), settings.eval_batch, greedy=True)
+    getattr(task, "check_reward", lambda: None)()  # a text reward that failed on the SFT model's answers
     record = {"steps": settings.sft_steps, "final_loss": float(np.mean(np.asarray(losses)[-10:])) if len(losses) else None,
               **{f"eval_{k}": float(v) for k, v in evaluation.items()}}
     return lm, params, record
@@ -54,6 +57,7 @@ def train_rlhf(config: TokenPPOConfig, settings: RLHFSettings = RLHFSettings(), 
     ``program``: an :class:`RLHFProgram` of this setup whose compiled chunks to reuse (its
     SFT model is the one used; ``sft`` is then only the record)."""
     validate_token_config(config)
+    settings = checked_data(settings, resume)
     if resume:
         record = rf.load_run_info(run_dir).get("sft")
         lm, params = (program.lm, program.sft_params) if program else RLHFProgram.template(settings)
@@ -68,6 +72,22 @@ def train_rlhf(config: TokenPPOConfig, settings: RLHFSettings = RLHFSettings(), 
     keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 3), num_seeds)
     return run_chunks(prog, info, (keys,), run_dir=run_dir, resume=resume, stop_after=stop_after, on_chunk=on_chunk,
                       sinks=loggers, on_note=on_note, evaluator=evaluator)
+
+
+def checked_data(settings: RLHFSettings, resume: bool) -> RLHFSettings:
+    """A text run's settings with the hashes of its model and data files: recorded when a run
+    starts (unless given), compared on a resume (a changed file would not continue the same run:
+    :class:`ConfigError` naming it)."""
+    if not settings.model_dir:
+        return settings
+    now = settings.text_data().hashes
+    if not resume:
+        return settings if settings.hashes else dataclasses.replace(settings, hashes=tuple(sorted(now.items())))
+    changed = [name for name, sha in settings.hashes if now.get(name) != sha]
+    if changed:
+        raise ConfigError(f"the {', '.join(changed)} changed since this run started (sha256 in config.json's "
+                          "rlhf.hashes); restore the files it was started with, or start a new run")
+    return settings
 
 
 def resume_rlhf(run_dir: str, **kwargs) -> RunResult:

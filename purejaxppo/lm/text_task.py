@@ -1,0 +1,171 @@
+"""The user's own data as a task: a model folder's tokenizer, a prompt file, a text reward (or a
+reward model), optional SFT pairs. :class:`TextTask` meets :class:`purejaxppo.lm.tasks.Task`, so
+SFT, the evaluation and token-level PPO take it as they take the built-in tasks.
+
+``make_text_task`` reads every file and checks every size BEFORE any compiled work: the
+prompts and responses against the model's position table, the ids against its vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from purejaxppo.lm import prompt_data as pd
+from purejaxppo.lm.pretrained import CheckpointFolderError, read_config
+from purejaxppo.lm.tokenizer import load_tokenizer, strip_special
+
+POSITION_KEYS = ("n_positions", "max_position_embeddings")  # GPT-2's, then the Llama family's
+
+
+def model_shape(folder: str) -> tuple:
+    """``(vocab_size, positions)`` of a model folder's config.json (positions: None when it
+    names none)."""
+    cfg = read_config(folder)
+    vocab = cfg.get("vocab_size")
+    if not isinstance(vocab, int) or vocab < 1:
+        raise CheckpointFolderError(f"{folder}/config.json has no vocab_size")
+    positions = next((cfg[k] for k in POSITION_KEYS if isinstance(cfg.get(k), int)), None)
+    return vocab, positions
+
+
+def file_hash(*paths: str) -> str:
+    """sha256 over the named files' bytes (each preceded by its base name), in the order given."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def folder_hashes(folder: str) -> dict:
+    """``{"weights": ..., "tokenizer": ...}``: sha256 of the folder's ``*.safetensors`` (sorted by
+    name) and of its tokenizer files (tokenizer.json, tokenizer_config.json, generation_config.json,
+    chat_template.jinja, those present)."""
+    names = sorted(os.listdir(folder))
+    weights = [os.path.join(folder, n) for n in names if n.endswith(".safetensors")]
+    tok = [os.path.join(folder, n) for n in ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                                              "chat_template.jinja") if n in names]
+    return {"weights": file_hash(*weights), "tokenizer": file_hash(*tok)}
+
+
+class BoundReward:
+    """A reward model as a task's score: ``fn(params, prompt, prompt_valid, response, mask) -> [B]``
+    with its ``params``. Token-level PPO passes ``params`` through its state (``reward_params``);
+    the evaluations call it bound (the params then constants of their program)."""
+
+    def __init__(self, fn: Callable, params):
+        self.fn, self.params = fn, params
+
+    def __call__(self, prompt, prompt_valid, response, response_mask):
+        return self.fn(self.params, prompt, prompt_valid, response, response_mask)
+
+
+class TextTask:
+    """Prompts drawn from a table, responses of up to ``max_new`` tokens scored by ``reward``
+    (``(prompt, prompt_valid, response, mask) -> [B]``, jittable: a
+    :class:`~purejaxppo.lm.text_reward.TextReward` or a bound reward model). Hashable by identity
+    (a static argument under ``jit``). ``eval_table``: the fixed evaluation prompts
+    (:meth:`evaluation_prompts`); ``sft``: ``(prompts, response [N, T], mask [N, T])`` or None."""
+
+    name = "text"
+
+    def __init__(self, tokenizer, table: pd.PromptTable, eval_table: pd.PromptTable, max_new: int, vocab_size: int,
+                 reward: Optional[Callable], sft: Optional[tuple] = None):
+        self.tokenizer, self.table, self.eval_table, self.sft = tokenizer, table, eval_table, sft
+        self.vocab_size, self.max_new, self.reward = vocab_size, max_new, reward
+        self.pad_id, self.stop_ids = tokenizer.pad_id, tuple(tokenizer.stop_ids)
+        self.prompt_len = max(table.prompt_len, eval_table.prompt_len, sft[0].prompt_len if sft else 0)
+        self.prompts = pd.table_prompts(table)
+
+    def evaluation_prompts(self, batch: int):
+        return pd.first_rows(self.eval_table, batch)
+
+    def demonstrations(self, key, batch: int):
+        if self.sft is None:
+            raise ValueError("no SFT data was given (--sft-data FILE)")
+        table, response, mask = self.sft
+        rows = jax.random.randint(key, (batch,), 0, table.tokens.shape[0])
+        return (jnp.asarray(table.tokens)[rows], jnp.asarray(table.valid)[rows], jnp.asarray(response)[rows],
+                jnp.asarray(mask)[rows])
+
+    def score(self, prompt, prompt_valid, response, response_mask):
+        return self.reward(prompt, prompt_valid, response, response_mask)
+
+    def diagnostics(self, prompt, prompt_valid, response, response_mask):
+        return {}
+
+    def reward_error(self) -> Optional[str]:
+        """The text reward's first failure (None: none, or a reward model)."""
+        return getattr(self.reward, "error", None)
+
+    def check_reward(self, before: Optional[str] = None) -> None:
+        """Raise the text reward's failure if one happened since ``before`` (:meth:`reward_error`
+        taken before a call): a host-side check after an evaluation ran it."""
+        if hasattr(self.reward, "raise_if_failed") and self.reward.error != before:
+            self.reward.raise_if_failed()
+
+    def decode(self, tokens) -> str:
+        """Host side: a response's text (up to, not including, its first stop token; padding dropped)."""
+        return self.tokenizer.decode(strip_special(np.asarray(tokens).tolist(), self.stop_ids, self.pad_id))
+
+    def decode_prompt(self, tokens, valid) -> str:
+        """Host side: a prompt's text, its valid tokens all (a chat template's EOS included)."""
+        return self.tokenizer.decode(np.asarray(tokens)[np.asarray(valid, bool)].tolist())
+
+
+@dataclasses.dataclass(frozen=True)
+class TextData:
+    """What ``make_text_task`` read, for the run's record: ``cut`` prompts per file and hashes."""
+
+    cut: dict
+    hashes: dict
+
+
+def make_text_task(model: str, prompts: str, reward_for: Callable, *, max_new: int, eval_prompts: Optional[str] = None,
+                   sft_data: Optional[str] = None, max_prompt_tokens: int = 0, truncate: bool = False,
+                   chat: bool = False) -> tuple:
+    """``(TextTask, TextData)`` of the model folder ``model`` and the files. ``reward_for(tokenizer)``
+    gives the reward. ``max_prompt_tokens`` 0: the model's positions minus ``max_new``.
+    Raises :class:`CheckpointFolderError` or :class:`~purejaxppo.lm.prompt_data.PromptFileError`."""
+    vocab, positions = model_shape(model)
+    tokenizer = load_tokenizer(model, model_vocab=vocab)
+    if tokenizer.vocab_size > vocab:
+        raise CheckpointFolderError(f"{model}: tokenizer.json has {tokenizer.vocab_size} tokens but the model only "
+                                    f"{vocab} embedding rows; the tokenizer belongs to another model")
+    room = None if positions is None else positions - max_new
+    if room is not None and room < 1:
+        raise pd.PromptFileError(f"--max-new-tokens {max_new} leaves no room for a prompt in the model's {positions} "
+                                 "positions; lower it")
+    budget = max_prompt_tokens or room or 1024
+    if room is not None and budget > room:
+        raise pd.PromptFileError(f"--max-prompt-tokens {budget} + --max-new-tokens {max_new} exceed the model's "
+                                 f"{positions} positions; lower one of them")
+    def read(path, flag, sft=False):  # the file's table (and responses), its errors naming the flag
+        try:
+            records = pd.read_records(path, need_response=sft)
+            table = pd.encode_prompts(records, tokenizer, budget, truncate, chat)
+            return (table, *pd.encode_responses(records, tokenizer, max_new)) if sft else table
+        except pd.PromptFileError as e:
+            raise pd.PromptFileError(f"{flag} {e}") from None
+
+    table = read(prompts, "--prompts")
+    cut, hashes = {"prompts": table.cut}, {"prompts": file_hash(prompts)}
+    eval_table = table
+    if eval_prompts:
+        eval_table = read(eval_prompts, "--eval-prompts")
+        cut["eval_prompts"], hashes["eval_prompts"] = eval_table.cut, file_hash(eval_prompts)
+    sft = None
+    if sft_data:
+        sft = read(sft_data, "--sft-data", sft=True)
+        cut["sft_data"], hashes["sft_data"] = sft[0].cut, file_hash(sft_data)
+    task = TextTask(tokenizer, table, eval_table, max_new, vocab, reward_for(tokenizer), sft)
+    return task, TextData(cut, {**folder_hashes(model), **hashes})

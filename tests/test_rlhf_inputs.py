@@ -1,0 +1,78 @@
+"""What rlhf's inputs become: the flags generated from TokenPPOConfig, and the Python API's
+refusals of a prompts function that does not fit (traced shapes only: nothing compiles)."""
+
+import argparse
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from purejaxppo.config import ConfigError
+from purejaxppo.lm.config import TokenPPOConfig
+from purejaxppo.lm.sft import init_tiny_lm
+from purejaxppo.lm.tasks import make_task
+from purejaxppo.lm.token_ppo import make_token_ppo
+
+
+def parser():
+    from purejaxppo.cli.rlhf_flags import add_rlhf
+
+    p = argparse.ArgumentParser(exit_on_error=False)
+    add_rlhf(p)
+    return p
+
+
+def test_every_config_field_has_a_flag_whose_default_is_the_configs():
+    from purejaxppo.cli.rlhf_flags import NOT_FLAGS, config_flag, token_config
+
+    p = parser()
+    actions = {a.option_strings[0]: a for a in p._actions if a.option_strings}
+    fields = [f for f in dataclasses.fields(TokenPPOConfig) if f.name not in NOT_FLAGS]
+    assert len(fields) > 25
+    for f in fields:
+        action = actions[config_flag(f.name)]
+        assert action.dest == f"cfg_{f.name}" and action.help == f"default: {f.default}", f.name
+    # a text run takes the config's defaults, a built-in task its preset (written out here)
+    args = p.parse_args([])
+    assert token_config(args, text=True) == TokenPPOConfig()
+    assert token_config(args, text=False) == TokenPPOConfig(num_iterations=80, actor_lr=1e-3, critic_lr=1e-3,
+                                                            beta=0.02)
+    given = p.parse_args(["--whiten-advantages", "false", "--kl-target", "3", "--clip-value", "no"])
+    cfg = token_config(given, text=True)
+    assert (cfg.whiten_advantages, cfg.clip_value, cfg.adaptive_kl, cfg.kl_target) == (False, False, True, 3.0)
+
+
+@pytest.mark.parametrize("flags", [["--batch", "5e5"], ["--iterations", "1.0"], ["--beta", "0,1"],
+                                   ["--whiten-advantages", "maybe"], ["--seeds", "2.5"], ["--max-new-tokens", "x"]])
+def test_the_strict_parsers_refuse_loose_spellings(flags):
+    with pytest.raises(argparse.ArgumentError):
+        parser().parse_args(flags)
+
+
+def _ppo(prompts):
+    task = make_task("reverse", max_len=4, max_new=6)
+    lm, params = init_tiny_lm(task, jax.random.PRNGKey(0), d_model=16, n_layers=1)
+    cfg = TokenPPOConfig(batch_size=8, num_minibatches=2, max_new_tokens=task.max_new, stop_ids=task.stop_ids)
+    ppo = make_token_ppo(cfg, lm, lambda _, *b: task.score(*b), prompts=prompts)
+    state = jax.eval_shape(lambda k: ppo.init(k, params, params), jax.random.PRNGKey(1))
+    return task, ppo, state
+
+
+def test_python_api_refuses_a_prompt_function_of_the_wrong_batch_or_past_the_positions():
+    task = make_task("reverse", max_len=4, max_new=6)
+    half = lambda key, batch: task.prompts(key, batch // 2)  # noqa: E731
+    _, ppo, state = _ppo(half)
+    with pytest.raises(ConfigError, match=r"prompts\(key, 8\) returned prompt \(4, 5\) and prompt_valid \(4, 5\); "
+                                          r"both must be \[batch_size=8, P\]"):
+        jax.eval_shape(ppo.iteration, state)
+
+    def wide(key, batch):  # 20 more left-padding slots: 25 + 6 > the TinyLM's 11 positions
+        p, v = task.prompts(key, batch)
+        return jnp.pad(p, ((0, 0), (20, 0))), jnp.pad(v, ((0, 0), (20, 0)))
+
+    _, ppo, state = _ppo(wide)
+    with pytest.raises(ConfigError, match=r"prompts of 25 slots \+ max_new_tokens=6 exceed the model's 11 positions"):
+        jax.eval_shape(ppo.iteration, state)
+    _, ppo, state = _ppo(task.prompts)  # the task's own prompts fit
+    jax.eval_shape(ppo.iteration, state)
