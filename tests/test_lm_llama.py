@@ -9,6 +9,14 @@ written from transformers' modeling files, HF tensor names listed by hand).
 * RoPE frequencies: llama3 scaling against a hand-computed case and the transcription; linear.
 * Files: checkpoints written with the ``safetensors`` package directly; sharded index; bf16
   stored weights (exact into float32 or bf16 parameters); errors name what is supported.
+* Export: ``save_pretrained`` writes the tensors the checkpoint was made of (HF names, bit for
+  bit) and ``load_pretrained`` reads them back exactly; bf16 export; tokenizer files copied.
+* Reward models (``*ForSequenceClassification``): the score row is the value head.
+* bf16 parameters and compute: bf16 matmul operands, float32 logits, near the float32 model.
+
+With RoPE, a constant shift of a row's positions changes no logit (only relative positions
+enter the scores), so the left-padding checks guard the mask and the cache's count rather than
+the offset itself; transformers' own position ids are checked in test_lm_llama_transformers.py.
 """
 
 import json
