@@ -149,6 +149,9 @@ def test_sharded_checkpoint_loads_as_the_single_file(tmp_path, family):
     index = {"metadata": {"total_size": 0}, "weight_map": {k: f for f, keys in shards.items() for k in keys}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     _same_params(load_pretrained(folder)[1], params)
+    save_file({names[0]: w[names[0]]}, str(folder / "model-00002-of-00002.safetensors"))  # a name in both shards
+    with pytest.raises(CheckpointFolderError, match=f"tensor '{names[0]}' is also in .*model-00001-of-00002"):
+        load_pretrained(folder)
 
 
 def test_bf16_stored_weights_load_exactly(tmp_path):

@@ -70,11 +70,15 @@ def _is_norm(path: tuple) -> bool:
 
 
 def _check(tensors: Mapping, layout: dict, what: str) -> None:
+    """``ValueError`` naming the first tensor of ``layout`` missing or misshapen (shapes from
+    ``tensors.shapes`` when it has them: a lazy mapping is not read for this)."""
+    shapes = getattr(tensors, "shapes", None)
     for name, (_, shape, _) in layout.items():
         if name not in tensors:
             raise ValueError(f"{what}: missing tensor {name!r} (expected shape {shape})")
-        if tuple(np.shape(tensors[name])) != shape:
-            raise ValueError(f"{what}: tensor {name!r} has shape {tuple(np.shape(tensors[name]))}, expected {shape}")
+        got = shapes[name] if shapes is not None else tuple(np.shape(tensors[name]))
+        if got != shape:
+            raise ValueError(f"{what}: tensor {name!r} has shape {got}, expected {shape}")
 
 
 def _tree(tensors: Mapping, layout: dict, param_dtype) -> dict:
