@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from _llama_reference import CONFIGS, hf_weights, inv_freq, np_llama, write_checkpoint
+from _llama_reference import CONFIGS, LLAMA_BIAS, hf_weights, inv_freq, np_llama, write_checkpoint
 from purejaxppo.lm.llama import Llama
 from purejaxppo.lm.llama_config import llama_config_from_hf, rope_inv_freq
 from purejaxppo.lm.pretrained import CheckpointFolderError, load_pretrained
@@ -67,6 +67,16 @@ def test_logits_equal_a_numpy_forward_on_left_padded_rows(family):
     for r, n in enumerate(LENS):
         ref, _ = np_llama(w, cfg, tokens[r, L - n:])
         np.testing.assert_allclose(np.asarray(logits[r, L - n:]), ref, atol=TOL, rtol=TOL, err_msg=f"{name} row {r}")
+
+
+def test_llama_attention_bias_and_a_tied_head(tmp_path):
+    w = hf_weights(LLAMA_BIAS, seed=3)
+    assert "model.layers.0.self_attn.o_proj.bias" in w and "lm_head.weight" not in w
+    model, params = load_pretrained(write_checkpoint(tmp_path / "m", LLAMA_BIAS, w))
+    tokens, valid = batch(LENS, LLAMA_BIAS["vocab_size"], seed=2)
+    logits = np.asarray(jax.jit(model.logits)(params, tokens, valid))
+    for r, n in enumerate(LENS):
+        np.testing.assert_allclose(logits[r, L - n:], np_llama(w, LLAMA_BIAS, tokens[r, L - n:])[0], atol=TOL, rtol=TOL)
 
 
 def test_query_blocks_and_the_value_head(family):

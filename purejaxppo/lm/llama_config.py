@@ -107,7 +107,8 @@ def llama_config_from_hf(config: Mapping) -> LlamaConfig:
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or (128 if kind == "qwen3" else config["hidden_size"] // heads)
     theta, scaling = _rope(config)
-    bias = bool(config.get("attention_bias", False))
+    # attention_bias: q/k/v/o biases in Llama and Qwen3; Qwen2 always has q/k/v biases (no o bias), Mistral none
+    bias = bool(config.get("attention_bias", False)) and kind in ("llama", "qwen3")
     if kind in ("qwen2", "qwen3") and config.get("use_sliding_window"):
         raise ValueError(f"{kind} config: use_sliding_window=true is not supported (per-layer windows)")
     window = config.get("sliding_window") if kind == "mistral" else None  # the others ignore the key
