@@ -339,3 +339,35 @@ def _dots(jaxpr):
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
                     yield from _dots(inner)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])  # untied and tied heads
+def test_load_reward_model_scores_the_last_valid_token(tmp_path, name):
+    """purejaxppo.lm.reward_model on a Llama-family classifier: the reward of prompt + response
+    (ragged, left-padded prompt, right-padded response) is the NumPy trunk's last valid hidden
+    state times the score row; save_reward_model writes what load_sequence_classifier reads."""
+    from purejaxppo.lm.pretrained import load_sequence_classifier
+    from purejaxppo.lm.reward_model import load_reward_model, load_reward_trunk, save_reward_model
+
+    cfg = CONFIGS[name]
+    w = {k: v for k, v in hf_weights(cfg, seed=4).items() if k != "lm_head.weight"}
+    score = np.random.default_rng(5).normal(0, 0.5, (1, cfg["hidden_size"])).astype(np.float32)
+    folder = write_checkpoint(tmp_path / "rm", cfg, w | {"score.weight": score})
+    reward_fn, params = load_reward_model(folder)
+    p_lens, r_lens, p, t = [4, 1, 2], [3, 0, 2], 4, 3
+    rng = np.random.default_rng(6)
+    prompt, response = rng.integers(0, cfg["vocab_size"], (3, p)), rng.integers(0, cfg["vocab_size"], (3, t))
+    prompt_valid = np.arange(p)[None] >= (p - np.asarray(p_lens))[:, None]
+    response_mask = np.arange(t)[None] < np.asarray(r_lens)[:, None]
+    got = np.asarray(reward_fn(params, prompt, prompt_valid, response, response_mask))
+    head = {"lm_head.weight": np.zeros((cfg["vocab_size"], cfg["hidden_size"]))}
+    for r in range(3):
+        seq = np.concatenate([prompt[r, p - p_lens[r]:], response[r, :r_lens[r]]])
+        _, h = np_llama(w | head, cfg, seq)
+        np.testing.assert_allclose(got[r], h[-1] @ score[0], atol=TOL, rtol=TOL)
+    lm, trunk_params, has_head = load_reward_trunk(folder)
+    assert has_head
+    save_reward_model(tmp_path / "back", lm, trunk_params, extra_config=cfg)
+    expected = {"llama": "LlamaForSequenceClassification", "qwen3": "Qwen3ForSequenceClassification"}[name]
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == [expected]
+    _same_params(load_sequence_classifier(tmp_path / "back")[1], load_sequence_classifier(folder)[1])

@@ -137,6 +137,25 @@ def params_to_hf(params: Mapping, c: LlamaConfig, value_head: bool = False, dtyp
     return _to_hf(params.get("params", params), layout, dtype)
 
 
+def trunk_params_from_hf(tensors: Mapping[str, np.ndarray], c: LlamaConfig, param_dtype=jnp.float32) -> dict:
+    """The trunk (``model.*``) with a zero value head, and the LM head when the tensors hold an
+    untied one (a causal LM) but not required (a classifier's trunk): for a reward model, which
+    reads values only. ``ValueError`` for a missing or misshapen trunk tensor."""
+    layout = trunk_layout(c)
+    head = causal_layout(c).get("lm_head.weight")
+    if head is not None and "lm_head.weight" in tensors:
+        layout["lm_head.weight"] = head
+    _check(tensors, layout, f"{c.model_type} weights")
+    tree = _tree(tensors, layout, param_dtype)
+    tree["value_head"] = {"kernel": jnp.zeros((c.hidden_size, 1)), "bias": jnp.zeros((1,))}
+    return {"params": tree}
+
+
+def trunk_params_to_hf(params: Mapping, c: LlamaConfig, dtype=np.float32) -> dict[str, np.ndarray]:
+    """The trunk's tensors (``model.*``) under HF names, in ``dtype``."""
+    return _to_hf(params.get("params", params), trunk_layout(c), dtype)
+
+
 def reward_params_from_hf(tensors: Mapping[str, np.ndarray], c: LlamaConfig, param_dtype=jnp.float32) -> dict:
     """HF ``*ForSequenceClassification`` tensors (one label: ``score.weight [1, D]``, no bias)
     -> trunk + value head (``kernel = score.weight.T``, ``bias = 0``); no LM head (call the
