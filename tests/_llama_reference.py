@@ -28,6 +28,8 @@ CONFIGS = {
     "qwen3": BASE | dict(model_type="qwen3", num_key_value_heads=2, head_dim=16, rope_theta=1000000.0,
                          tie_word_embeddings=True, attention_bias=False, use_sliding_window=False),
 }
+#: Llama with ``attention_bias``: biases on q, k, v and o
+LLAMA_BIAS = dict(CONFIGS["llama"], attention_bias=True, tie_word_embeddings=True)
 
 
 def head_dim(cfg: dict) -> int:
@@ -41,6 +43,7 @@ def hf_weights(cfg: dict, seed: int = 0, dtype=np.float32) -> dict:
     d, hd, f = cfg["hidden_size"], head_dim(cfg), cfg["intermediate_size"]
     q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
     bias = cfg["model_type"] == "qwen2" or cfg.get("attention_bias", False)
+    o_bias = cfg["model_type"] in ("llama", "qwen3") and cfg.get("attention_bias", False)  # Llama/Qwen3: o_proj too
     shapes = {"model.embed_tokens.weight": (cfg["vocab_size"], d), "model.norm.weight": (d,)}
     if not cfg["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (cfg["vocab_size"], d)
@@ -54,6 +57,8 @@ def hf_weights(cfg: dict, seed: int = 0, dtype=np.float32) -> dict:
         if bias:
             shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                        p + "self_attn.v_proj.bias": (kv,)}
+        if o_bias:
+            shapes[p + "self_attn.o_proj.bias"] = (d,)
         if cfg["model_type"] == "qwen3":
             shapes |= {p + "self_attn.q_norm.weight": (hd,), p + "self_attn.k_norm.weight": (hd,)}
     out = {}

@@ -9,6 +9,14 @@ written from transformers' modeling files, HF tensor names listed by hand).
 * RoPE frequencies: llama3 scaling against a hand-computed case and the transcription; linear.
 * Files: checkpoints written with the ``safetensors`` package directly; sharded index; bf16
   stored weights (exact into float32 or bf16 parameters); errors name what is supported.
+* Export: ``save_pretrained`` writes the tensors the checkpoint was made of (HF names, bit for
+  bit) and ``load_pretrained`` reads them back exactly; bf16 export; tokenizer files copied.
+* Reward models (``*ForSequenceClassification``): the score row is the value head.
+* bf16 parameters and compute: bf16 matmul operands, float32 logits, near the float32 model.
+
+With RoPE, a constant shift of a row's positions changes no logit (only relative positions
+enter the scores), so the left-padding checks guard the mask and the cache's count rather than
+the offset itself; transformers' own position ids are checked in test_lm_llama_transformers.py.
 """
 
 import json
@@ -20,7 +28,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from _llama_reference import CONFIGS, hf_weights, inv_freq, np_llama, write_checkpoint
+from _llama_reference import CONFIGS, LLAMA_BIAS, hf_weights, inv_freq, np_llama, write_checkpoint
 from purejaxppo.lm.llama import Llama
 from purejaxppo.lm.llama_config import llama_config_from_hf, rope_inv_freq
 from purejaxppo.lm.pretrained import CheckpointFolderError, load_pretrained
@@ -59,6 +67,16 @@ def test_logits_equal_a_numpy_forward_on_left_padded_rows(family):
     for r, n in enumerate(LENS):
         ref, _ = np_llama(w, cfg, tokens[r, L - n:])
         np.testing.assert_allclose(np.asarray(logits[r, L - n:]), ref, atol=TOL, rtol=TOL, err_msg=f"{name} row {r}")
+
+
+def test_llama_attention_bias_and_a_tied_head(tmp_path):
+    w = hf_weights(LLAMA_BIAS, seed=3)
+    assert "model.layers.0.self_attn.o_proj.bias" in w and "lm_head.weight" not in w
+    model, params = load_pretrained(write_checkpoint(tmp_path / "m", LLAMA_BIAS, w))
+    tokens, valid = batch(LENS, LLAMA_BIAS["vocab_size"], seed=2)
+    logits = np.asarray(jax.jit(model.logits)(params, tokens, valid))
+    for r, n in enumerate(LENS):
+        np.testing.assert_allclose(logits[r, L - n:], np_llama(w, LLAMA_BIAS, tokens[r, L - n:])[0], atol=TOL, rtol=TOL)
 
 
 def test_query_blocks_and_the_value_head(family):
@@ -141,6 +159,9 @@ def test_sharded_checkpoint_loads_as_the_single_file(tmp_path, family):
     index = {"metadata": {"total_size": 0}, "weight_map": {k: f for f, keys in shards.items() for k in keys}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     _same_params(load_pretrained(folder)[1], params)
+    save_file({names[0]: w[names[0]]}, str(folder / "model-00002-of-00002.safetensors"))  # a name in both shards
+    with pytest.raises(CheckpointFolderError, match=f"tensor '{names[0]}' is also in .*model-00001-of-00002"):
+        load_pretrained(folder)
 
 
 def test_bf16_stored_weights_load_exactly(tmp_path):
@@ -318,3 +339,35 @@ def _dots(jaxpr):
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
                     yield from _dots(inner)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])  # untied and tied heads
+def test_load_reward_model_scores_the_last_valid_token(tmp_path, name):
+    """purejaxppo.lm.reward_model on a Llama-family classifier: the reward of prompt + response
+    (ragged, left-padded prompt, right-padded response) is the NumPy trunk's last valid hidden
+    state times the score row; save_reward_model writes what load_sequence_classifier reads."""
+    from purejaxppo.lm.pretrained import load_sequence_classifier
+    from purejaxppo.lm.reward_model import load_reward_model, load_reward_trunk, save_reward_model
+
+    cfg = CONFIGS[name]
+    w = {k: v for k, v in hf_weights(cfg, seed=4).items() if k != "lm_head.weight"}
+    score = np.random.default_rng(5).normal(0, 0.5, (1, cfg["hidden_size"])).astype(np.float32)
+    folder = write_checkpoint(tmp_path / "rm", cfg, w | {"score.weight": score})
+    reward_fn, params = load_reward_model(folder)
+    p_lens, r_lens, p, t = [4, 1, 2], [3, 0, 2], 4, 3
+    rng = np.random.default_rng(6)
+    prompt, response = rng.integers(0, cfg["vocab_size"], (3, p)), rng.integers(0, cfg["vocab_size"], (3, t))
+    prompt_valid = np.arange(p)[None] >= (p - np.asarray(p_lens))[:, None]
+    response_mask = np.arange(t)[None] < np.asarray(r_lens)[:, None]
+    got = np.asarray(reward_fn(params, prompt, prompt_valid, response, response_mask))
+    head = {"lm_head.weight": np.zeros((cfg["vocab_size"], cfg["hidden_size"]))}
+    for r in range(3):
+        seq = np.concatenate([prompt[r, p - p_lens[r]:], response[r, :r_lens[r]]])
+        _, h = np_llama(w | head, cfg, seq)
+        np.testing.assert_allclose(got[r], h[-1] @ score[0], atol=TOL, rtol=TOL)
+    lm, trunk_params, has_head = load_reward_trunk(folder)
+    assert has_head
+    save_reward_model(tmp_path / "back", lm, trunk_params, extra_config=cfg)
+    expected = {"llama": "LlamaForSequenceClassification", "qwen3": "Qwen3ForSequenceClassification"}[name]
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == [expected]
+    _same_params(load_sequence_classifier(tmp_path / "back")[1], load_sequence_classifier(folder)[1])

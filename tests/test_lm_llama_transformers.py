@@ -8,7 +8,7 @@ a reward model written by ``save_sequence_classifier`` loads in
 import numpy as np
 import pytest
 
-from _llama_reference import CONFIGS, hf_weights, write_checkpoint
+from _llama_reference import CONFIGS, LLAMA_BIAS, hf_weights, write_checkpoint
 from purejaxppo.lm.pretrained import (load_pretrained, load_sequence_classifier, save_pretrained,
                                       save_sequence_classifier)
 
@@ -36,9 +36,9 @@ def _hf_logits(folder, tokens, valid, positions, save_to=None):
                   position_ids=torch.tensor(positions)).logits.numpy()
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", [*sorted(CONFIGS), "llama_bias"])
 def test_transformers_gives_our_logits_on_the_checkpoint_and_on_the_export(tmp_path, name):
-    cfg = CONFIGS[name]
+    cfg = LLAMA_BIAS if name == "llama_bias" else CONFIGS[name]
     source = write_checkpoint(tmp_path / "src", cfg, hf_weights(cfg, seed=1))
     model, params = load_pretrained(source)
     tokens, valid, positions = _batch(cfg["vocab_size"])

@@ -50,17 +50,58 @@ def read_config(folder: str | os.PathLike) -> dict:
     return config
 
 
+def _open(path: str):
+    """``safe_open`` of one file; :class:`CheckpointFolderError` for a missing, truncated or
+    corrupt one (the caller uses it as a context manager)."""
+    if not os.path.isfile(path):
+        raise CheckpointFolderError(f"no {path} (local files only; nothing is downloaded)")
+    try:
+        return safe_open(path, framework="np")
+    except (SafetensorError, OSError, TypeError, ValueError) as e:
+        raise CheckpointFolderError(f"{path} is not a readable safetensors file (truncated or corrupt?): {e}") from None
+
+
+def _get(f, path: str, name: str) -> np.ndarray:
+    try:
+        return f.get_tensor(name)
+    except (SafetensorError, OSError, TypeError, ValueError) as e:
+        raise CheckpointFolderError(f"{path} is not a readable safetensors file (truncated or corrupt?): {e}") from None
+
+
 def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """``{name: array}`` of one file (dtypes as stored; BF16 as ``ml_dtypes.bfloat16``).
     :class:`CheckpointFolderError` for a missing, truncated or corrupt file."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise CheckpointFolderError(f"no {path} (local files only; nothing is downloaded)")
-    try:
-        with safe_open(path, framework="np") as f:
-            return {name: f.get_tensor(name) for name in f.keys()}
-    except (SafetensorError, OSError, TypeError, ValueError) as e:
-        raise CheckpointFolderError(f"{path} is not a readable safetensors file (truncated or corrupt?): {e}") from None
+    with _open(path) as f:
+        return {name: _get(f, path, name) for name in f.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
+
+
+class LazyWeights(Mapping):
+    """``{name: array}`` over weight files, each tensor read from its file when asked for (and
+    not kept): loading a checkpoint holds one tensor at a time besides the parameters built,
+    not the whole file. ``shapes``: every tensor's shape, from the headers alone."""
+
+    def __init__(self, files: list[str]):
+        self._where: dict = {}
+        self.shapes: dict = {}
+        for path in files:
+            with _open(path) as f:
+                for name in f.keys():  # noqa: SIM118
+                    if name in self._where:
+                        raise CheckpointFolderError(f"{path}: tensor {name!r} is also in {self._where[name]}")
+                    self._where[name] = path
+                    self.shapes[name] = tuple(f.get_slice(name).get_shape())
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        path = self._where[name]
+        with _open(path) as f:
+            return _get(f, path, name)
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
 
 
 def weight_files(folder: str | os.PathLike) -> list[str]:
@@ -82,16 +123,10 @@ def weight_files(folder: str | os.PathLike) -> list[str]:
         raise CheckpointFolderError(f"{index} is not an index with a weight_map ({e!r})") from None
 
 
-def read_weights(folder: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Every tensor of the folder's weights, shards merged (a name in two shards is an error)."""
-    out: dict = {}
-    for path in weight_files(folder):
-        tensors = read_safetensors(path)
-        twice = sorted(set(tensors) & set(out))
-        if twice:
-            raise CheckpointFolderError(f"{path}: tensors {twice[:3]} are also in another shard")
-        out.update(tensors)
-    return out
+def read_weights(folder: str | os.PathLike) -> LazyWeights:
+    """The folder's tensors, shards merged (a name in two shards is an error), read lazily:
+    :class:`LazyWeights`."""
+    return LazyWeights(weight_files(folder))
 
 
 def write_safetensors(path: str | os.PathLike, tensors: Mapping[str, np.ndarray]) -> None:

@@ -10,6 +10,7 @@ other is refused by :func:`llama_config_from_hf` with the list.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, fields
 from typing import Mapping, Optional
@@ -61,7 +62,7 @@ class LlamaConfig:
     o_bias: bool = False
     qk_norm: bool = False
     sliding_window: Optional[int] = None
-    extra: tuple = field(default=(), compare=False)  # ((key, value), ...) sorted: hashable, a Flax field
+    extra: str = field(default="{}", compare=False)  # JSON text: hashable, as a Flax module's field must be
 
     def __post_init__(self):
         if self.num_attention_heads % self.num_key_value_heads:
@@ -80,23 +81,6 @@ def _rope(config: Mapping) -> tuple[float, Optional[RopeScaling]]:
         return theta, None
     keys = [f.name for f in fields(RopeScaling)][1:]
     return theta, RopeScaling(kind, **{k: params[k] for k in keys if k in params})
-
-
-def _json(value):
-    """A JSON value as a hashable one (dicts and lists -> sorted tuples of pairs / tuples)."""
-    if isinstance(value, dict):
-        return ("__dict__", tuple(sorted((k, _json(v)) for k, v in value.items())))
-    if isinstance(value, list):
-        return ("__list__", tuple(_json(v) for v in value))
-    return value
-
-
-def _unjson(value):
-    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__dict__":
-        return {k: _unjson(v) for k, v in value[1]}
-    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__list__":
-        return [_unjson(v) for v in value[1]]
-    return value
 
 
 _OWNED = {"model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -123,7 +107,8 @@ def llama_config_from_hf(config: Mapping) -> LlamaConfig:
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or (128 if kind == "qwen3" else config["hidden_size"] // heads)
     theta, scaling = _rope(config)
-    bias = bool(config.get("attention_bias", False))
+    # attention_bias: q/k/v/o biases in Llama and Qwen3; Qwen2 always has q/k/v biases (no o bias), Mistral none
+    bias = bool(config.get("attention_bias", False)) and kind in ("llama", "qwen3")
     if kind in ("qwen2", "qwen3") and config.get("use_sliding_window"):
         raise ValueError(f"{kind} config: use_sliding_window=true is not supported (per-layer windows)")
     window = config.get("sliding_window") if kind == "mistral" else None  # the others ignore the key
@@ -135,13 +120,13 @@ def llama_config_from_hf(config: Mapping) -> LlamaConfig:
         max_position_embeddings=config.get("max_position_embeddings", 2048),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         qkv_bias=bias or kind == "qwen2", o_bias=bias, qk_norm=kind == "qwen3", sliding_window=window,
-        extra=tuple(sorted((k, _json(v)) for k, v in config.items() if k not in _OWNED)))
+        extra=json.dumps({k: v for k, v in config.items() if k not in _OWNED}, sort_keys=True))
 
 
 def llama_config_to_hf(cfg: LlamaConfig, dtype: str = "float32") -> dict:
     """The HF ``config.json`` dict of ``cfg`` (transformers 4.x style: ``rope_theta`` +
     ``rope_scaling``, which 5.x reads too); ``dtype``: the stored weights' (``torch_dtype``)."""
-    out = {k: _unjson(v) for k, v in cfg.extra}
+    out = json.loads(cfg.extra)
     out.update(model_type=cfg.model_type, architectures=[ARCHITECTURES[cfg.model_type]], vocab_size=cfg.vocab_size,
                hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
                num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,

@@ -70,11 +70,15 @@ def _is_norm(path: tuple) -> bool:
 
 
 def _check(tensors: Mapping, layout: dict, what: str) -> None:
+    """``ValueError`` naming the first tensor of ``layout`` missing or misshapen (shapes from
+    ``tensors.shapes`` when it has them: a lazy mapping is not read for this)."""
+    shapes = getattr(tensors, "shapes", None)
     for name, (_, shape, _) in layout.items():
         if name not in tensors:
             raise ValueError(f"{what}: missing tensor {name!r} (expected shape {shape})")
-        if tuple(np.shape(tensors[name])) != shape:
-            raise ValueError(f"{what}: tensor {name!r} has shape {tuple(np.shape(tensors[name]))}, expected {shape}")
+        got = shapes[name] if shapes is not None else tuple(np.shape(tensors[name]))
+        if got != shape:
+            raise ValueError(f"{what}: tensor {name!r} has shape {got}, expected {shape}")
 
 
 def _tree(tensors: Mapping, layout: dict, param_dtype) -> dict:
@@ -131,6 +135,25 @@ def params_to_hf(params: Mapping, c: LlamaConfig, value_head: bool = False, dtyp
     adds ``value_head.*``. ``params``: the variables ``{"params": ...}`` or the tree itself."""
     layout = {**causal_layout(c), **(value_head_layout(c) if value_head else {})}
     return _to_hf(params.get("params", params), layout, dtype)
+
+
+def trunk_params_from_hf(tensors: Mapping[str, np.ndarray], c: LlamaConfig, param_dtype=jnp.float32) -> dict:
+    """The trunk (``model.*``) with a zero value head, and the LM head when the tensors hold an
+    untied one (a causal LM) but not required (a classifier's trunk): for a reward model, which
+    reads values only. ``ValueError`` for a missing or misshapen trunk tensor."""
+    layout = trunk_layout(c)
+    head = causal_layout(c).get("lm_head.weight")
+    if head is not None and "lm_head.weight" in tensors:
+        layout["lm_head.weight"] = head
+    _check(tensors, layout, f"{c.model_type} weights")
+    tree = _tree(tensors, layout, param_dtype)
+    tree["value_head"] = {"kernel": jnp.zeros((c.hidden_size, 1)), "bias": jnp.zeros((1,))}
+    return {"params": tree}
+
+
+def trunk_params_to_hf(params: Mapping, c: LlamaConfig, dtype=np.float32) -> dict[str, np.ndarray]:
+    """The trunk's tensors (``model.*``) under HF names, in ``dtype``."""
+    return _to_hf(params.get("params", params), trunk_layout(c), dtype)
 
 
 def reward_params_from_hf(tensors: Mapping[str, np.ndarray], c: LlamaConfig, param_dtype=jnp.float32) -> dict:

@@ -118,6 +118,11 @@ _CLASSIFIERS = {"gpt2": "GPT2ForSequenceClassification", "llama": "LlamaForSeque
                 "qwen3": "Qwen3ForSequenceClassification"}
 
 
+def classifier_architecture(model_type: str) -> str:
+    """HF's ``*ForSequenceClassification`` class name for ``model_type``."""
+    return _CLASSIFIERS[model_type]
+
+
 def load_sequence_classifier(folder: str | os.PathLike, dtype=jnp.float32, param_dtype=jnp.float32) -> tuple[Any, dict]:
     """``(model, params)`` of an HF ``*ForSequenceClassification`` folder with one label (a
     reward model) of any family here: the trunk, and ``score.weight [1, D]`` as the value head

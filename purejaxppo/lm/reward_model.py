@@ -64,8 +64,28 @@ def _gpt2_write(lm, params) -> tuple[dict, dict]:
     return tensors, {**gpt2_config(lm.model), "architectures": ["GPT2ForSequenceClassification"]}
 
 
+def _llama_read(tensors: Mapping, config: dict, dtype):
+    from purejaxppo.lm.llama import Llama
+    from purejaxppo.lm.llama_config import llama_config_from_hf
+    from purejaxppo.lm.llama_hf import trunk_params_from_hf
+
+    module = Llama(llama_config_from_hf(config), dtype=dtype)
+    return FlaxLM(module), trunk_params_from_hf(tensors, module.config)
+
+
+def _llama_write(lm, params) -> tuple[dict, dict]:
+    from purejaxppo.lm.llama_config import llama_config_to_hf
+    from purejaxppo.lm.llama_hf import trunk_params_to_hf
+    from purejaxppo.lm.pretrained import classifier_architecture
+
+    c = lm.model.config
+    return trunk_params_to_hf(params, c), {**llama_config_to_hf(c), "architectures": [classifier_architecture(c.model_type)]}
+
+
+_LLAMA = (_llama_read, _llama_write)
 #: ``model_type -> (read(trunk tensors, config, dtype) -> (lm, params), write(lm, params) -> (tensors, config))``
-FAMILIES: Dict[str, tuple] = {"gpt2": (_gpt2_read, _gpt2_write)}
+FAMILIES: Dict[str, tuple] = {"gpt2": (_gpt2_read, _gpt2_write), "llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA,
+                              "qwen3": _LLAMA}
 
 
 def _family(folder: str, config: dict) -> tuple:
@@ -129,7 +149,7 @@ def save_reward_model(folder: str | os.PathLike, lm, params, extra_config: Mappi
     if float(np.abs(np.asarray(head["bias"])).max()) != 0.0:
         raise ValueError("the value head's bias is not zero; a *ForSequenceClassification score head has no bias")
     family = getattr(getattr(lm, "model", None), "__class__", type(None)).__name__.lower()
-    writers = {"gpt2": FAMILIES["gpt2"][1]}
+    writers = {"gpt2": _gpt2_write, "llama": _llama_write}  # by module class: Llama serves the four Llama types
     if family not in writers:
         raise ValueError(f"save_reward_model: no writer for {type(getattr(lm, 'model', lm)).__name__}")
     tensors, config = writers[family](lm, params)
