@@ -29,7 +29,7 @@ TOPICS = ["the weather", "a cat", "my code", "the train", "lunch", "a song", "th
 def _pairs(path, n, seed):
     rng = np.random.default_rng(seed)
     with open(path, "w") as f:
-        for i in range(n):
+        for _ in range(n):
             t = TOPICS[rng.integers(len(TOPICS))]
             good, bad = f"{t} {GOOD[rng.integers(4)]}", f"{t} {BAD[rng.integers(4)]}"
             f.write(json.dumps({"prompt": f"tell me about {t}", "chosen": good, "rejected": bad}) + "\n")

@@ -23,7 +23,7 @@ import numpy as np
 
 from purejaxppo.lm.model import FlaxLM
 from purejaxppo.lm.pretrained import CheckpointFolderError, read_config
-from purejaxppo.lm.safetensors_io import load_safetensors, save_safetensors
+from purejaxppo.lm.hf_files import read_safetensors as load_safetensors, write_safetensors
 
 HEAD = "score.weight"
 WEIGHTS = "model.safetensors"
@@ -140,4 +140,4 @@ def save_reward_model(folder: str | os.PathLike, lm, params, extra_config: Mappi
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
-    save_safetensors(os.path.join(folder, WEIGHTS), tensors, {"format": "pt"})
+    write_safetensors(os.path.join(folder, WEIGHTS), tensors)

@@ -224,7 +224,7 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
             batch_prompts = prompts(k_prompt, cfg.batch_size)
         prompt, prompt_valid = mine(tuple(batch_prompts))
         row_keys = mine(jax.random.split(k_sample, cfg.batch_size))
-        params = trained_params(state.train.params, state.reference)  # LoRA merged into the frozen base
+        params = trained_params(state.train.params, state.reference)  # LoRA adapters merged into the base
         response, logp_sampled, rmask = experience.sample(models, params, row_keys, prompt, prompt_valid, cfg)
         # the reward and the task's diagnostics read the whole [B, T] response (a task may index
         # by column); the teacher-forced passes and the update run over the longest one's width
