@@ -21,7 +21,7 @@ from purejaxppo.lm.gpt2 import GPT2, save_gpt2
 from purejaxppo.lm.pretrained import load_pretrained
 from purejaxppo.programs.rlhf_export import final_policy
 from purejaxppo.programs.rlhf_program import RLHFSettings
-from purejaxppo.programs.rlhf_run import train_rlhf
+from purejaxppo.programs.rlhf_run import resume_rlhf, train_rlhf
 from purejaxppo.run.checkpoint import latest_checkpoint, read_leaves
 
 RANK, ALPHA = 2, 4.0
@@ -39,7 +39,20 @@ def lora_run(tmp_path_factory):
     settings = RLHFSettings(task="reverse", task_options=(("max_len", 4), ("max_new", 6)), init=str(root / "gpt2"),
                             sft_steps=0, eval_every=0)
     train_rlhf(cfg, settings, run_dir=str(root / "run"), chunk_updates=1)
+    # the same run stopped after one iteration, to resume (test_a_lora_run_resumes_exactly)
+    train_rlhf(cfg, settings, run_dir=str(root / "part"), chunk_updates=1, stop_after=1)
     return root
+
+
+def test_a_lora_run_resumes_exactly(lora_run):
+    """Stopped after iteration 1 and resumed, a LoRA run's last checkpoint (adapters, their Adam
+    moments, the frozen base, beta, key) equals the uninterrupted run's bit for bit."""
+    resume_rlhf(str(lora_run / "part"))
+    whole, _ = read_leaves(latest_checkpoint(str(lora_run / "run" / "checkpoints")))
+    again, _ = read_leaves(latest_checkpoint(str(lora_run / "part" / "checkpoints")))
+    assert sorted(whole) == sorted(again) and any("lora_b" in k for k in whole)
+    for k in whole:
+        np.testing.assert_array_equal(np.asarray(again[k]), np.asarray(whole[k]), err_msg=k)
 
 
 def test_export_holds_the_merged_weights_and_loads_back(lora_run):

@@ -179,3 +179,40 @@ def test_bad_lora_configs_are_refused(gpt2):
     _, tp = _ppo()
     with pytest.raises(ConfigError, match="reference IS the frozen base"):
         tp.init(jax.random.PRNGKey(0), gpt2[2], jax.tree.map(jnp.copy, gpt2[2]))
+
+
+# --- the Llama family: its projections are the default targets ------------------------------------
+@pytest.mark.parametrize("name", ["llama", "qwen2", "qwen3"])
+def test_llama_family_merged_adapters_equal_a_numpy_forward_of_the_merged_weights(name, tmp_path):
+    """Fresh adapters give the base exactly; with B non-zero the model equals tests/_llama_reference.py's
+    NumPy forward on HF weights merged by hand, ``W_hf + s * (A @ B).T`` (HF stores ``[out, in]``)."""
+    from _llama_reference import CONFIGS, hf_weights, np_llama, write_checkpoint
+
+    from purejaxppo.lm.pretrained import load_pretrained
+
+    cfg, w = CONFIGS[name], hf_weights(CONFIGS[name], seed=1)
+    model, params = load_pretrained(write_checkpoint(tmp_path / "m", cfg, w))
+    adapters = lora.lora_init(jax.random.PRNGKey(4), params, 2, 3.0)  # the default targets: q_proj ... down_proj
+    names = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    assert len(lora.lora_paths(params)) == 7 * cfg["num_hidden_layers"]
+    lens = [9, 2, 6, 4]
+    tokens, valid = _batch(lens, seed=8)
+    tokens = tokens % cfg["vocab_size"]
+    logits = jax.jit(model.logits)
+    np.testing.assert_array_equal(logits(lora.lora_merge(params, adapters), tokens, valid),
+                                  logits(params, tokens, valid))
+    rng = np.random.default_rng(6)
+    tree = jax.tree_util.tree_map_with_path(
+        lambda p, x: jnp.asarray(rng.normal(0, 0.2, x.shape), jnp.float32) if "lora_b" in str(p) else x, adapters.tree)
+    adapters = adapters.replace(tree=tree)
+    merged_w = dict(w)
+    for i in range(cfg["num_hidden_layers"]):
+        for n in names:
+            part = "mlp" if n in ("gate_proj", "up_proj", "down_proj") else "self_attn"
+            f = tree["params"][f"layers_{i}"][part][n]["kernel"]
+            a, b = np.asarray(f["lora_a"], np.float64), np.asarray(f["lora_b"], np.float64)
+            key = f"model.layers.{i}.{part}.{n}.weight"
+            merged_w[key] = w[key].astype(np.float64) + 1.5 * (a @ b).T
+    got = np.asarray(logits(lora.lora_merge(params, adapters), tokens, valid))
+    for r, n in enumerate(lens):
+        np.testing.assert_allclose(got[r, 9 - n:], np_llama(merged_w, cfg, tokens[r, 9 - n:])[0], atol=TOL, rtol=TOL)

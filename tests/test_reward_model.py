@@ -175,3 +175,33 @@ def test_transformers_gives_the_same_score(gpt2_rm, tmp_path):
     theirs = json.loads(out.stdout.strip().splitlines()[-1])
     ours = np.asarray(make_reward_fn(lm)(params, prompt, pv, response, rm))
     np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3"])
+def test_llama_family_reward_model_round_trip_and_transformers(name, tmp_path):
+    """A causal Llama-family folder -> a reward trunk (head at zero) -> a head set by hand -> saved as
+    *ForSequenceClassification -> loaded back with equal scores; transformers' classifier on the
+    same folder gives the same scalar (when a Python with torch and transformers is at hand)."""
+    from _llama_reference import CONFIGS, hf_weights, write_checkpoint
+
+    from purejaxppo.lm.reward_model import load_reward_trunk
+
+    cfg = CONFIGS[name]
+    lm, params, has_head = load_reward_trunk(write_checkpoint(tmp_path / "causal", cfg, hf_weights(cfg, seed=2)))
+    assert not has_head and float(np.abs(params["params"]["value_head"]["kernel"]).max()) == 0.0
+    head = np.random.default_rng(3).normal(0, 0.5, (cfg["hidden_size"], 1)).astype(np.float32)
+    params["params"]["value_head"] = {"kernel": jnp.asarray(head), "bias": jnp.zeros(1)}
+    save_reward_model(tmp_path / "rm", lm, params, {"pad_token_id": 0})
+    fn, loaded = load_reward_model(tmp_path / "rm")
+    prompt, pv, response, rm = _ragged(4, 4, 4, seed=5)
+    prompt, response = prompt % cfg["vocab_size"], response % cfg["vocab_size"]
+    ours = np.asarray(jax.jit(make_reward_fn(lm))(params, prompt, pv, response, rm))
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(loaded, prompt, pv, response, rm)), ours)
+    python = _torch_python()
+    if not python:
+        pytest.skip("no Python with torch and transformers (set PUREJAXPPO_TORCH_PYTHON)")
+    rows = [np.concatenate([prompt[r][pv[r]], response[r][rm[r]]]).tolist() for r in range(4)]
+    out = subprocess.run([python, "-c", CROSS, str(tmp_path / "rm"), json.dumps(rows)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    np.testing.assert_allclose(ours, json.loads(out.stdout.strip().splitlines()[-1]), atol=1e-4, rtol=1e-4)

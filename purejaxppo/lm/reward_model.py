@@ -8,25 +8,20 @@ with a zero bias. :func:`make_reward_fn` turns any :class:`~purejaxppo.lm.model.
 the ``RewardFn`` token-level PPO calls (:data:`purejaxppo.lm.experience.RewardFn`): prompt
 (left-padded) and response (right-padded) concatenated, the value at the last valid token.
 
-Families: ``model_type`` in :data:`FAMILIES` (the trunk's tensors are named as in the causal
-LM, under ``transformer.`` for GPT-2).
+Families: every one :mod:`purejaxppo.lm.pretrained` reads and writes (GPT-2 and the Llama
+family), through its ``load_sequence_classifier`` / ``save_sequence_classifier``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Mapping
 
 import jax.numpy as jnp
-import numpy as np
 
-from purejaxppo.lm.model import FlaxLM
-from purejaxppo.lm.pretrained import CheckpointFolderError, read_config
-from purejaxppo.lm.hf_files import read_safetensors as load_safetensors, write_safetensors
-
-HEAD = "score.weight"
-WEIGHTS = "model.safetensors"
+from purejaxppo.lm.pretrained import (CheckpointFolderError, load_pretrained, load_sequence_classifier, read_config,
+                                      save_sequence_classifier)
 
 
 def last_valid(valid) -> jnp.ndarray:
@@ -49,115 +44,52 @@ def make_reward_fn(lm) -> Callable:
     return reward_fn
 
 
-# --- families: trunk tensors <-> (model, params) ---------------------------------------------------
-def _gpt2_read(tensors: Mapping, config: dict, dtype):
-    from purejaxppo.lm.gpt2 import gpt2_from_config, gpt2_params_from_hf
-
-    module = gpt2_from_config(config, dtype)
-    return FlaxLM(module), gpt2_params_from_hf(tensors, module)
-
-
-def _gpt2_write(lm, params) -> tuple[dict, dict]:
-    from purejaxppo.lm.gpt2 import gpt2_config, gpt2_params_to_hf
-
-    tensors = {f"transformer.{k}": v for k, v in gpt2_params_to_hf(params).items()}
-    return tensors, {**gpt2_config(lm.model), "architectures": ["GPT2ForSequenceClassification"]}
-
-
-def _llama_read(tensors: Mapping, config: dict, dtype):
-    from purejaxppo.lm.llama import Llama
-    from purejaxppo.lm.llama_config import llama_config_from_hf
-    from purejaxppo.lm.llama_hf import trunk_params_from_hf
-
-    module = Llama(llama_config_from_hf(config), dtype=dtype)
-    return FlaxLM(module), trunk_params_from_hf(tensors, module.config)
-
-
-def _llama_write(lm, params) -> tuple[dict, dict]:
-    from purejaxppo.lm.llama_config import llama_config_to_hf
-    from purejaxppo.lm.llama_hf import trunk_params_to_hf
-    from purejaxppo.lm.pretrained import classifier_architecture
-
-    c = lm.model.config
-    return trunk_params_to_hf(params, c), {**llama_config_to_hf(c), "architectures": [classifier_architecture(c.model_type)]}
-
-
-_LLAMA = (_llama_read, _llama_write)
-#: ``model_type -> (read(trunk tensors, config, dtype) -> (lm, params), write(lm, params) -> (tensors, config))``
-FAMILIES: Dict[str, tuple] = {"gpt2": (_gpt2_read, _gpt2_write), "llama": _LLAMA, "mistral": _LLAMA, "qwen2": _LLAMA,
-                              "qwen3": _LLAMA}
-
-
-def _family(folder: str, config: dict) -> tuple:
-    family = config.get("model_type")
-    if family not in FAMILIES:
-        raise CheckpointFolderError(f"{folder}: model_type {family!r} is not supported as a reward model; "
-                                    f"supported: {', '.join(sorted(FAMILIES))}")
-    return FAMILIES[family]
+# --- Hugging Face folders (the families' readers and writers, purejaxppo.lm.pretrained) ----------
+def is_sequence_classifier(config: Mapping) -> bool:
+    """Whether an HF ``config.json`` dict describes a ``*ForSequenceClassification`` model."""
+    return any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or ())
 
 
 def load_reward_trunk(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Any, dict, bool]:
-    """``(lm, params, has_head)`` of a local model folder: a ``*ForSequenceClassification``
-    checkpoint (its ``score`` head as the value head, ``has_head`` True) or a causal LM (the
-    value head at zero, ``has_head`` False: a reward model to train from it). A head of more
-    than one label, or with a bias, is refused."""
+    """``(lm, params, has_head)`` of a local model folder of any family
+    :func:`~purejaxppo.lm.pretrained.load_pretrained` reads: a ``*ForSequenceClassification``
+    checkpoint (``config.json``'s ``architectures``; its ``score`` head as the value head,
+    ``has_head`` True) or a causal LM (its value head, zero unless stored, with the bias set to
+    0 as HF's ``score`` has none; ``has_head`` False: a reward model to train from it)."""
     folder = os.fspath(folder)
-    config = read_config(folder)
-    read, _ = _family(folder, config)
-    path = os.path.join(folder, WEIGHTS)
-    if not os.path.isfile(path):
-        raise CheckpointFolderError(f"{folder} has no {WEIGHTS} (a Hugging Face model folder holds config.json and "
-                                    f"{WEIGHTS})")
-    tensors = dict(load_safetensors(path))
-    head = tensors.pop(HEAD, None)
-    if "score.bias" in tensors:
-        raise CheckpointFolderError(f"{folder}: the score head has a bias; HF's sequence classifiers have none")
-    tensors.pop("lm_head.weight", None) if head is not None else None  # a classifier has no LM head to check
-    lm, params = read(tensors, config, dtype)
-    if head is None:  # a causal LM: its value head (zero, or a stored critic's) with no bias, as HF's score
-        tree = dict(params["params"])
-        tree["value_head"] = {**tree["value_head"], "bias": jnp.zeros((1,), jnp.float32)}
-        return lm, {**params, "params": tree}, False
-    head = np.asarray(head, np.float32)
-    if head.ndim != 2 or head.shape[0] != 1:
-        raise CheckpointFolderError(f"{folder}: score.weight has shape {head.shape}; a reward model has one label "
-                                    "(num_labels=1, shape [1, hidden])")
+    if is_sequence_classifier(read_config(folder)):
+        lm, params = load_sequence_classifier(folder, dtype)
+        return lm, params, True
+    lm, params = load_pretrained(folder, dtype)
     tree = dict(params["params"])
-    tree["value_head"] = {"kernel": jnp.asarray(head.T), "bias": jnp.zeros((1,), jnp.float32)}
-    return lm, {**params, "params": tree}, True
+    tree["value_head"] = {**tree["value_head"], "bias": jnp.zeros((1,), jnp.float32)}
+    return lm, {**params, "params": tree}, False
 
 
 def load_reward_model(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Callable, dict]:
     """``(reward_fn, params)`` of a local HF ``*ForSequenceClassification`` folder (one label,
-    ``score`` head): ``reward_fn(params, prompt, prompt_valid, response, response_mask) -> [B]``
-    (:data:`purejaxppo.lm.experience.RewardFn`). :class:`CheckpointFolderError` for a folder
-    without a score head (a causal LM is no reward model) or an unsupported family."""
-    lm, params, has_head = load_reward_trunk(folder, dtype)
-    if not has_head:
-        raise CheckpointFolderError(f"{os.fspath(folder)} holds no score head ({HEAD}): it is not a reward model; "
-                                    "train one with python -m purejaxppo reward --model DIR --pairs FILE.jsonl")
+    ``score`` head) of any supported family: ``reward_fn(params, prompt, prompt_valid, response,
+    response_mask) -> [B]`` (:data:`purejaxppo.lm.experience.RewardFn`).
+    :class:`CheckpointFolderError` for a folder that is not a sequence classifier (a causal LM is
+    no reward model) or an unsupported family."""
+    folder = os.fspath(folder)
+    if not is_sequence_classifier(read_config(folder)):
+        raise CheckpointFolderError(f"{folder} holds no score head (config.json's architectures name no "
+                                    "*ForSequenceClassification): it is not a reward model; train one with "
+                                    "python -m purejaxppo reward --model DIR --pairs FILE.jsonl")
+    lm, params = load_sequence_classifier(folder, dtype)
     return make_reward_fn(lm), params
 
 
 def save_reward_model(folder: str | os.PathLike, lm, params, extra_config: Mapping | None = None) -> None:
-    """Write ``config.json`` and ``model.safetensors`` in the ``*ForSequenceClassification``
-    layout (trunk, ``score.weight`` = the value head's kernel transposed, ``num_labels=1``);
-    ``extra_config``: entries kept from the source model's config (token ids, ...).
-    ``ValueError`` when the head's bias is not zero (HF's ``score`` has none; the
-    Bradley-Terry loss never moves it)."""
-    head = params["params"]["value_head"]
-    if float(np.abs(np.asarray(head["bias"])).max()) != 0.0:
-        raise ValueError("the value head's bias is not zero; a *ForSequenceClassification score head has no bias")
-    family = getattr(getattr(lm, "model", None), "__class__", type(None)).__name__.lower()
-    writers = {"gpt2": _gpt2_write, "llama": _llama_write}  # by module class: Llama serves the four Llama types
-    if family not in writers:
-        raise ValueError(f"save_reward_model: no writer for {type(getattr(lm, 'model', lm)).__name__}")
-    tensors, config = writers[family](lm, params)
-    tensors[HEAD] = np.asarray(head["kernel"], np.float32).T.copy()
+    """Write the trunk and value head as an HF ``*ForSequenceClassification`` folder
+    (:func:`~purejaxppo.lm.pretrained.save_sequence_classifier`: ``score.weight`` = the value
+    head's kernel transposed, one label; ``ValueError`` for a non-zero bias); ``extra_config``:
+    entries of the source model's ``config.json`` kept where the writer sets none (token ids, ...)."""
+    save_sequence_classifier(folder, lm, params)
+    path = os.path.join(os.fspath(folder), "config.json")
+    with open(path) as f:
+        config = json.load(f)
     keep = {k: v for k, v in (extra_config or {}).items() if k not in config and k != "architectures"}
-    config = {**keep, **config, "num_labels": 1, "id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0},
-              "problem_type": "regression"}
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-    write_safetensors(os.path.join(folder, WEIGHTS), tensors)
+    with open(path, "w") as f:
+        json.dump({**keep, **config, "num_labels": 1}, f, indent=2)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from typing import Callable, Optional, Sequence
 
 import jax
 
 from purejaxppo.config import ConfigError
+from purejaxppo.lm.hf_files import copy_tokenizer_files
 from purejaxppo.lm.preference_data import Cuts, read_pairs, split_pairs, tokenize_pairs
 from purejaxppo.lm.pretrained import read_config
 from purejaxppo.lm.reward_model import load_reward_trunk, save_reward_model
@@ -27,8 +27,6 @@ from purejaxppo.run import run_folder as rf
 from purejaxppo.run.loop import RunResult, run_chunks
 
 MODEL = "model"  # the trained reward model inside the run folder
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                   "generation_config.json")
 
 
 def _sha256(path: str) -> str:
@@ -121,9 +119,7 @@ def export_reward_model(run_dir: str, source: str, lm, params) -> str:
     """Write ``params`` to ``RUN_DIR/model`` in the HF layout, the source's tokenizer files beside."""
     out = os.path.join(run_dir, MODEL)
     save_reward_model(out, lm, params, read_config(source))
-    for name in TOKENIZER_FILES:
-        if os.path.isfile(os.path.join(source, name)):
-            shutil.copyfile(os.path.join(source, name), os.path.join(out, name))
+    copy_tokenizer_files(source, out)
     return out
 
 

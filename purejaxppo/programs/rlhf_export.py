@@ -11,20 +11,16 @@ The value head is not written (a causal LM has none; transformers would warn abo
 from __future__ import annotations
 
 import os
-import shutil
 
 import jax
 import numpy as np
 
 from purejaxppo.config import ConfigError
+from purejaxppo.lm.pretrained import save_pretrained
 from purejaxppo.lm.token_ppo import policy_params
 from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint, restore_checkpoint
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                   "generation_config.json", "chat_template.jinja")
-
 
 def _source_folder(settings: RLHFSettings):
     """The Hugging Face folder the run's model was loaded from, or None (a built-in TinyLM)."""
@@ -70,22 +66,5 @@ def export_policy(run_dir: str, out_dir: str, run: int = 0) -> int:
     if not source:
         raise ConfigError(f"{run_dir} trained a built-in TinyLM, which has no Hugging Face layout; export takes a run "
                           "started from a local Hugging Face model folder")
-    _write(out_dir, lm, params)
-    for name in TOKENIZER_FILES:
-        if os.path.isfile(os.path.join(source, name)):
-            shutil.copyfile(os.path.join(source, name), os.path.join(out_dir, name))
+    save_pretrained(out_dir, lm, params, copy_from=source)  # the family's writer, tokenizer files copied
     return update
-
-
-def _write(out_dir: str, lm, params) -> None:
-    """The family's HF writer (``save_pretrained`` where the loader module has one)."""
-    from purejaxppo.lm import pretrained
-
-    if hasattr(pretrained, "save_pretrained"):
-        pretrained.save_pretrained(out_dir, lm, params)
-        return
-    from purejaxppo.lm.gpt2 import GPT2, save_gpt2
-
-    if not isinstance(getattr(lm, "model", None), GPT2):
-        raise ConfigError(f"no Hugging Face writer for {type(getattr(lm, 'model', lm)).__name__}")
-    save_gpt2(out_dir, lm.model, params, value_head=False)
