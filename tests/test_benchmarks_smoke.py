@@ -110,3 +110,32 @@ def test_script_runs_at_a_tiny_size(script, tmp_path):
     assert out.returncode == 0, f"{script} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
     written = [a for a in args if a.startswith(str(tmp_path))]
     assert all(glob.glob(w + "*") for w in written), (written, os.listdir(tmp_path))
+
+
+def test_the_shared_timing_loop_interleaves_the_sides():
+    """benchmarks/_common.py's loop, which every side-by-side script times with: round by round,
+    each side once in order, every call seen (output ready, wall and cores), each inside the guard."""
+    import contextlib
+
+    sys.path.insert(0, BENCH)
+    try:
+        from _common import interleaved_rounds
+    finally:
+        sys.path.remove(BENCH)
+    calls, seen, guarded = [], [], []
+
+    @contextlib.contextmanager
+    def guard(r, label):
+        guarded.append((r, label, "in"))
+        yield
+        guarded.append((r, label, "out"))
+
+    def side(label):
+        return lambda: calls.append(label) or f"{label}{len(calls)}"
+
+    rec = interleaved_rounds({"a": side("a"), "b": side("b")}, 3,
+                             lambda r, label, t: seen.append((r, label, t.out, t.wall_s > 0, t.cores >= 0)), guard)
+    assert calls == ["a", "b"] * 3
+    assert seen == [(r, lab, f"{lab}{2 * r + (lab == 'b') + 1}", True, True) for r in range(3) for lab in "ab"]
+    assert guarded == [(r, lab, io) for r in range(3) for lab in "ab" for io in ("in", "out")]
+    assert [len(rec[k].times) for k in "ab"] == [3, 3] and all(t > 0 for t in rec["a"].times)
