@@ -59,7 +59,7 @@ def test_helper_compiles(helper, tmp_path):
 
 
 def _commands():
-    """``(where, script, [flags])`` of every ``python benchmarks/X.py ...`` command in the
+    """``(where, script, [flags])`` of every ``python benchmarks/<script>.py ...`` command in the
     benchmarks' README table and gpu_figures.sh."""
     out = []
     for name in ("README.md", "gpu_figures.sh"):
