@@ -1,10 +1,14 @@
-"""Shared helpers of the benchmarks: hardware description and SB3 configuration."""
+"""Shared helpers of the benchmarks: the timing loop (compile apart, interleaved rounds, wall
+seconds and cores used), number formats, hardware description and SB3 configuration."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import sys
+import time
+from typing import Any, Callable, NamedTuple, Optional
 
 
 def cpu_seconds() -> float:
@@ -12,6 +16,77 @@ def cpu_seconds() -> float:
     cores it used."""
     t = os.times()
     return t.user + t.system
+
+
+def fmt_k(x) -> str:
+    """Steps per second as the tables print them: ``162.4k``, or ``950`` under a thousand."""
+    return f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
+
+
+def loadavg_now() -> list:
+    """The 1, 5 and 15 minute load averages, rounded (the JSON outputs' ``loadavg_after``)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class Timed(NamedTuple):
+    """One timed call: its output (ready), wall seconds, and cores used (CPU s / wall s)."""
+    out: Any
+    wall_s: float
+    cores: float
+
+
+def timed(fn: Callable, *args) -> Timed:
+    """Call ``fn(*args)`` and wait for its result (``jax.block_until_ready``): the wall seconds and
+    the cores this process used meanwhile (:func:`cpu_seconds` over wall seconds)."""
+    import jax
+
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    out = jax.block_until_ready(fn(*args))
+    dt = time.perf_counter() - t0
+    return Timed(out, dt, (cpu_seconds() - c0) / dt)
+
+
+def compile_timed(jitted, *args, clear: bool = False) -> tuple:
+    """``(compiled, seconds)``: ``jitted.lower(*args).compile()`` timed (tracing, lowering and
+    XLA). ``clear``: drop JAX's in-memory caches first, so nothing compiled before is reused."""
+    import jax
+
+    if clear:
+        jax.clear_caches()
+    t0 = time.perf_counter()
+    compiled = jitted.lower(*args).compile()
+    return compiled, time.perf_counter() - t0
+
+
+@dataclasses.dataclass
+class Rounds:
+    """One side's timings over the rounds: wall seconds and cores used per round."""
+    times: list = dataclasses.field(default_factory=list)
+    cores: list = dataclasses.field(default_factory=list)
+
+    def add(self, t: Timed) -> None:
+        self.times.append(t.wall_s)
+        self.cores.append(t.cores)
+
+
+def interleaved_rounds(sides: dict, rounds: int, each: Optional[Callable] = None,
+                       guard: Optional[Callable] = None) -> dict:
+    """``{label: Rounds}``: ``rounds`` rounds, each calling every side once in order (``sides``:
+    ``{label: thunk}``), so that all sides see the same machine state. ``each(round, label, timed)``
+    sees every call (to print it, keep round 0's output); ``guard(round, label)``, a context
+    manager, wraps each call (e.g. a hang warning)."""
+    import contextlib
+
+    rec = {label: Rounds() for label in sides}
+    for r in range(rounds):
+        for label, thunk in sides.items():
+            with guard(r, label) if guard else contextlib.nullcontext():
+                t = timed(thunk)
+            rec[label].add(t)
+            if each:
+                each(r, label, t)
+            del t
+    return rec
 
 
 def hardware() -> dict:

@@ -21,12 +21,12 @@ key; ours: ``stack_configs`` over the same rates, the key unbatched as on rejax'
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -74,7 +74,7 @@ def main(argv=None):
     import jax.numpy as jnp
 
     jax.config.update("jax_enable_compilation_cache", False)
-    from _common import cpu_seconds, hardware
+    from _common import compile_timed, hardware, interleaved_rounds, loadavg_now
     from vs_rejax import SWEEP_LRS, make_rejax, ours_config, rejax_settings
     from purejaxppo.agents.registry import build_agent
     from purejaxppo.scale.population import runs
@@ -137,24 +137,17 @@ def main(argv=None):
           + f"; load {hw.get('loadavg_at_start')}")
     rec = {}
     for label, (fn, a) in sides.items():
-        jax.clear_caches()
-        t0 = time.perf_counter()
-        c = jax.jit(fn).lower(*a).compile()
-        rec[label] = {"compiled": c, "args": a, "compile_s": round(time.perf_counter() - t0, 2), "times": [],
-                      "cores": [], "hlo": hlo_counts(c)}
+        c, seconds = compile_timed(jax.jit(fn), *a, clear=True)
+        rec[label] = {"compiled": c, "args": a, "compile_s": round(seconds, 2), "hlo": hlo_counts(c)}
         if args.hlo_out:
             with open(f"{args.hlo_out}_{label}.txt", "w") as f:
                 f.write(c.as_text())
         print(f"  {label:<6} compile {rec[label]['compile_s']} s  {rec[label]['hlo']}", flush=True)
-    for _ in range(args.rounds):
-        for v in rec.values():
-            c0, t0 = cpu_seconds(), time.perf_counter()
-            jax.block_until_ready(v["compiled"](*v["args"]))
-            dt = time.perf_counter() - t0
-            v["times"].append(dt)
-            v["cores"].append((cpu_seconds() - c0) / dt)
+    calls = {label: functools.partial(v["compiled"], *v["args"]) for label, v in rec.items()}
+    for label, t in interleaved_rounds(calls, args.rounds).items():
+        rec[label]["times"], rec[label]["cores"] = t.times, t.cores
     out = {"row": args.row, "iters": args.iters, "sweep": args.sweep, "minibatch_steps": steps, "hardware": hw,
-           "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+           "loadavg_after": loadavg_now()}
     for label, v in rec.items():
         med = statistics.median(v["times"])
         out[label] = {"compile_s": v["compile_s"], "run_s": [round(t, 3) for t in v["times"]],

@@ -24,14 +24,14 @@ With ``--seeds S`` every program is vmapped over ``S`` seeds (as ``jax.vmap(ppo.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import cpu_seconds, rollout_targets, rollouts_alone  # noqa: E402
+from _common import compile_timed, interleaved_rounds, rollout_targets, rollouts_alone  # noqa: E402
 
 
 def main(argv=None):
@@ -111,15 +111,12 @@ def main(argv=None):
     res = {"env": args.env, "network": args.network, "seeds": args.seeds, "num_updates": cfg.num_updates,
            "batch": cfg.batch_size}
     for name, fn in programs.items():
-        t = time.perf_counter()
-        compiled = jax.jit(jax.vmap(fn) if args.seeds > 1 else fn).lower(runner).compile()
-        res[f"{name}_compile_s"] = round(time.perf_counter() - t, 2)
-        times, cores = [], []
-        for _ in range(args.repeats):
-            c0, t = cpu_seconds(), time.perf_counter()
-            out = jax.block_until_ready(compiled(runner))
-            times.append(time.perf_counter() - t)
-            cores.append((cpu_seconds() - c0) / times[-1])
+        compiled, seconds = compile_timed(jax.jit(jax.vmap(fn) if args.seeds > 1 else fn), runner)
+        res[f"{name}_compile_s"] = round(seconds, 2)
+        last = {}
+        rounds = interleaved_rounds({name: functools.partial(compiled, runner)}, args.repeats,
+                                    lambda r, label, t: last.update(out=t.out))[name]
+        times, cores, out = rounds.times, rounds.cores, last["out"]
         if name == "update_matmuls":  # its weights must stay finite and normal, or it times other arithmetic
             mags = [float(abs(w).max()) for w in jax.tree.leaves(out)]
             res["update_matmuls_weight_range"] = [min(mags), max(mags)]

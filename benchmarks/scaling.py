@@ -14,11 +14,11 @@ Bigger:  --envs 4,16,64,256,1024,4096,16384 --seeds 1,4,16,64,256,1024 --updates
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,6 +28,7 @@ ENV_DEFAULTS = {"CartPole-v1": dict(network="mlp"), "Breakout-MinAtar": dict(net
 def measure(env: str, num_envs: int, seeds: int, num_steps: int, updates: int, repeats: int, network: str,
             min_steps: int = 0) -> dict:
     import jax
+    from _common import compile_timed, interleaved_rounds
 
     from purejaxppo import PPOConfig, make_ppo
 
@@ -39,16 +40,9 @@ def measure(env: str, num_envs: int, seeds: int, num_steps: int, updates: int, r
     ppo = make_ppo(cfg)
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     fn = jax.jit(jax.vmap(ppo.train)) if seeds > 1 else jax.jit(lambda k: ppo.train(k[0]))
-    t = time.perf_counter()
-    compiled = fn.lower(keys).compile()
-    compile_s = time.perf_counter() - t
+    compiled, compile_s = compile_timed(fn, keys)
     jax.block_until_ready(compiled(keys))  # warm-up: the first call also starts the CPU thread pool
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(compiled(keys))
-        times.append(time.perf_counter() - t)
-    run_s = statistics.median(times)
+    run_s = statistics.median(interleaved_rounds({"run": functools.partial(compiled, keys)}, repeats)["run"].times)
     steps = cfg.num_updates * cfg.batch_size * seeds
     return {"env": env, "num_envs": num_envs, "seeds": seeds, "num_steps": num_steps, "updates": cfg.num_updates,
             "network": network, "compile_s": round(compile_s, 3), "run_s": round(run_s, 4),

@@ -82,6 +82,8 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+from _common import compile_timed, fmt_k, loadavg_now, timed  # noqa: E402  (this folder, on the path above)
+
 # published settings, as Brax's train() takes them
 BRAX_NOTEBOOK = "google/brax notebooks/training.ipynb (train_fn)"
 PLAYGROUND_PARAMS = "mujoco_playground config/dm_control_suite_params.py (brax_ppo_config)"
@@ -328,22 +330,13 @@ def env_only(env_name: str, s: dict, cfg, steps: int, seed: int = 0) -> dict:
     out = {}
     key = jax.random.PRNGKey(seed)
     for label, fn in (("brax", brax_roll), ("ours", ours_roll)):
-        jax.clear_caches()
-        t0 = time.perf_counter()
-        c = jax.jit(fn).lower(key).compile()
-        comp = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        jax.block_until_ready(c(key))
-        dt = time.perf_counter() - t0
+        c, comp = compile_timed(jax.jit(fn), key, clear=True)
+        dt = timed(c, key).wall_s
         out[label] = {"compile_s": round(comp, 2), "run_s": round(dt, 3), "env_steps": n * steps,
                       "steps_per_s": round(n * steps / dt, 1)}
         print(f"  env alone ({label}, {n} envs x {steps} steps, random actions): compile {comp:.1f} s, run {dt:.2f} s, "
               f"{fmt_k(n * steps / dt)} steps/s", flush=True)
     return out
-
-
-def fmt_k(x):
-    return f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
 
 
 def main(argv=None):
@@ -424,7 +417,7 @@ def main(argv=None):
         if args.env_only:
             results.append({"row": name, "env": row["env"], "size": args.size, "brax_settings": s,
                             "env_alone": env_only(row["env"], s, cfg, cfg.num_steps * cfg.num_updates, seed=args.seed),
-                            "loadavg_after": [round(x, 2) for x in os.getloadavg()]})
+                            "loadavg_after": loadavg_now()})
             continue
         env, wrap_fn = make_env(row["env"])
         brax_kwargs = {k: v for k, v in s.items() if k not in ("num_evals",)}
@@ -435,24 +428,20 @@ def main(argv=None):
 
         key = jax.random.PRNGKey(args.seed)
         ppo = make_ppo(cfg) if args.host_devices == 1 else split_envs(cfg, args.host_devices)
-        jax.clear_caches()
-        t0 = time.perf_counter()
-        ours_compiled = jax.jit(ppo.train).lower(key).compile()
-        ours_compile = time.perf_counter() - t0
+        ours_compiled, ours_compile = compile_timed(jax.jit(ppo.train), key, clear=True)
         print(f"  compiled ours        {ours_compile:.2f} s", flush=True)
 
         rec = {"ours": {"times": [], "cores": []}, "brax": {"times": [], "cores": [], "train_wall": None,
                                                             "compile": None}}
         ours_out = brax_out = None
         for r in range(args.rounds):
-            c0, t0 = cpu_seconds(), time.perf_counter()
-            out = ours_compiled(key)
-            jax.block_until_ready(out)
-            dt = time.perf_counter() - t0
+            t = timed(ours_compiled, key)  # interleaved by hand: Brax's side is its train(), then replays
+            dt = t.wall_s
             rec["ours"]["times"].append(dt)
-            rec["ours"]["cores"].append((cpu_seconds() - c0) / dt)
+            rec["ours"]["cores"].append(t.cores)
             if r == 0:
-                ours_out = out
+                ours_out = t.out
+            del t
             print(f"  round {r + 1} ours   run {dt:.2f} s  {fmt_k(ours_steps / dt)} steps/s  "
                   f"{rec['ours']['cores'][-1]:.2f} cores", flush=True)
 
@@ -521,7 +510,7 @@ def main(argv=None):
                          "compile_ratio": round(rec["brax"]["compile"] / ours_compile, 3)},
             },
             "profile_env_alone": prof,
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "loadavg_after": loadavg_now(),
         }
         results.append(out_row)
         del ours_out, brax_out

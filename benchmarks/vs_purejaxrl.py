@@ -52,15 +52,17 @@ if "jax" not in sys.modules and "xla_force_host_platform_device_count" not in os
 import argparse  # noqa: E402
 import ast  # noqa: E402
 import contextlib  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import threading  # noqa: E402
-import time  # noqa: E402
 import warnings  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from _common import fmt_k  # noqa: E402  (this folder, on the path above)
 
 ROWS = ("cartpole_1seed", "cartpole_16seeds", "cartpole_64seeds", "gru_cartpole", "pendulum", "breakout_minatar_mlp")
 
@@ -242,10 +244,6 @@ def theirs_per_update(out):
         return np.where(n > 0, (r * m).sum(axis=(-2, -1)) / np.maximum(n, 1), np.nan)
 
 
-def fmt_k(x):
-    return f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--purejaxrl-dir", required=True, help="a checkout of luchris429/purejaxrl (repo root)")
@@ -277,7 +275,7 @@ def main(argv=None):
         pass
 
     import _purejaxrl_shims
-    from _common import cpu_seconds, hardware
+    from _common import compile_timed, hardware, interleaved_rounds
     from purejaxppo import make_ppo
     from purejaxppo.scale.parallel import shard_runs
 
@@ -339,27 +337,24 @@ def main(argv=None):
         rec = {label: {"compiles": [], "times": [], "cores": [], "steps": steps} for label, _, _, steps, _ in variants}
         for _ in range(max(1, args.compile_rounds)):
             for label, fn, a, _, _ in variants:
-                jax.clear_caches()
-                t0 = time.perf_counter()
-                rec[label]["compiled"] = fn.lower(*a).compile()
-                rec[label]["compiles"].append(time.perf_counter() - t0)
+                rec[label]["compiled"], seconds = compile_timed(fn, *a, clear=True)
+                rec[label]["compiles"].append(seconds)
                 print(f"  compiled {label:<12} {rec[label]['compiles'][-1]:.2f} s", flush=True)
         for v in rec.values():
             v["compile_s"] = statistics.median(v["compiles"])
-        for r in range(args.rounds):
-            for label, _, a, steps, per_update in variants:
-                c0, t0 = cpu_seconds(), time.perf_counter()
-                with hang_warning(f"round {r + 1} of {label}", args.hang_warning_s):
-                    out = rec[label]["compiled"](*a)
-                    jax.block_until_ready(out)
-                dt = time.perf_counter() - t0
-                rec[label]["times"].append(dt)
-                rec[label]["cores"].append((cpu_seconds() - c0) / dt)
-                if r == 0:
-                    rec[label]["first"], rec[label]["final"] = window_returns(per_update(out))
-                del out
-                print(f"  round {r + 1} {label:<12} {dt:.2f} s  {fmt_k(steps / dt)} steps/s  "
-                      f"{rec[label]['cores'][-1]:.2f} cores", flush=True)
+        per_update = {label: extract for label, _, _, _, extract in variants}
+
+        def each(r, label, t):
+            if r == 0:
+                rec[label]["first"], rec[label]["final"] = window_returns(per_update[label](t.out))
+            print(f"  round {r + 1} {label:<12} {t.wall_s:.2f} s  {fmt_k(rec[label]['steps'] / t.wall_s)} steps/s  "
+                  f"{t.cores:.2f} cores", flush=True)
+
+        calls = {label: functools.partial(rec[label]["compiled"], *a) for label, _, a, _, _ in variants}
+        timings = interleaved_rounds(calls, args.rounds, each,
+                                     lambda r, label: hang_warning(f"round {r + 1} of {label}", args.hang_warning_s))
+        for label, t in timings.items():
+            rec[label]["times"], rec[label]["cores"] = t.times, t.cores
 
         row = {"row": name, "env": cfg.env_name, "seeds": seeds, "script": script,
                "ours_config": cfg.to_dict(), "purejaxrl_config": theirs, "config_differences": diffs,

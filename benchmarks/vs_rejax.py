@@ -51,6 +51,7 @@ state's value is read and our step skips that critic pass (``H*E + E`` observati
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -59,6 +60,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+
+from _common import fmt_k, loadavg_now  # noqa: E402  (this folder, on the path above)
 
 REJAX_CARTPOLE = dict(env="CartPole-v1", agent_kwargs=dict(activation="tanh"), num_envs=5, num_steps=100,
                       num_epochs=5, num_minibatches=5, learning_rate=0.00075, max_grad_norm=0.5,
@@ -179,10 +182,6 @@ def rollout_only(ppo, algo, n_iters: int):
     return out
 
 
-def fmt_k(x):
-    return f"{x / 1e3:.1f}k" if x >= 1e3 else f"{x:.0f}"
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of: {', '.join(ROWS)}")
@@ -217,7 +216,7 @@ def main(argv=None):
     except ImportError:
         raise SystemExit("rejax is not installed: pip install --no-deps rejax==0.1.3 (see this script's docstring)") from None
     import _rejax_shims
-    from _common import cpu_seconds, hardware
+    from _common import compile_timed, hardware, interleaved_rounds
     from purejaxppo import make_ppo
     from purejaxppo.scale.parallel import shard_runs
     from purejaxppo.scale.population import runs
@@ -281,25 +280,20 @@ def main(argv=None):
 
         rec = {}
         for label, fn, a in sides:
-            jax.clear_caches()
-            t0 = time.perf_counter()
-            rec[label] = {"compiled": fn.lower(*a).compile(), "args": a, "times": [], "cores": []}
-            rec[label]["compile_s"] = time.perf_counter() - t0
+            compiled, seconds = compile_timed(fn, *a, clear=True)
+            rec[label] = {"compiled": compiled, "args": a, "compile_s": seconds}
             print(f"  compiled {label:<12} {rec[label]['compile_s']:.2f} s", flush=True)
-        outs = {}
-        for r in range(args.rounds):
-            for label in labels:
-                v = rec[label]
-                c0, t0 = cpu_seconds(), time.perf_counter()
-                out = v["compiled"](*v["args"])
-                jax.block_until_ready(out)
-                dt = time.perf_counter() - t0
-                v["times"].append(dt)
-                v["cores"].append((cpu_seconds() - c0) / dt)
-                if r == 0:
-                    outs[label] = out
-                print(f"  round {r + 1} {label:<12} {dt:.2f} s  {fmt_k(total / dt)} steps/s  {v['cores'][-1]:.2f} cores",
-                      flush=True)
+
+        def each(r, label, t):
+            if r == 0:
+                rec[label]["out"] = t.out
+            print(f"  round {r + 1} {label:<12} {t.wall_s:.2f} s  {fmt_k(total / t.wall_s)} steps/s  {t.cores:.2f} cores",
+                  flush=True)
+
+        calls = {label: functools.partial(rec[label]["compiled"], *rec[label]["args"]) for label in labels}
+        for label, t in interleaved_rounds(calls, args.rounds, each).items():
+            rec[label]["times"], rec[label]["cores"] = t.times, t.cores
+        outs = {label: rec[label].pop("out") for label in labels}
 
         # final evaluation: rejax's protocol on both sides
         ekey = jax.random.PRNGKey(args.seed + 1)
@@ -331,7 +325,7 @@ def main(argv=None):
                "profile": prof,
                "sweep_lrs": list(SWEEP_LRS) if sweep else None, "notes": notes,
                "bootstraps_truncation": {"ours": True, "rejax": False}, "results": {},
-               "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+               "loadavg_after": loadavg_now()}
         base_sps = total / statistics.median(rec["rejax"]["times"])
         for label in ["rejax"] + [lab for lab in labels if lab != "rejax"]:
             ret = r_ret if label == "rejax" else o_rets.get(label, o_rets["ours"])  # layouts of ours: not evaluated

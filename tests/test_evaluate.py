@@ -166,7 +166,9 @@ def test_gru_episode_states_play_one_episode():
 
 
 def test_plot_draws_mean_and_band(tmp_path):
-    from purejaxppo.cli.plot import _ffill, load_curves, plot_runs
+    from purejaxppo.cli.curve_stats import ffill
+    from purejaxppo.cli.curves import load_curves
+    from purejaxppo.cli.plot import plot_runs
 
     run = tmp_path / "run"
     run.mkdir()
@@ -176,8 +178,8 @@ def test_plot_draws_mean_and_band(tmp_path):
             rows.append(f"{s},{u},{(u + 1) * 10},{'nan' if u == 1 else s * 10 + u}")
     (run / "metrics.csv").write_text("\n".join(rows) + "\n")
     (c,) = load_curves(str(run))
-    np.testing.assert_array_equal(c["env_steps"], [10, 20, 30, 40])
-    np.testing.assert_array_equal(_ffill(c["values"]), [[0, 0, 2, 3], [10, 10, 12, 13]])
+    np.testing.assert_array_equal(c.env_steps, [10, 20, 30, 40])
+    np.testing.assert_array_equal(ffill(c.values), [[0, 0, 2, 3], [10, 10, 12, 13]])
     out = plot_runs([str(run)], str(tmp_path / "c.png"))
     assert os.path.getsize(out) > 1000
     with pytest.raises(KeyError, match="no metric 'nope'"):

@@ -23,7 +23,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from purejaxppo.cli.plot import _ffill, load_curves  # noqa: E402
+from purejaxppo.cli.curve_stats import ffill, window_mean  # noqa: E402
+from purejaxppo.cli.curves import load_curves  # noqa: E402
 
 RUN = re.compile(r"^(?P<tag>[a-z]+)-pbt(?P<n>\d+)-i(?P<interval>\d+)-s(?P<seed>\d+)$")
 
@@ -36,15 +37,10 @@ def curves(run_dir: str, smooth: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """``(env_steps per member [U], returns [members, U])``: per member (or seed) the training
     return per update, NaN-free after the first episode, averaged over a trailing ``smooth`` updates."""
     cs = load_curves(run_dir)
-    r = np.concatenate([c["values"] for c in cs])  # [members or seeds, U]
-    r = np.stack([_ffill(x) for x in r])
-    if smooth > 1:  # mean of the finite values in the window (NaN before the first episode ends)
-        ok = np.isfinite(r)
-        c = np.cumsum(np.pad(np.where(ok, r, 0.0), ((0, 0), (smooth, 0))), axis=1)
-        k = np.cumsum(np.pad(ok, ((0, 0), (smooth, 0))), axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = (c[:, smooth:] - c[:, :-smooth]) / (k[:, smooth:] - k[:, :-smooth])
-    return cs[0]["env_steps"], r
+    r = np.concatenate([c.values for c in cs])  # [members or seeds, U]
+    r = np.stack([ffill(x) for x in r])
+    r = window_mean(r, smooth)  # mean of the finite values in the window (NaN before the first episode ends)
+    return cs[0].env_steps, r
 
 
 def area(run_dir: str) -> np.ndarray:

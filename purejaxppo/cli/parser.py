@@ -42,7 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
     pl = _strict(sub.add_parser("plot", help="learning curves of one or more runs"))
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("-o", "--out", default="curves.png", help="output image (png/pdf/svg)")
-    pl.add_argument("--metric", default="episode_return", help="metric column to plot (default episode_return)")
+    pl.add_argument("--metric", default=None, metavar="A,B,...",
+                    help="metrics.csv columns to draw, one panel each (default: episode_return; a token-level "
+                         "run's score,kl)")
+    pl.add_argument("--smooth", type=strict_int, default=1, metavar="N",
+                    help="smooth each seed's curve over N updates, the raw curve faint behind (default 1: none)")
+    pl.add_argument("--smoother", choices=("ema", "window"), default="ema",
+                    help="with --smooth: ema (span N, default) or window (trailing mean of N updates)")
+    pl.add_argument("--x", choices=("env_steps", "updates", "time"), default=None,
+                    help="x axis (default env_steps, or updates for runs that count no env steps); time: "
+                         "seconds of training at the speed in the run's summary.json")
+    pl.add_argument("--iqm", action="store_true",
+                    help="across seeds the interquartile mean with a 95%% bootstrap interval (default: the mean, "
+                         "band min..max)")
     ev = _strict(sub.add_parser("envs", help="list the environment suites (and which extra installs each)"))
     ev.add_argument("--suite", default=None, help="list the env names of one suite (gymnax, brax, playground, ...)")
     from purejaxppo.cli.rlhf_cmd import add_rlhf

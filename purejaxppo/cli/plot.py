@@ -1,157 +1,142 @@
-"""Learning curves from run folders: mean and spread over seeds vs env steps.
+"""Learning curves from run folders, one panel per metric.
 
-Each run's ``metrics.csv`` (one row per update per run, see :mod:`purejaxppo.run.run_folder`)
-gives one line: the mean over seeds of ``metric`` (default ``episode_return``) at each
-update, with a band from the min to the max over seeds. A ``member`` column (population
-runs) splits a run into one line per member. Updates in which no episode finished are
-NaN; they are carried forward from the last finite value so lines have no gaps. A sparse
-metric (``eval_return``: only at the updates where ``--eval-every`` evaluated) is drawn
-through its points, with markers; when the episode return is plotted, a run's greedy
-evaluation is drawn on top of it (dashed, same colour).
+Each run (or member of a sweep or population) is one line per panel: across its seeds the mean
+with a min..max band, or (``iqm=True``) the interquartile mean with a 95% percentile-bootstrap
+band; curves and their labels come from :mod:`purejaxppo.cli.curves`, the statistics from
+:mod:`purejaxppo.cli.curve_stats`. ``smooth=N`` smooths every seed's curve over ``N`` updates
+(an EMA of span N or a trailing window) before the statistic, the raw statistic drawn faint
+behind. Updates in which no episode finished are NaN in ``episode_return``/``episode_length``;
+they are carried forward from the last finite value so lines have no gaps. A sparse metric
+(``eval_*``: only at the updates where an evaluation ran) is drawn through its points, with
+markers; a metric ``m`` with an ``eval_m`` column gets the evaluation on top (dashed, same colour).
 """
 
 from __future__ import annotations
 
-import csv
 import os
-import sys
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
+from purejaxppo.cli.curve_stats import bootstrap_iqm, ffill, iqm as iqm_of, smooth as smooth_curves
+from purejaxppo.cli.curves import X_LABELS, headline_metrics, labels, load_curves, metric_columns, x_values
+
 SPARSE = ("eval_return", "eval_episodes")  # metrics.csv columns set only at some updates (--eval-every)
+FILLED = ("episode_return", "episode_length")  # NaN = no episode finished in that update
 
 
-def _ffill(a: np.ndarray) -> np.ndarray:
-    """Forward-fill NaNs along the last axis (``[..., U]``); leading NaNs stay NaN."""
-    a = np.array(a, np.float64)
-    idx = np.where(np.isfinite(a), np.arange(a.shape[-1]), 0)
-    np.maximum.accumulate(idx, axis=-1, out=idx)
-    out = np.take_along_axis(a, idx, axis=-1)
-    return out
+def _sparse(metric: str) -> bool:
+    return metric in SPARSE or metric.startswith("eval_")
 
 
-def _number(x: str):
-    """A cell as a float, or None (NaN in an array) for text or an empty cell."""
-    try:
-        return float(x)
-    except ValueError:
-        return None
+def _eval_of(metric: str, run_dir: str) -> Optional[str]:
+    """The column holding ``metric``'s periodic evaluation, if the run has one."""
+    name = "eval_return" if metric == "episode_return" else f"eval_{metric}"
+    return name if not _sparse(metric) and name in metric_columns(run_dir) else None
 
 
-def _header(path: str) -> list:
-    """The first line's columns (read leniently: a foreign file gets its own message)."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        return next(csv.reader(f), [])
+def _metrics(metric) -> list:
+    return [m for m in metric.split(",")] if isinstance(metric, str) else list(metric)
 
 
-def load_curves(run_dir: str, metric: str = "episode_return") -> list[dict]:
-    """``[{label, env_steps [U], values [S, U]}]``: one entry per run (or per member).
-
-    Raises ``FileNotFoundError`` / ``KeyError`` with a clear message if the folder has no
-    metrics or not that metric."""
-    from purejaxppo.run.metrics_file import load_table, text_cells
-
-    path = os.path.join(run_dir, "metrics.csv") if os.path.isdir(run_dir) else run_dir
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{run_dir!r} has no metrics.csv; pass a run folder written by purejaxppo train")
-    empty = KeyError(f"{path} holds no rows yet (the run has not finished an update); train it first or leave it out")
-    first = _header(path)
-    if not first:
-        raise empty
-    if "seed" not in first or "update" not in first:
-        raise KeyError(f"{path} has no seed/update columns (header {first[:3]}); pass run folders written by "
-                       "purejaxppo train")
-    header, body, lines, _ = load_table(path)  # damage or bytes that are not UTF-8: CheckpointError
-    if not body:
-        raise empty
-    text = text_cells(header, body, lines)
-    lead = header.index("update") + 1
-    numeric = [n for n in header[lead:] if n not in text or any(_number(r[header.index(n)]) is not None for r in body)]
-    if metric not in header[lead:]:
-        raise KeyError(f"{path} has no metric {metric!r}; available: {', '.join(numeric)}")
-    if metric in text:
-        line, x = text[metric]
-        if metric not in numeric:
-            raise KeyError(f"{path} column {metric!r} holds text, not numbers (line {line}: {x[:30]!r}); plot one "
-                           f"of: {', '.join(n for n in numeric if n not in text)}")
-        print(f"warning: {path} column {metric!r} has text where numbers belong (first on line {line}: {x[:30]!r}); "
-              "plotted as gaps", file=sys.stderr)
-    col = {name: i for i, name in enumerate(header)}
-    label = os.path.basename(os.path.normpath(run_dir))
-    groups: dict = {}
-    for r in body:
-        member = r[col["member"]] if "member" in col else None
-        groups.setdefault(member, []).append(r)
-    curves = []
-    for member, rs in sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0])):
-        seed = np.array([int(float(r[col["seed"]])) for r in rs])
-        upd = np.array([int(float(r[col["update"]])) for r in rs])
-        val = np.array([_number(r[col[metric]]) for r in rs], np.float64)
-        S, U = seed.max() + 1, upd.max() + 1
-        values = np.full((S, U), np.nan)
-        values[seed, upd] = val
-        if "env_steps" in col:
-            steps = np.full(U, np.nan)
-            steps[upd] = np.array([_number(r[col["env_steps"]]) for r in rs], np.float64)
-        else:
-            steps = np.arange(1, U + 1, dtype=np.float64)
-        curves.append({"label": label if member is None else f"{label} [member {member}]",
-                       "env_steps": steps, "values": values})
-    return curves
-
-
-def plot_runs(run_dirs: Sequence[str], out: str, metric: str = "episode_return",
-              title: Optional[str] = None) -> str:
-    """Plot mean (line) and min..max over seeds (band) of ``metric`` vs env steps for every
-    run/member into ``out`` (png/pdf/svg by extension); returns ``out``."""
+def plot_runs(run_dirs: Sequence[str], out: str, metric: Union[str, Sequence[str], None] = None, *,
+              smooth: int = 1, smoother: str = "ema", x: Optional[str] = None, iqm: bool = False,
+              title: Optional[str] = None, resamples: int = 1000) -> str:
+    """Draw ``metric`` (a name, ``"a,b,c"`` or a list: one panel each; ``None``: the runs'
+    headline metrics) of every run/member against ``x`` (``env_steps``, ``updates``, ``time``;
+    ``None``: env steps where every run counts them, else updates) into ``out`` (png/pdf/svg by
+    extension); returns ``out``. ``KeyError`` (a message with the fix) for a metric or axis a run
+    lacks, before anything is drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for run_dir in run_dirs:
-        curves = load_curves(run_dir, metric)
-        evals = _eval_curves(run_dir, len(curves)) if metric == "episode_return" else [None] * len(curves)
-        for c, e in zip(curves, evals):
-            v = _ffill(c["values"]) if metric in ("episode_return", "episode_length") else c["values"]
-            n = c["values"].shape[0]
-            color = _draw(ax, c["env_steps"], v, f"{c['label']} ({n} seed{'s' if n > 1 else ''})",
-                          marker="o" if metric in SPARSE else None)
+    metrics = headline_metrics(run_dirs) if metric is None else _metrics(metric)
+    if x is None:
+        x = "env_steps" if all("env_steps" in metric_columns(d) for d in run_dirs) else "updates"
+    panels = {m: [c for d in run_dirs for c in load_curves(d, m)] for m in metrics}  # every check before drawing
+    first = panels[metrics[0]]
+    names = labels(first)
+    xs = [x_values(c, x, c.values.shape[0] * max(1, sum(o.run_dir == c.run_dir for o in first))) for c in first]
+    evals = {m: [_eval_curve(c, m) for c in first] for m in metrics}
+    ncols = 2 if len(metrics) in (2, 4) else min(len(metrics), 3)
+    nrows = -(-len(metrics) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(7, 4.5) if len(metrics) == 1 else (5.4 * ncols, 3.8 * nrows),
+                             squeeze=False, sharex=True)
+    colors = [f"C{i % 10}" for i in range(len(first))]
+    for ax, m in zip(axes.flat, metrics):
+        for i, c in enumerate(panels[m]):
+            v = ffill(c.values) if m in FILLED else c.values
+            n = v.shape[0]
+            _draw(ax, xs[i], v, f"{names[i]} ({n} seed{'s' if n > 1 else ''})", colors[i],
+                  marker="o" if _sparse(m) else None, smooth=smooth, smoother=smoother, iqm=iqm, resamples=resamples)
+            e = evals[m][i]
             if e is not None:
-                _draw(ax, e["env_steps"], e["values"], f"{c['label']} greedy eval", color, "--", "o")
-    ax.set_xlabel("env steps (per seed)")
-    ax.set_ylabel(metric.replace("_", " "))
-    ax.set_title(title or f"{metric.replace('_', ' ')}: mean over seeds, band = min..max")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+                _draw(ax, xs[i], e.values, f"{names[i]} {'greedy eval' if m == 'episode_return' else 'eval'}",
+                      colors[i], "--", "o", iqm=iqm, resamples=resamples)
+        ax.set_ylabel(m.replace("_", " "))
+        ax.set_title(m.replace("_", " "), fontsize=10)
+        ax.grid(alpha=0.3)
+    for k, ax in enumerate(axes.flat):
+        if k >= len(metrics):
+            ax.set_visible(False)
+        elif k + ncols >= len(metrics):  # the lowest panel of its column: its x axis is labelled
+            ax.set_xlabel(X_LABELS[x])
+            ax.xaxis.set_tick_params(labelbottom=True)
+    stat = "IQM over seeds, band = 95% bootstrap CI" if iqm else "mean over seeds, band = min..max"
+    if smooth > 1:
+        stat += f"; {'EMA of span' if smoother == 'ema' else 'trailing mean over'} {smooth} updates, raw faint"
+    if len(metrics) == 1:
+        axes[0, 0].set_title(title or f"{metrics[0].replace('_', ' ')}: {stat}", fontsize=10)
+        axes[0, 0].legend(fontsize=8)
+        fig.tight_layout()
+    else:
+        fig.suptitle(title or stat, fontsize=11)
+        handles, texts = axes[0, 0].get_legend_handles_labels()
+        rows = -(-len(texts) // ncols)
+        fig.legend(handles, texts, loc="lower center", ncol=ncols, fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, min(0.5, (0.15 + 0.2 * rows) / fig.get_figheight()), 1, 0.97))
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     fig.savefig(out, dpi=120)
     plt.close(fig)
     return out
 
 
-def _eval_curves(run_dir: str, n: int) -> list:
-    """The run's ``eval_return`` curves (one per member), or ``None`` each if it has none."""
-    try:
-        curves = load_curves(run_dir, "eval_return")
-    except KeyError:
-        return [None] * n
-    return [c if np.isfinite(c["values"]).any() else None for c in curves]
+def _eval_curve(curve, metric: str):
+    """The evaluation curve belonging to ``curve``'s ``metric`` (same run and member), or None."""
+    name = _eval_of(metric, curve.run_dir)
+    if name is None:
+        return None
+    match = [c for c in load_curves(curve.run_dir, name) if c.member == curve.member]
+    return match[0] if match and np.isfinite(match[0].values).any() else None
 
 
-def _draw(ax, steps: np.ndarray, values: np.ndarray, label: str, color=None, style: str = "-", marker=None):
-    """Mean over seeds (line) and min..max band of ``values [S, U]``; updates where every seed is
-    NaN are left out (so a sparse metric's points are joined). Returns the line's colour."""
+def center_band(values: np.ndarray, iqm: bool, resamples: int = 1000):
+    """``(center [U], low [U], high [U])`` over the seeds of ``values [S, U]``: the IQM and its
+    bootstrap interval (``iqm``; ``resamples=0``: the IQM alone, no band) or mean, min and max."""
     import warnings
 
-    keep = np.isfinite(values).any(axis=0)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        mean, lo, hi = (f(values[:, keep], 0) for f in (np.nanmean, np.nanmin, np.nanmax))
-    (line,) = ax.plot(steps[keep], mean, style, color=color, marker=marker, markersize=3, label=label)
+        if iqm:
+            center = iqm_of(values)
+            return (center,) + (bootstrap_iqm(values, resamples) if resamples else (center, center))
+        return np.nanmean(values, 0), np.nanmin(values, 0), np.nanmax(values, 0)
+
+
+def _draw(ax, steps: np.ndarray, values: np.ndarray, label: str, color=None, style: str = "-", marker=None, *,
+          smooth: int = 1, smoother: str = "ema", iqm: bool = False, resamples: int = 1000):
+    """The statistic over seeds of ``values [S, U]`` (line) and its band; updates where every
+    seed is NaN are left out (so a sparse metric's points are joined). With ``smooth > 1`` each
+    seed is smoothed first and the raw statistic is drawn faint behind. Returns the line's colour."""
+    keep = np.isfinite(values).any(axis=0)
+    shown = smooth_curves(values, smooth, smoother)[:, keep]
+    center, lo, hi = center_band(shown, iqm, resamples)
+    if smooth > 1:
+        raw = center_band(values[:, keep], iqm, 0)[0]
+        ax.plot(steps[keep], raw, style, color=color, alpha=0.25, linewidth=0.8)
+    (line,) = ax.plot(steps[keep], center, style, color=color, marker=marker, markersize=3, label=label)
     if values.shape[0] > 1:
         ax.fill_between(steps[keep], lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     return line.get_color()

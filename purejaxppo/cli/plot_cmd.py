@@ -17,8 +17,17 @@ def cmd_plot(args) -> int:
     for d in args.run_dirs:
         if not os.path.exists(os.path.join(d, "metrics.csv")):
             raise UserError(f"{d!r} has no metrics.csv; pass run folders written by `purejaxppo train`")
+    metrics = None
+    if args.metric is not None:
+        metrics = [m.strip() for m in args.metric.split(",")]
+        if not all(metrics):
+            raise UserError(f"--metric {args.metric!r} names an empty column; give names separated by commas, "
+                            "e.g. --metric episode_return,entropy")
+    if args.smooth < 1:
+        raise UserError(f"--smooth {args.smooth}: give a number of updates of at least 1 (1 = no smoothing)")
     try:
-        out = plot_runs(args.run_dirs, args.out, metric=args.metric)
+        out = plot_runs(args.run_dirs, args.out, metrics, smooth=args.smooth, smoother=args.smoother, x=args.x,
+                        iqm=args.iqm)
     except KeyError as e:
         raise UserError(e.args[0]) from None
     print(f"learning curves of {len(args.run_dirs)} run(s) written to {out}")
