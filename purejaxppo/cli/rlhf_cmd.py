@@ -92,15 +92,14 @@ def _text_task(settings, args):
         return settings.make_task()
     except RewardSpecError as e:
         raise UserError(f"--reward {args.reward}: {e}") from None
-    except ImportError as e:
-        if settings.reward_model:
-            raise UserError(f"--reward-model needs purejaxppo.lm.reward_model, which this installation lacks ({e}); "
-                            "score with --reward FILE.py:FUNCTION meanwhile") from None
+    except CheckpointFolderError as e:
+        if str(e).startswith("--reward-model"):
+            raise UserError(str(e)) from None
+        if settings.reward_model and os.path.abspath(settings.reward_model) in str(e):
+            raise UserError(f"--reward-model {args.reward_model}: {e}") from None
         raise
     except PromptFileError as e:
         raise UserError(str(e)) from None
-    except CheckpointFolderError:
-        raise
 
 
 def _typed(args, flag: str) -> str:
