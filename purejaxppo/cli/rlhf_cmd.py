@@ -213,6 +213,7 @@ def cmd_rlhf(args) -> int:
 def _report(run_dir: str) -> None:
     """The SFT baseline, the first and last iterations' score and KL, the latest evaluation."""
     import csv
+    import warnings
 
     import numpy as np
 
@@ -229,7 +230,9 @@ def _report(run_dir: str) -> None:
     if "reward_fn_s" in rows[0]:
         spent = sum(value(r, "reward_fn_s") for r in rows if r["seed"] == rows[0]["seed"])
         print(f"text reward on the host: {spent:.2f}s over {len(updates)} iterations (reward_fn_s in metrics.csv)")
-    evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
+    with warnings.catch_warnings():  # no evaluation yet: every eval_score is NaN (nanmean warns)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
     if evaluated:
         print(f"greedy score at iteration {evaluated[-1] + 1}: {mean('eval_score', evaluated[-1]):.3f}")
     print(f"wrote {run_dir} (metrics.csv, samples.txt, checkpoints); continue with "
