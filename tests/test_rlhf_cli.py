@@ -143,6 +143,14 @@ def _bad_folders(root):
     (root / "reward.py").write_text("def score(prompts, responses):\n    return [0.0] * len(prompts)\n"
                                     "def one(x):\n    return x\n")
     (root / "broken.py").write_text("def score(:\n")
+    (root / "othervocab").mkdir()
+    cfg = json.load(open(os.path.join(good, "config.json")))
+    (root / "othervocab" / "config.json").write_text(json.dumps({**cfg, "vocab_size": cfg["vocab_size"] + 1}))
+    (root / "othertok").mkdir()  # the same vocabulary size, another tokenizer (trained on other lines)
+    (root / "othertok" / "config.json").write_text(json.dumps(cfg))
+    from _lm_fixtures import corpus, train_bpe
+
+    train_bpe(cfg["vocab_size"], corpus(seed=7)[::-1]).save(str(root / "othertok" / "tokenizer.json"))
     (root / "finished").mkdir()
     (root / "finished" / "config.json").write_text(json.dumps({"kind": "rlhf"}))
     (root / "finished" / "metrics.csv").write_text("seed,update\n0,0\n")
@@ -197,6 +205,14 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
     (["--model", "{good}", "--prompts", "{prompts.jsonl}"], "--model needs one reward"),
     (TEXT + ["--reward-model", "{good}"], "--model needs one reward"),
     (TEXT + ["--task", "reverse"], "--task belongs to the built-in tasks"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{othervocab}"],
+     "--reward-model {othervocab}: its vocabulary (321) differs from the policy's (320)"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{othertok}"],
+     "--reward-model {othertok}: its tokenizer.json differs from the policy's"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{good}"],
+     "--reward-model {good} holds no score head"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{missing}"],
+     "--reward-model {missing}: {missing} is not a folder"),
     (TEXT + ["--layers", "2"], "--layers belongs to the built-in tasks"),
     (TEXT + ["--sft-steps", "5"], "--sft-steps 5 needs --sft-data FILE"),
     (TEXT + ["--top-k", "1000"], "--top-k 1000 is more than the vocabulary's 320 tokens"),
@@ -399,3 +415,28 @@ def test_a_failing_reward_function_stops_with_one_error_line_naming_it_and_the_r
     assert "reward.py:score raised ValueError: bad row on row " in errors[0] and "prompt 'hello'" in errors[0]
     assert "the last finite checkpoint is" in errors[0] and "rlhf --resume" in errors[0], errors[0]
     assert latest_checkpoint(os.path.join(run, "checkpoints")).endswith("update_00000001")
+
+
+@pytest.mark.slow
+def test_a_reward_model_scores_the_run_and_starts_the_critic(tmp_path):
+    """--reward-model: a *ForSequenceClassification folder saved from the tiny GPT-2 (same
+    tokenizer) scores the responses; the run trains and its score column is the reward model's."""
+    from purejaxppo.lm.reward_model import load_reward_trunk, save_reward_model
+
+    model = _text_setup(tmp_path)
+    lm, params, _ = load_reward_trunk(model)
+    head = params["params"]["value_head"]
+    params = {**params, "params": {**params["params"], "value_head": {
+        "kernel": jax.random.normal(jax.random.PRNGKey(5), head["kernel"].shape), "bias": head["bias"]}}}
+    save_reward_model(str(tmp_path / "rm"), lm, params)
+    import shutil
+
+    shutil.copy(os.path.join(model, "tokenizer.json"), tmp_path / "rm" / "tokenizer.json")
+    run = str(tmp_path / "run")
+    proc = _cli(["rlhf", "--model", model, "--prompts", str(tmp_path / "prompts.jsonl"), "--reward-model",
+                 str(tmp_path / "rm"), "--iterations", "1", "--batch", "4", "--minibatches", "2", "--epochs", "1",
+                 "--max-new-tokens", "4", "--eval-every", "0", "--quiet", "--run-dir", run])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header, first = rows(run)[0], rows(run)[1]
+    score = float(first[header.index("score")])
+    assert np.isfinite(score) and score != 0.0 and "reward_fn_s" not in header

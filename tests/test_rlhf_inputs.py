@@ -38,13 +38,16 @@ def test_every_config_field_has_a_flag_whose_default_is_the_configs():
     assert token_config(args, text=True) == TokenPPOConfig()
     assert token_config(args, text=False) == TokenPPOConfig(num_iterations=80, actor_lr=1e-3, critic_lr=1e-3,
                                                             beta=0.02)
-    given = p.parse_args(["--whiten-advantages", "false", "--kl-target", "3", "--clip-value", "no"])
+    given = p.parse_args(["--whiten-advantages", "false", "--kl-target", "3", "--clip-value", "no", "--lora-rank", "4",
+                          "--lora-targets", "c_attn,c_fc"])
     cfg = token_config(given, text=True)
     assert (cfg.whiten_advantages, cfg.clip_value, cfg.adaptive_kl, cfg.kl_target) == (False, False, True, 3.0)
+    assert (cfg.lora_rank, cfg.lora_targets) == (4, ("c_attn", "c_fc"))
 
 
 @pytest.mark.parametrize("flags", [["--batch", "5e5"], ["--iterations", "1.0"], ["--beta", "0,1"],
-                                   ["--whiten-advantages", "maybe"], ["--seeds", "2.5"], ["--max-new-tokens", "x"]])
+                                   ["--whiten-advantages", "maybe"], ["--seeds", "2.5"], ["--max-new-tokens", "x"],
+                                   ["--lora-targets", "c_attn,,c_fc"]])
 def test_the_strict_parsers_refuse_loose_spellings(flags):
     with pytest.raises(argparse.ArgumentError):
         parser().parse_args(flags)

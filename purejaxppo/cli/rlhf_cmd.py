@@ -92,15 +92,14 @@ def _text_task(settings, args):
         return settings.make_task()
     except RewardSpecError as e:
         raise UserError(f"--reward {args.reward}: {e}") from None
-    except ImportError as e:
-        if settings.reward_model:
-            raise UserError(f"--reward-model needs purejaxppo.lm.reward_model, which this installation lacks ({e}); "
-                            "score with --reward FILE.py:FUNCTION meanwhile") from None
+    except CheckpointFolderError as e:
+        if str(e).startswith("--reward-model"):
+            raise UserError(str(e)) from None
+        if settings.reward_model and os.path.abspath(settings.reward_model) in str(e):
+            raise UserError(f"--reward-model {args.reward_model}: {e}") from None
         raise
     except PromptFileError as e:
         raise UserError(str(e)) from None
-    except CheckpointFolderError:
-        raise
 
 
 def _typed(args, flag: str) -> str:
@@ -214,6 +213,7 @@ def cmd_rlhf(args) -> int:
 def _report(run_dir: str) -> None:
     """The SFT baseline, the first and last iterations' score and KL, the latest evaluation."""
     import csv
+    import warnings
 
     import numpy as np
 
@@ -230,7 +230,9 @@ def _report(run_dir: str) -> None:
     if "reward_fn_s" in rows[0]:
         spent = sum(value(r, "reward_fn_s") for r in rows if r["seed"] == rows[0]["seed"])
         print(f"text reward on the host: {spent:.2f}s over {len(updates)} iterations (reward_fn_s in metrics.csv)")
-    evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
+    with warnings.catch_warnings():  # no evaluation yet: every eval_score is NaN (nanmean warns)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
     if evaluated:
         print(f"greedy score at iteration {evaluated[-1] + 1}: {mean('eval_score', evaluated[-1]):.3f}")
     print(f"wrote {run_dir} (metrics.csv, samples.txt, checkpoints); continue with "

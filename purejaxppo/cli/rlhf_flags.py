@@ -64,6 +64,19 @@ BOTH = {
 }
 
 
+def _names(s: str) -> tuple:
+    """``q_proj,v_proj`` -> ``("q_proj", "v_proj")``; an empty item is refused, not dropped."""
+    items = tuple(x.strip() for x in s.split(","))
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"expected comma-separated names like q_proj,v_proj (no empty items), "
+                                         f"got {s!r}")
+    return items
+
+
+# tuple fields of names, not of ints
+NAME_TUPLES = ("lora_targets",)
+
+
 def config_flag(name: str) -> str:
     return RENAMES.get(name, "--" + name.replace("_", "-"))
 
@@ -92,7 +105,8 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
     preset = ", ".join(f"{k}={v}" for k, v in TOY_CONFIG.items())
     group = p.add_argument_group(f"token-PPO config (defaults: TokenPPOConfig's; the built-in tasks use {preset})")
     for f, hint in config_fields():
-        group.add_argument(config_flag(f.name), dest=f"cfg_{f.name}", type=flag_type(hint, f.name), default=None,
+        parse = _names if f.name in NAME_TUPLES else flag_type(hint, f.name)
+        group.add_argument(config_flag(f.name), dest=f"cfg_{f.name}", type=parse, default=None,
                            metavar=f.name.upper(), help=f"default: {f.default}")
     text = p.add_argument_group("your own model and data")
     for flag, (dest, typ, helptext) in TEXT.items():

@@ -122,11 +122,11 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
     if cfg.pad_id in cfg.stop_ids:  # the sampler never draws pad_id: a stop equal to it could never be sampled
         raise ConfigError(f"pad_id={cfg.pad_id} is also a stop id {cfg.stop_ids}: the sampler never draws the pad id, "
                           "so no response could stop; give padding an id of its own (e.g. an unused token, not EOS)")
-    _check_lora(cfg)
     for f in dataclasses.fields(cfg):  # NaN passes every `v < lo` test; inf trains to NaN after a compile
         v = getattr(cfg, f.name)
         if isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isfinite(v):
             raise ConfigError(f"{f.name}={v!r} must be a finite number")
+    _check_lora(cfg)
     for name, lo in (("actor_lr", 0.0), ("critic_lr", 0.0), ("max_grad_norm", 0.0), ("clip_eps", 0.0),
                      ("temperature", 0.0), ("kl_target", 0.0), ("kl_horizon", 0.0)):
         v = getattr(cfg, name)

@@ -59,11 +59,13 @@ def folder_hashes(folder: str) -> dict:
 
 class BoundReward:
     """A reward model as a task's score: ``fn(params, prompt, prompt_valid, response, mask) -> [B]``
-    with its ``params``. Token-level PPO passes ``params`` through its state (``reward_params``);
-    the evaluations call it bound (the params then constants of their program)."""
+    with its ``params`` and its model ``lm`` (a :class:`~purejaxppo.lm.model.CausalLM` whose value
+    head is the score head: the critic's starting point). Token-level PPO passes ``params`` through
+    its state (``reward_params``); the evaluations call it bound (the params then constants of
+    their program)."""
 
-    def __init__(self, fn: Callable, params):
-        self.fn, self.params = fn, params
+    def __init__(self, fn: Callable, params, lm=None):
+        self.fn, self.params, self.lm = fn, params, lm
 
     def __call__(self, prompt, prompt_valid, response, response_mask):
         return self.fn(self.params, prompt, prompt_valid, response, response_mask)
@@ -120,6 +122,28 @@ class TextTask:
     def decode_prompt(self, tokens, valid) -> str:
         """Host side: a prompt's text, its valid tokens all (a chat template's EOS included)."""
         return self.tokenizer.decode(np.asarray(tokens)[np.asarray(valid, bool)].tolist())
+
+
+def load_bound_reward_model(folder: str, policy_folder: str, dtype) -> BoundReward:
+    """The reward model in ``folder`` (:func:`purejaxppo.lm.reward_model.load_reward_trunk`), refused
+    (:class:`CheckpointFolderError`) unless it reads the policy's token ids: the same vocabulary
+    size and, when both folders hold one, the same tokenizer.json. (Re-tokenising through text is
+    not done: the reward model scores the policy's ids as they are.)"""
+    from purejaxppo.lm.reward_model import load_reward_trunk, make_reward_fn
+
+    mine, theirs = model_shape(policy_folder)[0], model_shape(folder)[0]
+    if mine != theirs:
+        raise CheckpointFolderError(f"--reward-model {folder}: its vocabulary ({theirs}) differs from the policy's "
+                                    f"({mine}); give a reward model trained on the policy's tokenizer")
+    toks = [os.path.join(f, "tokenizer.json") for f in (policy_folder, folder)]
+    if all(os.path.isfile(t) for t in toks) and file_hash(toks[0]) != file_hash(toks[1]):
+        raise CheckpointFolderError(f"--reward-model {folder}: its tokenizer.json differs from the policy's; give a "
+                                    "reward model trained on the policy's tokenizer (ids are not re-tokenised)")
+    lm, params, has_head = load_reward_trunk(folder, dtype)
+    if not has_head:
+        raise CheckpointFolderError(f"--reward-model {folder} holds no score head: it is not a reward model (train "
+                                    "one with python -m purejaxppo reward --model DIR --pairs FILE.jsonl)")
+    return BoundReward(make_reward_fn(lm), params, lm)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,10 +138,9 @@ def _text_task(settings: RLHFSettings):
 
     def reward_for(tokenizer):
         if settings.reward_model:
-            from purejaxppo.lm.reward_model import load_reward_model  # (reward_fn, params)
-            from purejaxppo.lm.text_task import BoundReward
+            from purejaxppo.lm.text_task import load_bound_reward_model
 
-            return BoundReward(*load_reward_model(settings.reward_model))
+            return load_bound_reward_model(settings.reward_model, settings.model_dir, DTYPES[settings.dtype])
         from purejaxppo.lm.text_reward import TextReward, load_reward_function
 
         return TextReward(load_reward_function(settings.reward), settings.reward, tokenizer)
@@ -174,8 +173,12 @@ class RLHFProgram:
         self.headline = ("score", "score")  # the task's score of the sampled responses
         self.nan_hint = "Lower --actor-lr / --critic-lr, or --beta (and --kl-target) if the KL term blew up"
         bound = getattr(task, "reward", None)
+        critic, self.critic_params = None, None
         if isinstance(bound, BoundReward):  # a reward model: its params ride in the state, not in the program
             reward, self.reward_params = bound.fn, bound.params
+            if self.config.critic == "separate" and bound.lm is not None:
+                # the critic starts from the reward model (InstructGPT's choice): its score head is the value head
+                critic, self.critic_params = bound.lm, bound.params
         else:
             reward = lambda _, *batch: task.score(*batch)  # noqa: E731  (a function: no reward-model params)
             self.reward_params = None
@@ -183,12 +186,12 @@ class RLHFProgram:
         self.text_reward = bound if isinstance(bound, TextReward) else None
         # runs_axis: the seeds agree on one response width per iteration (length_buckets), so a
         # chunk runs one branch of the width switch, not all of them
-        build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts,
+        build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts, critic=critic,
                                   diagnostics=task.diagnostics, runs_axis=RUNS_AXIS)
         self.tp = data_parallel(build, num_devices)
         self._chunks, self._once = {}, CompileOnce()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
-        self._init = jax.jit(jax.vmap(lambda k, p, r: self.tp.init(k, p, p, None, r), in_axes=(0, None, None)))
+        self._init = jax.jit(jax.vmap(lambda k, p, c, r: self.tp.init(k, p, p, c, r), in_axes=(0, None, None, None)))
 
     @staticmethod
     def template(settings: RLHFSettings):
@@ -200,7 +203,7 @@ class RLHFProgram:
         return inputs
 
     def init(self, keys, configs=None):
-        return self._init(keys, self.sft_params, self.reward_params)
+        return self._init(keys, self.sft_params, self.critic_params, self.reward_params)
 
     def _chunk(self, n: int):
         if n not in self._chunks:
