@@ -21,6 +21,7 @@ from _equality import STATE_TOL, assert_same_state  # noqa: E402
 
 from purejaxppo import PPOConfig, make_ppo  # noqa: E402
 from purejaxppo.agents.networks import make_network  # noqa: E402
+from purejaxppo.agents.recurrent import make_recurrent_network  # noqa: E402
 from purejaxppo.envs import episode_statistics, jaxmarl_suite  # noqa: E402
 from purejaxppo.envs.core import VecEnv  # noqa: E402
 from purejaxppo.envs.observation import CriticObs  # noqa: E402
@@ -80,28 +81,37 @@ def _rollout(cfg, key):
     return ppo, params, traj
 
 
-def test_mappo_critic_reads_the_global_state_and_bootstraps_from_the_final_one():
-    cfg = PPOConfig(env_name=f"jaxmarl:{MPE}", num_envs=3, num_steps=30, total_timesteps=90, num_minibatches=2,
-                    agent_critic="centralised")
+def _actor_critic(network, cfg, spec):
+    """``(actor(params, obs), critic(params, obs))`` of the agent's network, built again here."""
+    if network == "mlp":
+        net = make_network(spec, cfg.hidden_sizes, cfg.activation)
+        return net.actor, net.critic
+    rnet = make_recurrent_network(spec, cfg.gru_size, cfg.hidden_sizes, cfg.activation)
+    one = lambda p, o: rnet.step(p, rnet.initial_carry(o.obs.shape[0]), o, jnp.ones(o.obs.shape[0], bool))
+    return (lambda p, o: one(p, o)[1]), (lambda p, o: one(p, o)[2])
+
+
+@pytest.mark.parametrize("network", ["mlp", "gru"])
+def test_mappo_critic_reads_the_global_state_and_bootstraps_from_the_final_one(network):
+    cfg = PPOConfig(env_name=f"jaxmarl:{MPE}", num_envs=3, num_steps=30, total_timesteps=90, num_minibatches=1,
+                    agent_critic="centralised", network=network, gru_size=16)
     ppo, params, traj = _rollout(cfg, jax.random.PRNGKey(0))
-    spec = ppo.venv.spec
-    net = make_network(spec, cfg.hidden_sizes, cfg.activation)
+    actor, critic = _actor_critic(network, cfg, ppo.venv.spec)
     obs0 = jax.tree.map(lambda x: x[0], traj.obs)
     # the critic reads the global state alone; the actor the agent's own observation alone
     noise = jnp.full_like(obs0.obs, 3.0)
-    np.testing.assert_array_equal(net.critic(params, CriticObs(noise, obs0.global_state)), net.critic(params, obs0))
-    np.testing.assert_array_equal(net.actor(params, CriticObs(obs0.obs, obs0.global_state * 0 + 5)),
-                                  net.actor(params, obs0))
-    assert not np.allclose(net.critic(params, CriticObs(obs0.obs, obs0.global_state + 1)), net.critic(params, obs0))
+    np.testing.assert_array_equal(critic(params, CriticObs(noise, obs0.global_state)), critic(params, obs0))
+    np.testing.assert_array_equal(actor(params, CriticObs(obs0.obs, obs0.global_state * 0 + 5)), actor(params, obs0))
+    assert not np.allclose(critic(params, CriticObs(obs0.obs, obs0.global_state + 1)), critic(params, obs0))
     # MPE episodes end by truncation at step 26 (t = 25): V(s'_25) is the FINAL global state's value
     _, next_values = ppo.agent.values(params, traj)
     t = 25
     assert np.all(np.asarray(traj.truncated[t])) and not np.any(np.asarray(traj.truncated[:t]))
     final = np.asarray(traj.next_obs.obs[t])  # the agents' final observations [3, 18]
     by_hand = np.stack([np.concatenate([final.reshape(-1), np.eye(3)[j]]) for j in range(3)])
-    expect = net.critic(params, CriticObs(jnp.asarray(final), jnp.asarray(by_hand)))
+    expect = critic(params, CriticObs(jnp.asarray(final), jnp.asarray(by_hand)))
     np.testing.assert_allclose(np.asarray(next_values[t]), np.asarray(expect), rtol=1e-6, atol=1e-6)
-    restart = net.critic(params, jax.tree.map(lambda x: x[t + 1], traj.obs))  # the next episode's first state
+    restart = critic(params, jax.tree.map(lambda x: x[t + 1], traj.obs))  # the next episode's first state
     assert not np.allclose(np.asarray(next_values[t]), np.asarray(restart))
 
 

@@ -156,9 +156,6 @@ def _feed_forward(torso: str):
 
 
 def _gru(config: PPOConfig, spec: EnvSpec) -> Agent:
-    if spec.global_state_shape:
-        raise ConfigError("agent_critic='centralised' is built for the feed-forward agents (mlp); the GRU agent's "
-                          "critic shares its recurrent core with the actor: use agent_critic='independent'")
     return gru_agent(spec, config.gru_size, config.hidden_sizes, config.activation)
 
 
