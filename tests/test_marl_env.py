@@ -170,7 +170,23 @@ def test_smax_global_state_is_world_state_plus_id():
 
 
 def test_rows_must_be_a_multiple_of_the_agents():
-    with pytest.raises(ConfigError, match=r"num_envs=4 must be a multiple of the 3 agents.*--num-envs 3"):
+    with pytest.raises(ConfigError, match=r"num_envs=4 must be a multiple of the 3 agents.*--num-envs 3 \(1 envs\)"):
         make_vec_env("jaxmarl:MPE_simple_spread_v3", 4)
     with pytest.raises(ConfigError, match="different observation shapes"):
         make_vec_env("jaxmarl:MPE_simple_adversary_v3", 3)
+
+
+def test_episode_return_is_the_team_return_on_every_agent_row():
+    from purejaxppo.envs import episode_statistics
+
+    venv = episode_statistics(make_vec_env("jaxmarl:MPE_simple_spread_v3", 6, max_episode_steps=4))
+    _, state = venv.reset(jax.random.PRNGKey(0))
+    step = jax.jit(venv.step)
+    rewards = []
+    for t in range(4):
+        _, state, reward, _, _, info = step(jax.random.PRNGKey(t), state, jnp.full(6, t % 5, jnp.int32))
+        rewards.append(np.asarray(reward))
+    team = np.sum(rewards, axis=0).reshape(2, 3).sum(axis=1)  # per env: every step, every agent
+    assert np.all(np.asarray(info["episode_done"]))
+    np.testing.assert_allclose(np.asarray(info["episode_return"]), np.repeat(team, 3), rtol=1e-5)
+    assert len(set(np.round(rewards[0], 5))) > 1  # agents' rewards differ: a per-agent sum would not pass

@@ -132,8 +132,10 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     agents = list(env.agents)
     n = len(agents)
     if num_envs % n:
-        raise ConfigError(f"num_envs={num_envs} must be a multiple of the {n} agents of jaxmarl:{name} (rows are "
-                          f"envs x agents); pass --num-envs {max(1, num_envs // n) * n} ({max(1, num_envs // n)} envs)")
+        k = max(1, num_envs // n)
+        raise ConfigError(f"num_envs={num_envs} must be a multiple of the {n} agents of jaxmarl:{name}: rows are envs x "
+                          f"agents (so are eval's --episodes, and each device's share under --split envs); pass "
+                          f"--num-envs {k * n} ({k} envs)")
     if reset_ratio != 1 and (num_envs // n) % reset_ratio:
         raise ConfigError(f"reset_ratio={reset_ratio} must divide the {num_envs // n} envs of jaxmarl:{name}")
     limit = int(env.max_steps)
