@@ -139,3 +139,11 @@ def test_gru_resume_equals_uninterrupted(tmp_path):
     n = np.asarray(res.metrics["episode_return"]).shape[1]
     np.testing.assert_array_equal(np.asarray(res.metrics["episode_return"]),
                                   np.asarray(ref.metrics["episode_return"])[:, -n:])
+
+
+@pytest.mark.slow  # a subprocess with 4 forced host devices
+def test_mappo_split_over_two_devices_equals_one():
+    from _multidevice import run_worker
+
+    r = run_worker("split_envs:marl")  # tolerance: 1 vs 2 devices (pmean'd gradients), as the single-agent split
+    assert r["marl_mappo_metrics"] < 1e-4 and r["marl_mappo_params"] < 1e-5 and r["marl_mappo_obs"] < 1e-5, r
