@@ -147,3 +147,17 @@ def test_mappo_split_over_two_devices_equals_one():
 
     r = run_worker("split_envs:marl")  # tolerance: 1 vs 2 devices (pmean'd gradients), as the single-agent split
     assert r["marl_mappo_metrics"] < 1e-4 and r["marl_mappo_params"] < 1e-5 and r["marl_mappo_obs"] < 1e-5, r
+
+
+def test_observation_normaliser_keeps_masks_and_normalises_the_global_state():
+    from purejaxppo.stages.normalize import apply_obs_stats, init_obs_stats, update_obs_stats
+
+    cfg = PPOConfig(env_name="jaxmarl:3m", num_envs=6, agent_critic="centralised")
+    ppo = make_ppo(cfg)
+    obs, _ = ppo.venv.reset(jax.random.PRNGKey(0))
+    stats = update_obs_stats(init_obs_stats(obs), obs)
+    out = apply_obs_stats(stats, obs)
+    np.testing.assert_array_equal(np.asarray(out.obs.action_mask), np.asarray(obs.obs.action_mask))  # kept bool
+    g = np.asarray(obs.global_state, np.float64)
+    expect = np.clip((g - g.mean(0)) / np.sqrt(g.var(0) + 1e-8), -10, 10)  # numpy: mean/var over the 6 rows
+    np.testing.assert_allclose(np.asarray(out.global_state), expect, rtol=1e-3, atol=1e-3)
