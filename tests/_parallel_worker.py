@@ -118,7 +118,7 @@ def check_split_envs(part):
         out[f"{name}_obs"] = max_rel_diff(got[0].obs, ref[0].obs)
         if "target_kl" in name:
             out["target_kl_min_taken"] = float(np.min(ref[1]["minibatches_taken"]))
-    if part == "b":
+    if part != "a":
         return out
     cfg = PPOConfig(**SMALL)
     ppo, dp, ref = built["default"]
