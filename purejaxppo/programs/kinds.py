@@ -40,8 +40,23 @@ def _resume_rlhf(run_dir, **kwargs):
     return resume_rlhf(run_dir, **kwargs)
 
 
+def _reward(info, num_devices, split):
+    from purejaxppo.programs.reward_run import prepare
+    from purejaxppo.programs.reward_program import RewardProgram
+
+    return RewardProgram(info["config"], info["reward"], *prepare(info["reward"], info["config"], info["seed"])[:4])
+
+
+def _resume_reward(run_dir, **kwargs):
+    from purejaxppo.programs.reward_run import resume_reward
+
+    return resume_reward(run_dir, **kwargs)
+
+
+KINDS["reward"] = _reward
+
 #: kinds with their own front door: ``resume(run_dir, **kwargs) -> RunResult`` (``resume_run`` hands over)
-RESUMERS: Dict[str, Callable] = {"rlhf": _resume_rlhf}
+RESUMERS: Dict[str, Callable] = {"rlhf": _resume_rlhf, "reward": _resume_reward}
 
 
 def register_kind(name: str, build: Callable[..., RunProgram]) -> None:

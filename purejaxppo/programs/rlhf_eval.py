@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.lm.sampling import sample_response
+from purejaxppo.lm.token_ppo import policy_params
 from purejaxppo.run.compile_once import CompileOnce, signature
 
 EVAL_KEY = 0x5EED  # the evaluation prompts' key: the same prompts at every evaluation and every run
@@ -44,12 +45,12 @@ class RLHFEvaluator:
         return done > 0 and done % self.every == 0
 
     def compile(self, keys, runner) -> float:
-        params = runner.train.params["policy"]
+        params = policy_params(runner)
         self.names = sorted(jax.eval_shape(self._fn, params)[0])  # the columns, before any evaluation ran
         return self._once(signature(params), lambda: self._fn.lower(params).compile())
 
     def __call__(self, keys, done: int, runner) -> dict:
-        stats, (prompts, responses) = jax.device_get(self._fn(runner.train.params["policy"]))
+        stats, (prompts, responses) = jax.device_get(self._fn(policy_params(runner)))
         if self.samples_path:
             lines = [f"# iteration {done}, run 0, greedy"]
             lines += [f"{self.task.decode(p)}  ->  {self.task.decode(r)}" for p, r in zip(prompts[0], responses[0])]
