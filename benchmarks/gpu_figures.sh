@@ -45,3 +45,11 @@ if python -c "import rejax" 2>/dev/null; then
 else
   echo "rejax not installed: vs_rejax rows skipped (pip install --no-deps rejax==0.1.3)"
 fi
+# multi-agent: IPPO on MPE simple_spread next to JaxMARL's own baselines/IPPO/ippo_ff_mpe.py (a checkout you
+# supply: JAXMARL_DIR=/path/to/JaxMARL; needs purejaxppo[marl] and distrax), same process, same config
+if [ -n "${JAXMARL_DIR:-}" ] && python -c "import jaxmarl, distrax" 2>/dev/null; then
+  python benchmarks/vs_jaxmarl.py --script "$JAXMARL_DIR/baselines/IPPO/ippo_ff_mpe.py" --env-steps 10000000 \
+    --seeds 10 --rounds 2 --json "$out/vs_jaxmarl_mpe.json"
+else
+  echo "JAXMARL_DIR not set or jaxmarl/distrax missing: vs_jaxmarl row skipped (git clone https://github.com/FLAIROx/JaxMARL)"
+fi

@@ -166,8 +166,9 @@ class ActorCritic(nn.Module):
     def critic(self, obs):
         return self.value_head(self.critic_torso(obs))[..., 0]
 
-    def __call__(self, obs):
-        return self.actor(obs), self.critic(obs)
+    def __call__(self, obs, critic_obs=None):
+        """``critic_obs``: what the critic sees when it is not ``obs`` (a centralised critic's global state)."""
+        return self.actor(obs), self.critic(obs if critic_obs is None else critic_obs)
 
 
 def distribution_for(spec) -> Distribution:
@@ -191,6 +192,7 @@ def observation_adapter(spec, flatten: bool = True):
     structure = spec.obs_structure
 
     def prepare(obs):
+        obs = obs.obs if spec.global_state_shape else obs  # CriticObs: the actor's part
         x, mask = (obs.obs, obs.action_mask) if spec.action_mask else (obs, None)
         if structure is not None and flatten:
             x = observation.flatten(x, structure)
@@ -205,8 +207,19 @@ def dummy_observation(spec, batch: tuple = (1,)):
     x = (observation.zeros(structure, batch) if structure is not None
          else jnp.zeros(tuple(batch) + tuple(spec.obs_shape), jnp.float32))
     if spec.action_mask:
-        return observation.MaskedObs(x, jnp.ones(tuple(batch) + (spec.num_actions,), bool))
+        x = observation.MaskedObs(x, jnp.ones(tuple(batch) + (spec.num_actions,), bool))
+    if spec.global_state_shape:
+        x = observation.CriticObs(x, jnp.zeros(tuple(batch) + tuple(spec.global_state_shape), jnp.float32))
     return x
+
+
+def critic_adapter(spec, prepare):
+    """``critic_input(obs)``: what the critic sees. The actor's input (``prepare(obs)[0]``), or a
+    :class:`~purejaxppo.envs.observation.CriticObs`'s global state (a centralised critic): then
+    the values of the final observations GAE bootstraps from are those of the final global state."""
+    if spec.global_state_shape:
+        return lambda obs: obs.global_state
+    return lambda obs: prepare(obs)[0]
 
 
 def make_network(
@@ -234,8 +247,13 @@ def make_network(
         torso_fn=torso_fn,
         action_std=action_std,
     )
+    if spec.global_state_shape and (shared_torso or torso_fn is not None or len(spec.obs_shape) != 1):
+        raise ConfigError(f"a centralised critic (global state of {spec.name}) has its own MLP torso: it takes "
+                          "neither shared_torso=True nor a custom torso_fn, and needs flat observations")
     prepare = observation_adapter(spec, flatten=torso_fn is None)
-    dummy, _ = prepare(dummy_observation(spec))
+    critic_input = critic_adapter(spec, prepare)
+    dummy_obs = dummy_observation(spec)
+    dummy, dummy_critic = prepare(dummy_obs)[0], critic_input(dummy_obs)
 
     def actor(params, obs):
         x, mask = prepare(obs)
@@ -243,10 +261,10 @@ def make_network(
         return logits if mask is None else (logits, mask)
 
     def critic(params, obs):
-        return module.apply(params, prepare(obs)[0], method=ActorCritic.critic)
+        return module.apply(params, critic_input(obs), method=ActorCritic.critic)
 
     return Network(
-        init=lambda key: module.init(key, dummy),
+        init=lambda key: module.init(key, dummy, dummy_critic),
         actor=actor,
         critic=critic,
         apply=lambda params, obs: (actor(params, obs), critic(params, obs)),

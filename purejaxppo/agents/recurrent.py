@@ -27,6 +27,10 @@ Reset semantics (``done = terminated | truncated``)
   time: the agent's ``units`` lay the batch out env-major ``[E, H, ...]`` with
   ``Batch.context = SequenceContext(initial carry [E, G], reset [E, H])``.
 
+A centralised critic (MAPPO: observations are
+:class:`~purejaxppo.envs.observation.CriticObs`) reads the global state through a feed-forward
+MLP of its own (``central_critic``), not the GRU; the actor keeps the GRU.
+
 Values of the true next state (truncation bootstrapping)
 --------------------------------------------------------
 ``V(s'_t)`` is the critic's value of the pre-reset ``final_observation`` computed with
@@ -75,6 +79,7 @@ class GRUActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     obs_ndim: int = 1
+    central_critic: bool = False  # the value reads a global state (MAPPO) through its own MLP, not the GRU
 
     def setup(self):
         # layer names match train.learning_rates: critic_torso/value_head get critic_lr if set
@@ -86,6 +91,8 @@ class GRUActorCritic(nn.Module):
         self.gru = nn.GRUCell(self.gru_size, recurrent_kernel_init=orthogonal())
         self.actor_torso, self.policy_head = dense(width, math.sqrt(2)), dense(self.num_actions, 0.01)
         self.critic_torso, self.value_head = dense(width, math.sqrt(2)), dense(1, 1.0)
+        if self.central_critic:  # feed-forward: a global state (SMAX's world_state) is the whole state
+            self.state_torso = MLPTorso(self.hidden_sizes, self.activation, 1)
         if not self.discrete:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
 
@@ -108,17 +115,19 @@ class GRUActorCritic(nn.Module):
         ys = gru_sequence(w, carry, input_projection(w, x), reset)
         return ys[-1], ys
 
-    def heads(self, y):
+    def heads(self, y, state=None):
+        """``state``: a centralised critic's global state (then the value does not read ``y``)."""
         act = ACTIVATION_FNS[self.activation]
         out = self.policy_head(act(self.actor_torso(y)))
-        value = self.value_head(act(self.critic_torso(y)))[..., 0]
+        critic_in = y if state is None else self.state_torso(state)
+        value = self.value_head(act(self.critic_torso(critic_in)))[..., 0]
         if self.discrete:
             return out, value
         return (out, jnp.broadcast_to(self.log_std, out.shape)), value
 
-    def __call__(self, carry, obs, reset):
+    def __call__(self, carry, obs, reset, state=None):
         carry, y = self.cell(carry, self.embed(obs), reset)
-        dist_params, value = self.heads(y)
+        dist_params, value = self.heads(y, state)
         return carry, dist_params, value
 
 
@@ -147,27 +156,31 @@ def make_recurrent_network(spec, gru_size: int = 128, hidden_sizes: Sequence[int
                            activation: str = "tanh") -> RecurrentNetwork:
     """The GRU actor-critic for an :class:`~purejaxppo.envs.EnvSpec`. ``obs`` may be a
     structured observation (flattened) or a ``MaskedObs`` (its mask joins the logits)."""
+    central = bool(spec.global_state_shape)
     module = GRUActorCritic(num_actions=spec.num_actions, discrete=spec.discrete, gru_size=int(gru_size),
-                            hidden_sizes=tuple(hidden_sizes), activation=activation, obs_ndim=len(spec.obs_shape))
+                            hidden_sizes=tuple(hidden_sizes), activation=activation, obs_ndim=len(spec.obs_shape),
+                            central_critic=central)
     prepare = observation_adapter(spec)  # obs -> (array the torso sees, action mask or None)
+    state_of = (lambda obs: obs.global_state) if central else (lambda obs: None)  # a CriticObs's global state
     with_mask = lambda dist_params, mask: dist_params if mask is None else (dist_params, mask)
 
     def initial_carry(batch: int) -> jax.Array:
         return jnp.zeros((batch, module.gru_size), jnp.float32)
 
     def init(key):
-        return module.init(key, initial_carry(1), prepare(dummy_observation(spec))[0], jnp.zeros((1,), bool))
+        dummy = dummy_observation(spec)
+        return module.init(key, initial_carry(1), prepare(dummy)[0], jnp.zeros((1,), bool), state_of(dummy))
 
     def step(params, carry, obs, reset):
         x, mask = prepare(obs)
-        carry, dist_params, value = module.apply(params, carry, x, reset)
+        carry, dist_params, value = module.apply(params, carry, x, reset, state_of(obs))
         return carry, with_mask(dist_params, mask), value
 
     def apply(params, carry, obs, reset):
         x, mask = prepare(obs)
         x = module.apply(params, x, method=GRUActorCritic.embed)  # [T, B, H], batched
         carry, ys = module.apply(params, carry, x, reset, method=GRUActorCritic.sequence)
-        dist_params, values = module.apply(params, ys, method=GRUActorCritic.heads)
+        dist_params, values = module.apply(params, ys, state_of(obs), method=GRUActorCritic.heads)
         return carry, with_mask(dist_params, mask), values
 
     return RecurrentNetwork(init, initial_carry, step, apply, distribution_for(spec), int(gru_size))

@@ -113,6 +113,9 @@ def config_from_args(args, base=None):
 
             base = reference_config(reference, env)
         else:
-            base = preset_config(env) if getattr(args, "preset", False) else PPOConfig()
+            from purejaxppo.config.presets import default_preset
+
+            preset = getattr(args, "preset", False) or default_preset(env)
+            base = preset_config(env) if preset else PPOConfig()
     changes = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     return base.replace(**changes)

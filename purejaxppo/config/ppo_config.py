@@ -27,6 +27,7 @@ ACTIVATIONS = ("tanh", "relu", "gelu", "elu", "swish")
 ADV_NORMS = ("minibatch", "batch", "none")
 ACTION_STDS = ("param", "softplus")  # Gaussian policy scale: see networks.ActorCritic
 ROLLOUT_RNGS = ("threefry", "unsafe_rbg", "rbg")
+AGENT_CRITICS = ("independent", "centralised")  # multi-agent (jaxmarl) critics: IPPO's own obs, MAPPO's global state
 
 
 class ConfigError(ValueError):
@@ -68,6 +69,10 @@ class PPOConfig:
     freeze_obs_norm: bool = static(False)  # keep observation statistics fixed (e.g. restored ones)
     bootstrap_truncated: bool = static(True)  # False: a time-limit end counts as terminal (no bootstrap), as in gymnax-blines
     rollout_unroll: int = static(1)  # lax.scan unroll of the rollout (speed only)
+    # multi-agent envs (jaxmarl:NAME; num_envs counts rows = envs x agents): "independent" = each agent's
+    # critic sees its own observation (IPPO); "centralised" = a global state (MAPPO)
+    agent_critic: str = static("independent")
+    agent_ids: bool = static(False)  # append each agent's one-hot id to its observation (jaxmarl)
     rollout_rng: str = static("threefry")  # PRNG of env noise + action sampling: "threefry" | "unsafe_rbg" (~4x cheaper on CPU)
     # --- numeric hyperparameters (traced leaves) --------------------------------------
     lr: float = 2.5e-4
@@ -239,8 +244,19 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         raise ConfigError(f"network={cfg.network!r} must be the name of a registered agent, e.g. 'mlp'")
     if cfg.action_std not in ACTION_STDS:
         raise ConfigError(f"action_std={cfg.action_std!r} is unknown; choose one of {ACTION_STDS}")
+    if cfg.agent_critic not in AGENT_CRITICS:
+        raise ConfigError(f"agent_critic={cfg.agent_critic!r} is unknown; choose one of {AGENT_CRITICS}")
+    multi_agent = cfg.env_name.startswith("jaxmarl:")
+    if cfg.agent_critic == "centralised" and not multi_agent:
+        raise ConfigError(f"agent_critic='centralised' is for multi-agent envs (jaxmarl:NAME); {cfg.env_name} has one "
+                          "agent: use agent_critic='independent'")
+    if cfg.agent_ids and not multi_agent:
+        raise ConfigError(f"agent_ids=True is for multi-agent envs (jaxmarl:NAME); {cfg.env_name} has one agent")
+    if cfg.agent_critic == "centralised" and (cfg.shared_torso or cfg.obs_keep is not None):
+        raise ConfigError("agent_critic='centralised' gives the critic its own input (the global state): it takes "
+                          "neither shared_torso=True nor obs_keep; drop them")
     for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward", "freeze_obs_norm",
-                 "bootstrap_truncated"):
+                 "bootstrap_truncated", "agent_ids"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r} must be True or False")
     _check_num(cfg, "lr", lo=0, lo_open=True, hint="; the learning rate must be positive, e.g. 2.5e-4")

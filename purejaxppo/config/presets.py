@@ -46,6 +46,25 @@ PRESETS: dict[str, dict] = {
     "Freeway-MinAtar": dict(MINATAR),
 }
 
+# JaxMARL (num_envs counts rows = envs x agents; total_timesteps counts agent steps). Each keeps JaxMARL's own
+# baseline config (baselines/IPPO/config/ippo_ff_mpe.yaml, ippo_rnn_smax.yaml) except the env count, cut to
+# 16 envs for a CPU; a jaxmarl env starts from its preset even without --preset (the plain default of 4 rows
+# cannot hold 3 agents). experiments/marl/RESULTS.md.
+JAXMARL_MPE = dict(num_envs=16 * 3, num_steps=128, total_timesteps=3 * 1_000_000, lr=2.5e-4)
+JAXMARL_SMAX_RNN = dict(network="gru", gru_size=128, hidden_sizes=(128,), activation="relu", num_steps=128, lr=0.004,
+                        clip_eps=0.05, vf_clip_eps=0.05, max_grad_norm=0.25, ent_coef=0.01)
+PRESETS.update({
+    "jaxmarl:MPE_simple_spread_v3": JAXMARL_MPE,
+    "jaxmarl:3m": dict(JAXMARL_SMAX_RNN, num_envs=16 * 3, total_timesteps=3 * 1_000_000),
+    "jaxmarl:2s3z": dict(JAXMARL_SMAX_RNN, num_envs=16 * 5, total_timesteps=5 * 1_000_000),
+})
+
+
+def default_preset(env_name: str) -> bool:
+    """Whether ``env_name`` starts from its preset without ``--preset`` (a multi-agent env: the
+    plain defaults' 4 rows cannot hold its agents)."""
+    return env_name.startswith("jaxmarl:") and env_name in PRESETS
+
 
 def preset_config(env_name: str, **overrides) -> PPOConfig:
     """The preset for ``env_name`` (or the plain defaults) with ``overrides`` applied."""

@@ -39,6 +39,10 @@ class EnvSpec(NamedTuple):
     obs_structure: Any = None
     action_mask: bool = False  # observations are MaskedObs(obs, action_mask [E, num_actions])
     action_nvec: tuple = ()  # MultiDiscrete sizes (then num_actions = sum, action_shape = (K,))
+    # multi-agent envs (jaxmarl): each env is num_agents consecutive rows, one per agent
+    num_agents: int = 1
+    # observations are CriticObs(obs, global_state [E, *global_state_shape]) for a centralised critic; () if not
+    global_state_shape: tuple = ()
 
 
 class VecEnv(NamedTuple):
@@ -152,7 +156,13 @@ class EpisodeStatsState(NamedTuple):
 def episode_statistics(venv: VecEnv) -> VecEnv:
     """Track per-env episode return/length; ``info["episode_return"]`` and
     ``info["episode_length"]`` hold the finished episode's totals where it ended
-    (``info["episode_done"]``), 0 elsewhere. Uses the raw environment reward."""
+    (``info["episode_done"]``), 0 elsewhere. Uses the raw environment reward.
+
+    A multi-agent env (``spec.num_agents = N`` consecutive rows per env) reports the TEAM
+    return on each of its rows: the sum over its agents' returns (so the mean over rows is
+    the mean team return, each episode counted once per agent)."""
+    n = venv.spec.num_agents
+    team = (lambda r: r) if n == 1 else (lambda r: jnp.repeat(r.reshape(-1, n).sum(axis=1), n))
 
     def reset(key):
         obs, state = venv.reset(key)
@@ -167,7 +177,7 @@ def episode_statistics(venv: VecEnv) -> VecEnv:
         info = {
             **info,
             "episode_done": done,
-            "episode_return": jnp.where(done, ret, 0.0),
+            "episode_return": jnp.where(done, team(ret), 0.0),
             "episode_length": jnp.where(done, length, 0),
         }
         new_state = EpisodeStatsState(env_state, jnp.where(done, 0.0, ret), jnp.where(done, 0, length))

@@ -10,6 +10,9 @@ slicing and the agent's batching all work leaf by leaf):
   stored transition, the minibatch replay and evaluation all see the mask the action was
   chosen under; the network hands it to the masked categorical
   (:data:`purejaxppo.stages.distributions.MASKED_CATEGORICAL`).
+* **An observation with a global state** :class:`CriticObs` ``(obs, global_state)``: the
+  actor sees ``obs`` (itself any of these kinds), a centralised critic ``global_state``
+  (``EnvSpec.global_state_shape``; JaxMARL envs with ``agent_critic="centralised"``).
 * **A structured observation**: a dict or named tuple of arrays (Jumanji's ``grid`` and
   ``step_count``; a dict-observing MuJoCo Playground task). The default network
   flattens every leaf's per-env dims and concatenates them, in pytree order (dict keys
@@ -27,6 +30,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+
+
+class CriticObs(NamedTuple):
+    """What the actor sees (``obs``: an array, a structure or a :class:`MaskedObs`) and what a
+    centralised critic sees instead (``global_state [..., S]``; multi-agent envs, MAPPO)."""
+
+    obs: Any
+    global_state: jax.Array
 
 
 class MaskedObs(NamedTuple):

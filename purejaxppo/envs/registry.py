@@ -35,6 +35,8 @@ SUITES = {
     "navix": Suite("navix_suite", "navix", "navix:Navix-Empty-5x5-v0", "NAVIX (MiniGrid in JAX)"),
     "xminigrid": Suite("xminigrid_suite", "xminigrid", "xminigrid:MiniGrid-Empty-6x6", "XLand-MiniGrid"),
     "pgx": Suite("pgx_suite", "pgx", "pgx:2048", "pgx games (single-player; action masks)"),
+    "jaxmarl": Suite("jaxmarl_suite", "jaxmarl", "jaxmarl:MPE_simple_spread_v3",
+                     "JaxMARL multi-agent (MPE, SMAX 3m/2s3z...; agents folded into rows: num_envs = envs x agents)"),
 }
 
 
@@ -84,6 +86,14 @@ def adapter(suite: str):
 def env_names(suite: str) -> list[str]:
     """The env names of an installed suite (without the prefix)."""
     return registered_envs() if suite == "gymnax" else adapter(suite).env_names()
+
+
+def suite_options(config) -> dict:
+    """The adapter arguments a :class:`~purejaxppo.config.PPOConfig` asks for beyond the common ones:
+    a multi-agent env's global state (``agent_critic="centralised"``) and agent ids; ``{}`` elsewhere."""
+    if split_name(config.env_name)[0] != "jaxmarl":
+        return {}
+    return dict(global_state=config.agent_critic == "centralised", agent_ids=config.agent_ids)
 
 
 def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,

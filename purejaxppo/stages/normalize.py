@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.envs import VecEnv
-from purejaxppo.envs.observation import MaskedObs
+from purejaxppo.envs.observation import CriticObs, MaskedObs
 
 
 class RunningStats(NamedTuple):
@@ -70,7 +70,11 @@ class ObsNormState(NamedTuple):
 
 def _normalised_part(obs):
     """The part of an observation that is normalised, and how to put it back: an action mask
-    (``MaskedObs``) travels unchanged."""
+    (``MaskedObs``) travels unchanged; a centralised critic's global state (``CriticObs``) is
+    normalised with statistics of its own."""
+    if isinstance(obs, CriticObs):
+        inner, put_back = _normalised_part(obs.obs)
+        return (inner, obs.global_state), lambda x: CriticObs(put_back(x[0]), x[1])
     if isinstance(obs, MaskedObs):
         return obs.obs, lambda x: obs._replace(obs=x)
     return obs, lambda x: x
