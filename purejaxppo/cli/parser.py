@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl = _strict(sub.add_parser("plot", help="learning curves of one or more runs"))
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("-o", "--out", default="curves.png", help="output image (png/pdf/svg)")
-    pl.add_argument("--metric", default="episode_return", help="metric column to plot (default episode_return)")
+    pl.add_argument("--metric", default=None,
+                    help="metric column to plot (default: the run kind's own, episode_return or score)")
     ev = _strict(sub.add_parser("envs", help="list the environment suites (and which extra installs each)"))
     ev.add_argument("--suite", default=None, help="list the env names of one suite (gymnax, brax, playground, ...)")
     from purejaxppo.cli.rlhf_cmd import add_rlhf

@@ -17,8 +17,9 @@ def cmd_plot(args) -> int:
     for d in args.run_dirs:
         if not os.path.exists(os.path.join(d, "metrics.csv")):
             raise UserError(f"{d!r} has no metrics.csv; pass run folders written by `purejaxppo train`")
+    metric = args.metric or _headline(args.run_dirs)
     try:
-        out = plot_runs(args.run_dirs, args.out, metric=args.metric)
+        out = plot_runs(args.run_dirs, args.out, metric=metric)
     except KeyError as e:
         raise UserError(e.args[0]) from None
     print(f"learning curves of {len(args.run_dirs)} run(s) written to {out}")
@@ -32,3 +33,14 @@ def cmd_plot(args) -> int:
                                   read_summary(d).get("best_member"))
             print(f"hyperparameter schedules of {d} written to {path}")
     return 0
+
+
+def _headline(run_dirs) -> str:
+    """The metric the folders' kind sums a run up with (each kind's own: return, score)."""
+    from purejaxppo.programs import kinds
+
+    names = {kinds.folder(d)[0].headline[0] for d in run_dirs}
+    if len(names) > 1:
+        raise UserError(f"these folders hold runs of different kinds (headline metrics {', '.join(sorted(names))}); "
+                        "name the column to plot with --metric")
+    return names.pop()

@@ -113,18 +113,20 @@ def cmd_rlhf(args) -> int:
     given += ["--task-option"] if args.rl_task_options else []
     if args.resume and given:
         raise UserError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
-    if args.resume:
-        import purejaxppo.programs.rlhf_program  # noqa: F401  (registers the "rlhf" folders' config type)
-        from purejaxppo.run.run_folder import load_run_info
+    if args.resume:  # the folder's kind says which command continues it
+        from purejaxppo.cli.train_cmd import refuse_other_command
+        from purejaxppo.programs import kinds
 
-        info = load_run_info(args.resume)
-        if info.get("kind") != "rlhf":
-            raise UserError(f"{args.resume!r} holds a {info.get('kind', 'run')!r} run, not an rlhf one; continue it "
-                            f"with python -m purejaxppo train --resume {args.resume}")
-        devices = int(info.get("num_devices", 1))
+        kind, record = kinds.folder(args.resume)
+        refuse_other_command(kind, args.resume, args.command)
+        devices = record.num_devices
     else:
         config, settings = _config_and_settings(args)
         devices = choose_devices(args.devices, config.batch_size, f"--batch ({config.batch_size})")
+        if args.run_dir:  # a used folder is refused before the SFT runs
+            from purejaxppo.run.run_folder import refuse_existing_run
+
+            refuse_existing_run(args.run_dir)
     check_sinks(args)
     set_devices(devices)
     from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
@@ -134,8 +136,8 @@ def cmd_rlhf(args) -> int:
                                    shown="score", steps="sequences", fmt=".3f")
     try:
         if args.resume:
-            result = resume_rlhf(args.resume, on_chunk=on_chunk,
-                                 loggers=sinks_for(args, args.resume, info["config"], 1))
+            result = resume_rlhf(args.resume, record, on_chunk=on_chunk,
+                                 loggers=sinks_for(args, args.resume, record.config, 1))
             run_dir = args.resume
         else:
             run_dir = args.run_dir or os.path.join("runs", f"rlhf-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -156,23 +158,6 @@ def cmd_rlhf(args) -> int:
 
 
 def _report(run_dir: str) -> None:
-    """The SFT baseline, the first and last iterations' score and KL, the latest evaluation."""
-    import csv
+    from purejaxppo.programs.rlhf_kind import report_token_run
 
-    import numpy as np
-
-    with open(os.path.join(run_dir, "metrics.csv")) as f:
-        rows = list(csv.DictReader(f))
-    with open(os.path.join(run_dir, "config.json")) as f:
-        sft = json.load(f).get("sft") or {}
-    value = lambda r, k: float(r[k]) if r.get(k) not in (None, "") else float("nan")  # noqa: E731
-    updates = sorted({int(r["update"]) for r in rows})
-    mean = lambda k, u: np.nanmean([value(r, k) for r in rows if int(r["update"]) == u])  # noqa: E731
-    print(f"SFT model (greedy): score {sft.get('eval_score', float('nan')):.3f}")
-    print(f"sampled score: {mean('score', updates[0]):.3f} -> {mean('score', updates[-1]):.3f}; "
-          f"KL per sequence {mean('kl', updates[0]):.3f} -> {mean('kl', updates[-1]):.3f}")
-    evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
-    if evaluated:
-        print(f"greedy score at iteration {evaluated[-1] + 1}: {mean('eval_score', evaluated[-1]):.3f}")
-    print(f"wrote {run_dir} (metrics.csv, samples.txt, checkpoints); continue with "
-          f"python -m purejaxppo rlhf --resume {run_dir}")
+    report_token_run(run_dir)

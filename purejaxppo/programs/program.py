@@ -45,10 +45,13 @@ class Program:
             ppo = parallel.split_envs(config, num_devices) if split == "envs" else make_ppo(config)
         self.config, self.ppo, self.num_devices, self.split = config, ppo, num_devices, split
         self.shard = num_devices if split == "seeds" else 1
-        self.run_info = {}  # the front door records "run" or "sweep"
+        self.settings = None
         self.headline = ("episode_return", "return")
         self.nan_hint = NAN_HINT
         self._fns, self._once, self._loaded = {}, CompileOnce(), {}
+
+    def kind_for(self, members) -> str:
+        return "sweep" if members else "run"
 
     def _fn(self, n: Optional[int], stacked: bool):
         if (n, stacked) not in self._fns:

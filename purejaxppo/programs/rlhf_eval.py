@@ -9,7 +9,6 @@ folder gets a few of run 0's prompts and answers.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import jax
@@ -48,14 +47,19 @@ class RLHFEvaluator:
         self.names = sorted(jax.eval_shape(self._fn, params)[0])  # the columns, before any evaluation ran
         return self._once(signature(params), lambda: self._fn.lower(params).compile())
 
+    def evaluate(self, policy_params) -> tuple:
+        """``({name: [R]}, samples)``: every run's greedy statistics on the fixed prompts and
+        run 0's first answers as ``"prompt  ->  response"`` lines (``policy_params``: ``[R, ...]``)."""
+        stats, (prompts, responses) = jax.device_get(self._fn(policy_params))
+        samples = [f"{self.task.decode(p)}  ->  {self.task.decode(r)}" for p, r in zip(prompts[0], responses[0])]
+        return {k: np.asarray(v, np.float32) for k, v in stats.items()}, samples
+
     def __call__(self, keys, done: int, runner) -> dict:
-        stats, (prompts, responses) = jax.device_get(self._fn(runner.train.params["policy"]))
+        stats, samples = self.evaluate(runner.train.params["policy"])
         if self.samples_path:
-            lines = [f"# iteration {done}, run 0, greedy"]
-            lines += [f"{self.task.decode(p)}  ->  {self.task.decode(r)}" for p, r in zip(prompts[0], responses[0])]
             with open(self.samples_path, "a") as f:
-                f.write("\n".join(lines) + "\n")
-        return {k: np.asarray(v, np.float32) for k, v in stats.items()}
+                f.write("\n".join([f"# iteration {done}, run 0, greedy"] + samples) + "\n")
+        return stats
 
     def columns(self, result: Optional[dict], runs: int, n: int) -> dict:
         out = {k: np.full((runs, n), np.nan, np.float32) for k in self.names}

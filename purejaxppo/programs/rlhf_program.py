@@ -24,11 +24,9 @@ from purejaxppo.lm.sft import init_tiny_lm
 from purejaxppo.lm.tasks import make_task
 from purejaxppo.lm.token_ppo import make_token_ppo
 from purejaxppo.run.compile_once import CompileOnce, signature
-from purejaxppo.run.config_types import register_config_type
 from purejaxppo.run.guards import first_non_finite, tree_finite
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-register_config_type("rlhf", TokenPPOConfig)  # config.json of an "rlhf" folder holds a TokenPPOConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +103,6 @@ class RLHFProgram:
         self.task, self.lm, self.sft_params = task, lm, sft_params
         self.config, self.settings, self.num_devices = task_config(config, task), settings, num_devices
         self.split, self.shard = "prompts", 1
-        self.run_info = {"kind": "rlhf", "rlhf": settings.to_dict()}
         self.headline = ("score", "score")  # the task's score of the sampled responses
         self.nan_hint = "Lower --actor-lr / --critic-lr, or --beta (and --kl-target) if the KL term blew up"
         reward = lambda _, *batch: task.score(*batch)  # noqa: E731  (a function: no reward-model params)
@@ -115,6 +112,9 @@ class RLHFProgram:
         self._chunks, self._once = {}, CompileOnce()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
         self._init = jax.jit(jax.vmap(lambda k, p: self.tp.init(k, p, p), in_axes=(0, None)))
+
+    def kind_for(self, members) -> str:
+        return "rlhf"
 
     @staticmethod
     def template(settings: RLHFSettings):

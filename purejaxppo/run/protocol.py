@@ -1,9 +1,9 @@
 """The run protocol: what a compiled run gives the chunk loop (:mod:`purejaxppo.run.loop`).
 
 The loop is written once against these two interfaces and never asks which kind of run it
-drives. A run kind (plain runs and sweeps, PBT, and next token-level PPO) is one module in
-:mod:`purejaxppo.programs` with a class that meets :class:`RunProgram`, plus one entry in
-:mod:`purejaxppo.programs.kinds` so that a run folder of that kind can be resumed.
+drives. A run kind (plain runs and sweeps, PBT, token-level PPO) has a class that meets
+:class:`RunProgram`, and one registered :class:`~purejaxppo.run.kinds.RunKind` that says how
+every command treats its folders (resume, eval, warm start, report).
 
 Shapes: ``R`` runs on one leading axis (members x seeds: run ``r`` is member ``r // S``,
 seed ``r % S``); ``n`` updates per chunk. ``state`` is whatever pytree the kind carries
@@ -32,8 +32,9 @@ class RunProgram(Protocol):
     * ``headline``: ``(metric, name)``: the ``metrics`` column whose final value sums a run up
       (the mean over the last 5% of updates, finite values only) and its name in
       ``summary.json`` (``final_<name>_per_seed``, ``final_<name>_mean``).
-    * ``run_info``: entries this kind adds to ``config.json`` (at least ``{"kind": NAME}`` for a
-      kind other than plain runs and sweeps, plus its settings), so the folder can be resumed.
+    * ``kind_for(members) -> name``: the kind name its run record takes (``members``: the
+      runs' members or None); ``settings``: the kind's own settings object the record keeps
+      (``to_dict``/``from_dict``), or None.
     * ``place(keys [R], configs [R] | None) -> inputs``: the inputs laid out on the devices;
       ``init(*inputs) -> state``: the state before update 0 (pure: the same inputs give the
       same state, so a resume can build the template a checkpoint is restored into).
@@ -54,8 +55,10 @@ class RunProgram(Protocol):
     split: str
     shard: int
     headline: Tuple[str, str]
-    run_info: dict
+    settings: object
     nan_hint: str
+
+    def kind_for(self, members) -> str: ...
 
     def place(self, *inputs) -> tuple: ...
 
