@@ -33,7 +33,7 @@ from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
 from purejaxppo.scale.parallel import device_mesh
 from purejaxppo.scale.pbt import SearchSpace, exploit_explore, window_score
-from purejaxppo.step.train import PPO, RunnerState, make_ppo, strong_types
+from purejaxppo.step.train import PPO, RunnerState, env_steps_after, make_ppo, strong_types
 
 PBT_SALT = 0x9B7  # folded into seed key 0: the exploit/explore key, apart from every member's own keys
 
@@ -234,6 +234,9 @@ class PBTProgram:
             return None
         metrics = {k: v for k, v in metrics.items() if k != "pbt_score"}  # NaN by design between exploits
         return first_non_finite(metrics, finite, first_update, describe)
+
+    def counters(self, first_update: int, n: int) -> dict:
+        return {"env_steps": env_steps_after(first_update, n, self.config.batch_size)}
 
     def training_state(self, state: PBTState) -> RunnerState:
         return state.runner

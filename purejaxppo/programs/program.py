@@ -18,7 +18,7 @@ from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
 from purejaxppo.scale import parallel
 from purejaxppo.config import ConfigError, PPOConfig
-from purejaxppo.step.train import PPO, make_ppo
+from purejaxppo.step.train import PPO, env_steps_after, make_ppo
 
 
 # what to try after a NaN stop of a control run (plain runs, sweeps and PBT share the flags)
@@ -104,6 +104,9 @@ class Program:
     def check_finite(self, metrics: dict, finite, first_update: int, describe):
         """The NaN stop: the first non-finite loss, diagnostic or parameter, in words."""
         return first_non_finite(metrics, finite, first_update, describe)
+
+    def counters(self, first_update: int, n: int) -> dict:
+        return {"env_steps": env_steps_after(first_update, n, self.config.batch_size)}
 
     def training_state(self, state):
         return state

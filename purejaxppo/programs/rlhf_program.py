@@ -147,6 +147,9 @@ class RLHFProgram:
         trained = {k: v for k, v in metrics.items() if not k.startswith("eval_")}
         return first_non_finite(trained, finite, first_update, describe)
 
+    def counters(self, first_update: int, n: int) -> dict:
+        return {}  # an iteration's count (prompts) is the progress bar's, not a metric
+
     def training_state(self, state):
         return state
 

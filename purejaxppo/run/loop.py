@@ -182,6 +182,7 @@ class _Session:
             pending = self.launch(new_state, at) if more and not evaluating else None
             metrics, finite = self.group.gather((metrics, finite))  # device_get on one process
             metrics = {k: np.asarray(v) for k, v in metrics.items()}
+            metrics.update({k: np.broadcast_to(v, (self.runs, n)) for k, v in self.prog.counters(self.done, n).items()})
             evaluated = None
             if ev:  # a separate program on the state after this chunk: training is untouched
                 t = time.perf_counter()

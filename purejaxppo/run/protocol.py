@@ -45,6 +45,9 @@ class RunProgram(Protocol):
     * ``check_finite(metrics, finite, first_update, describe) -> message | None``: the NaN
       stop (``describe(r)`` names run ``r``); a kind may tolerate what it repairs itself.
       ``nan_hint``: what to try then, in the kind's own flags (the stop's message ends with it).
+    * ``counters(first_update, n) -> {name: int64 [n]}``: the chunk's counters, computed on the
+      host (exact past 2**31, where the device's int32 would wrap; e.g. ``env_steps``), the
+      same for every run; the loop adds them to the metrics.
     * ``training_state(state) -> RunnerState [R, ...]``: the per-run training state inside
       (what evaluation during training plays with); ``with_training_state(state, runner) ->
       state``: the same state holding ``runner`` instead (a warm start replaces it).
@@ -70,6 +73,8 @@ class RunProgram(Protocol):
 
     def check_finite(self, metrics: dict, finite: np.ndarray, first_update: int,
                      describe: Callable[[int], str]) -> Optional[str]: ...
+
+    def counters(self, first_update: int, n: int) -> dict: ...
 
     def training_state(self, state): ...
 
