@@ -147,7 +147,7 @@ def main(argv=None):
                 f.write(c.as_text())
         print(f"  {label:<6} compile {rec[label]['compile_s']} s  {rec[label]['hlo']}", flush=True)
     for _ in range(args.rounds):
-        for label, v in rec.items():
+        for v in rec.values():
             c0, t0 = cpu_seconds(), time.perf_counter()
             jax.block_until_ready(v["compiled"](*v["args"]))
             dt = time.perf_counter() - t0

@@ -338,7 +338,7 @@ def main(argv=None):
 
         rec = {label: {"compiles": [], "times": [], "cores": [], "steps": steps} for label, _, _, steps, _ in variants}
         for _ in range(max(1, args.compile_rounds)):
-            for label, fn, a, steps, _ in variants:
+            for label, fn, a, _, _ in variants:
                 jax.clear_caches()
                 t0 = time.perf_counter()
                 rec[label]["compiled"] = fn.lower(*a).compile()

@@ -215,7 +215,7 @@ def main(argv=None):
     try:
         import rejax
     except ImportError:
-        raise SystemExit("rejax is not installed: pip install --no-deps rejax==0.1.3 (see this script's docstring)")
+        raise SystemExit("rejax is not installed: pip install --no-deps rejax==0.1.3 (see this script's docstring)") from None
     import _rejax_shims
     from _common import cpu_seconds, hardware
     from purejaxppo import make_ppo

@@ -217,7 +217,9 @@ def _ours(spec: dict) -> dict:
                          adam_eps=h["adam_eps"], clip_eps=h["clip_eps"], vf_clip_eps=h["vf_clip_eps"],
                          vf_coef=h["vf_coef"], gamma=h["gamma"], gae_lambda=h["gae_lambda"], beta=h["beta"],
                          temperature=h["temperature"], missing_eos_penalty=h["missing_eos_penalty"])
-    if spec["mode"] == "learning" or devices == 1:
+    if spec["mode"] == "learning":  # the members vmapped over "runs" agree on one response width (length_buckets)
+        ppo = make_token_ppo(cfg, lm, reward, prompts=prompts, runs_axis="runs")
+    elif devices == 1:
         ppo = make_token_ppo(cfg, lm, reward, prompts=prompts)
     else:  # throughput rows over several devices: the prompts split, the update's minibatches too
         from purejaxppo.lm.data_parallel import data_parallel
@@ -231,7 +233,7 @@ def _ours(spec: dict) -> dict:
         members = [(b, s) for b in betas for s in seeds]
         cfgs = jax.tree.map(lambda *x: jnp.stack(x), *[cfg.replace(beta=b) for b, _ in members])
         keys = jnp.stack([jax.random.PRNGKey(s) for _, s in members])
-        run = jax.jit(jax.vmap(lambda k, c: ppo.train(k, params, params, None, None, c)[1]))
+        run = jax.jit(jax.vmap(lambda k, c: ppo.train(k, params, params, None, None, c)[1], axis_name="runs"))
         t0 = time.perf_counter()
         exe = run.lower(keys, cfgs).compile()
         out["compile_s"] = time.perf_counter() - t0
@@ -255,7 +257,7 @@ def _ours(spec: dict) -> dict:
         times = {k: [] for k in progs}
         cpu = {k: [] for k in progs}  # process CPU seconds (all threads): cores used = cpu / wall
         rows = []
-        for i in range(spec["iterations"]):  # interleaved; the first round warms up
+        for _ in range(spec["iterations"]):  # interleaved; the first round warms up
             for name in ("gen", "gen_score"):
                 t0, c0 = time.perf_counter(), time.process_time()
                 jax.block_until_ready(progs[name](state, batch))

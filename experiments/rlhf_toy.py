@@ -173,7 +173,7 @@ def run_tabular(cfg: TabularConfig):
     exactly (enumeration) after every iteration. Returns a dict of results."""
     ref_logits, (st, ac, mk, sc) = tabular_problem(cfg)
     j_star = tabular_optimum(cfg, ref_logits)
-    c, t, a_n = cfg.n_content, cfg.horizon, cfg.n_content + 1
+    c, t = cfg.n_content, cfg.horizon
     n_states = ref_logits.shape[0]
     ref = jnp.asarray(ref_logits)
     st_, ac_, mk_, sc_ = map(jnp.asarray, (st, ac, mk, sc))

@@ -120,9 +120,6 @@ def test_bad_flag_is_an_argparse_error(capsys):
 
 
 def test_more_devices_than_xla_flags_force_is_a_user_error():
-    import subprocess
-    import sys
-
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
     out = subprocess.run([sys.executable, "-m", "purejaxppo", "train", "--seeds", "2", "--devices", "2", "--quiet"],
                          env=env, capture_output=True, text=True, timeout=120)

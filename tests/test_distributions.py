@@ -3,7 +3,6 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from scipy import stats
 from scipy.special import log_softmax as np_log_softmax
 

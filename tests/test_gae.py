@@ -75,7 +75,8 @@ def test_identity_gamma_lambda_one_is_reward_to_go_minus_value():
     T = 25
     r, v = rng.normal(size=(T, 1)), rng.normal(size=(T, 1))
     nv = np.concatenate([v[1:], [[0.0]]])  # V of the next state; last step terminates
-    term = np.zeros((T, 1), bool); term[-1] = True
+    term = np.zeros((T, 1), bool)
+    term[-1] = True
     adv, _ = gae(jnp.asarray(r), jnp.asarray(v), jnp.asarray(nv), jnp.asarray(term), jnp.zeros((T, 1), bool), 1.0, 1.0)
     rtg = np.cumsum(r[::-1, 0])[::-1]
     np.testing.assert_allclose(np.asarray(adv)[:, 0], rtg - v[:, 0], rtol=1e-4, atol=1e-4)
@@ -91,8 +92,10 @@ def test_identity_lambda_zero_is_td_error():
 
 def test_trailing_reward_decays_geometrically():
     T = 6
-    r = np.zeros((T, 1)); r[-1] = 1.0
+    r = np.zeros((T, 1))
+    r[-1] = 1.0
     z = np.zeros((T, 1))
-    term = np.zeros((T, 1), bool); term[-1] = True
+    term = np.zeros((T, 1), bool)
+    term[-1] = True
     adv, _ = gae(jnp.asarray(r), jnp.asarray(z), jnp.asarray(z), jnp.asarray(term), jnp.zeros((T, 1), bool), 0.9, 0.8)
     np.testing.assert_allclose(np.asarray(adv)[:, 0], 0.72 ** np.arange(T)[::-1], rtol=1e-5)

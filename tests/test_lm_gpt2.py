@@ -1,10 +1,10 @@
-"""GPT-2 from HF-layout safetensors (purejaxppo/lm/gpt2.py, purejaxppo/lm/safetensors_io.py).
+"""GPT-2 from HF-layout safetensors (purejaxppo/lm/gpt2.py, purejaxppo/lm/hf_files.py).
 
 * The forward pass against a plain NumPy GPT-2 written here from the HF weight dict (float64):
   logits and the value head, unpadded and left-padded (padding changes no valid position).
-* safetensors against bytes laid out by hand from the format's description (every dtype, BF16
-  bit patterns), save/load round trips, and clear errors for truncated or corrupt files;
-  against the ``safetensors`` package when it is installed.
+* safetensors (read and written with the ``safetensors`` package) against bytes laid out by hand
+  from the format's description (every dtype, BF16 bit patterns), round trips, and clear errors
+  for truncated or corrupt files.
 * HF tensors -> file -> ``load_gpt2`` -> ``gpt2_params_to_hf`` gives them back; a missing,
   misshapen or unknown tensor, or an unsupported config, is a clear error.
 * Attention in query blocks (``query_block``) against the same NumPy GPT-2.
@@ -25,7 +25,7 @@ import pytest
 
 from purejaxppo.lm.gpt2 import GPT2, gpt2_params_from_hf, gpt2_params_to_hf, load_gpt2, save_gpt2
 from purejaxppo.lm.model import FlaxLM, FullRecompute
-from purejaxppo.lm.safetensors_io import load_safetensors, read_metadata, save_safetensors
+from purejaxppo.lm.hf_files import read_safetensors, write_safetensors
 from purejaxppo.lm.sampling import sample_response
 
 CFG = dict(vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=2, layer_norm_epsilon=1e-5)
@@ -137,7 +137,7 @@ def test_query_blocks_equal_a_numpy_gpt2(model):
                                        err_msg=f"query_block={qb}, row {r}")
 
 
-# --- safetensors ---------------------------------------------------------------------------------
+# --- safetensors (the package, through purejaxppo.lm.hf_files) ------------------------------------------
 def _hand_file(path, entries, data: bytes, pad=0):
     header = json.dumps(entries).encode() + b" " * pad
     path.write_bytes(struct.pack("<Q", len(header)) + header + data)
@@ -154,66 +154,54 @@ def test_safetensors_reads_bytes_laid_out_by_hand(tmp_path):
         entries[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
         off += len(raw)
     _hand_file(tmp_path / "x.safetensors", entries, b"".join(p[3] for p in parts), pad=5)
-    got = load_safetensors(tmp_path / "x.safetensors")
+    got = read_safetensors(tmp_path / "x.safetensors")
     np.testing.assert_array_equal(got["a"], np.arange(6).reshape(2, 3))
-    assert got["b"].dtype == np.float32 and got["b"].tolist() == [1.0, -2.0, 3.140625]
+    # BF16 stays bf16 (no widening), bit for bit
+    assert got["b"].dtype.name == "bfloat16" and got["b"].astype(np.float32).tolist() == [1.0, -2.0, 3.140625]
     assert got["c"].tolist() == [-1, 2 ** 40] and got["d"].tolist() == [0.5, -1.5] and got["e"].tolist() == [[-7]]
-    assert set(got) == set("abcde") and read_metadata(tmp_path / "x.safetensors") == {"format": "pt"}
+    assert set(got) == set("abcde")
 
 
 def test_safetensors_round_trip(tmp_path):
+    from safetensors import safe_open
+
     rng = np.random.default_rng(0)
     tensors = {"f32": rng.normal(size=(3, 4)).astype(np.float32), "f16": rng.normal(size=5).astype(np.float16),
                "f64": rng.normal(size=(2, 1, 2)), "i64": rng.integers(-9, 9, 4), "i32": np.int32([1, -2]),
                "u8": np.uint8([0, 255]), "bool": np.array([True, False]), "scalar": np.float32(2.5),
-               "big_endian": np.arange(3, dtype=">f4")}
-    save_safetensors(tmp_path / "t.safetensors", tensors, {"k": "v"})
-    got = load_safetensors(tmp_path / "t.safetensors")
-    assert set(got) == set(tensors) and read_metadata(tmp_path / "t.safetensors") == {"k": "v"}
+               "big_endian": np.arange(3, dtype=">f4"), "transposed": np.arange(6, dtype=np.float32).reshape(2, 3).T,
+               "bf16": np.asarray(jnp.array([1.0, -0.3, 1e30], jnp.bfloat16))}
+    write_safetensors(tmp_path / "t.safetensors", tensors)
+    got = read_safetensors(tmp_path / "t.safetensors")
+    with safe_open(str(tmp_path / "t.safetensors"), "np") as f:
+        assert f.metadata() == {"format": "pt"}  # what transformers expects
+    assert set(got) == set(tensors)
     for k, v in tensors.items():
         assert got[k].shape == np.shape(v) and got[k].dtype == np.asarray(v).dtype.newbyteorder("="), k
         np.testing.assert_array_equal(got[k], v)
-    # bfloat16 (a JAX array) is written as BF16 bit for bit and read back as float32
-    bf = jnp.array([1.0, -0.3, 1e30], jnp.bfloat16)
-    save_safetensors(tmp_path / "b.safetensors", {"w": bf})
-    np.testing.assert_array_equal(load_safetensors(tmp_path / "b.safetensors")["w"], np.asarray(bf.astype(jnp.float32)))
+    assert got["bf16"].view(np.uint16).tolist() == tensors["bf16"].view(np.uint16).tolist()
 
 
 def test_safetensors_bad_files_are_clear_errors(tmp_path):
     path = tmp_path / "t.safetensors"
-    save_safetensors(path, {"w": np.ones((4, 4), np.float32)})
+    write_safetensors(path, {"w": np.ones((4, 4), np.float32)})
     raw = path.read_bytes()
-    cases = {"truncated": raw[:-1], "truncated or corrupt": raw[:20], "no 8-byte header": raw[:5],
-             "not UTF-8 JSON": raw[:8] + b"{" * (len(raw) - 8)}
-    for message, content in cases.items():
+    for content in (raw[:-1], raw[:20], raw[:5], raw[:8] + b"{" * (len(raw) - 8)):
         path.write_bytes(content)
-        with pytest.raises(ValueError, match=message):
-            load_safetensors(path)
+        with pytest.raises(ValueError, match="t.safetensors is not a readable safetensors file"):
+            read_safetensors(path)
     _hand_file(path, {"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 12]}}, bytes(16))
-    with pytest.raises(ValueError, match=r"'w'.*hold 12 bytes, F32 \[2, 2\] needs 16"):
-        load_safetensors(path)
-    _hand_file(path, {"w": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}}, bytes(1))
-    with pytest.raises(ValueError, match="unsupported dtype 'Q4'"):
-        load_safetensors(path)
-
-
-def test_safetensors_agrees_with_the_safetensors_package(tmp_path):
-    st = pytest.importorskip("safetensors.numpy", reason="the safetensors package is not installed")
-    tensors = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.int64([3, -4]), "c": np.float16([0.25])}
-    save_safetensors(tmp_path / "ours.safetensors", tensors)
-    st.save_file(tensors, str(tmp_path / "theirs.safetensors"))
-    for mine, other in ((load_safetensors(tmp_path / "theirs.safetensors"), tensors),
-                        (st.load_file(str(tmp_path / "ours.safetensors")), tensors)):
-        assert set(mine) == set(other)
-        for k in other:
-            np.testing.assert_array_equal(mine[k], other[k])
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        read_safetensors(path)
+    with pytest.raises(ValueError, match="nothing is downloaded"):
+        read_safetensors(tmp_path / "nowhere.safetensors")
 
 
 # --- HF layout -----------------------------------------------------------------------------------
 def _write_hf(folder, tensors, config=CFG):
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", **config}))
-    save_safetensors(folder / "model.safetensors", tensors, {"format": "pt"})
+    write_safetensors(folder / "model.safetensors", tensors)
 
 
 def test_hf_file_round_trip(tmp_path):
@@ -235,7 +223,7 @@ def test_hf_file_round_trip(tmp_path):
     params["params"]["value_head"] = {"kernel": jnp.full((D, 1), 0.5), "bias": jnp.array([2.0])}
     save_gpt2(tmp_path / "out", module, params)
     module2, params2 = load_gpt2(tmp_path / "out")
-    assert module2 == module and read_metadata(tmp_path / "out" / "model.safetensors") == {"format": "pt"}
+    assert module2 == module
     jax.tree_util.tree_map(np.testing.assert_array_equal, params2, params)
 
 
@@ -350,3 +338,26 @@ def test_bf16_compute_stays_near_float32(model, forward):
     # errors add up: measured 0.13 at most, 0.016 on average (x86 CPU). Bounds 0.5 / 0.05 leave
     # ~4x / ~3x; the float32 path is 4e-6 from float64, so the gap is bf16's alone.
     assert err.max() < 0.5 and err.mean() < 0.05, (err.max(), err.mean())
+
+
+def test_a_gpt2_reward_model_reads_its_score_head_as_the_value_head(tmp_path, model):
+    """``GPT2ForSequenceClassification`` tensors (``transformer.*`` + ``score.weight [1, D]``):
+    the values are the NumPy GPT-2's final hidden state times the score row; written back as is."""
+    from purejaxppo.lm.pretrained import load_sequence_classifier, save_sequence_classifier
+
+    _, w, _ = model
+    score = np.random.default_rng(9).normal(0, 0.5, (1, D)).astype(np.float32)
+    _write_hf(tmp_path / "rm", {f"transformer.{k}": v for k, v in w.items()} | {"score.weight": score})
+    lm, params = load_sequence_classifier(tmp_path / "rm")
+    lens = [L, 1, 5, 3]
+    tokens, valid = _batch(lens, seed=8)
+    values = np.asarray(lm.values(params, tokens, valid))
+    for r, n in enumerate(lens):
+        np.testing.assert_allclose(values[r, L - n:], np_gpt2(w, tokens[r, L - n:])[1] @ score[0], atol=TOL, rtol=TOL)
+    save_sequence_classifier(tmp_path / "back", lm, params)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, load_sequence_classifier(tmp_path / "back")[1], params)
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == [
+        "GPT2ForSequenceClassification"]
+    _write_hf(tmp_path / "two", {**w, "score.weight": np.zeros((2, D), np.float32)})
+    with pytest.raises(ValueError, match=r"need score.weight of shape \(1, 32\) \(one label\), got \(2, 32\)"):
+        load_sequence_classifier(tmp_path / "two")

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.stages.losses import actor_loss, entropy_bonus, explained_variance, normalize, ppo_loss, value_loss
+from purejaxppo.stages.losses import actor_loss, explained_variance, normalize, ppo_loss, value_loss
 
 
 def ref_actor(logp_new, logp_old, adv, eps):

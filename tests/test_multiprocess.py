@@ -96,7 +96,7 @@ def _assert_same_run(a, b):
 
 
 def _ok(results):
-    for code, so, se in results:
+    for code, _, se in results:
         assert code == 0, se[-3000:]
 
 

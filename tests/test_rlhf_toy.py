@@ -4,12 +4,9 @@ The first-minibatch and frozen-reference invariants are tests/test_token_ppo.py'
 
 import importlib.util
 import itertools
-import math
 import os
 import sys
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

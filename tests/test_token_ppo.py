@@ -8,7 +8,6 @@ forced host devices). Tolerances are for two different programs computing the sa
 (float32 reductions in another order), never for the same program.
 """
 
-import functools
 import json
 import os
 import subprocess

@@ -25,7 +25,7 @@ def np_token_gae(rewards, values, mask, gamma, lam):
     for i in range(b):
         idx = [t for t in range(l) if mask[i, t]]
         a_next, v_next = 0.0, 0.0  # after the last valid token: terminal
-        for j, t in enumerate(reversed(idx)):
+        for t in reversed(idx):
             delta = rewards[i, t] + gamma * v_next - values[i, t]
             a = delta + gamma * lam * a_next
             adv[i, t] = a

@@ -4,7 +4,10 @@ The columns follow the run's task: reverse shows greedy exact match; grammar sho
 count and grammaticality, sampled and greedy. Row 1's sampled figures are the SFT model's own
 (iteration 1's responses are drawn before its update), marked "(SFT)".
 """
-import csv, json, sys, numpy as np
+import csv
+import json
+import sys
+import numpy as np
 d = sys.argv[1]
 rows = list(csv.DictReader(open(f"{d}/metrics.csv")))
 info = json.load(open(f"{d}/config.json"))

@@ -1,8 +1,10 @@
 """Env-only Craftax-Classic-Symbolic, ONE run (no seed vmap), 32 envs x 128 steps, random actions:
 the committed auto-reset (resets computed only on steps where some episode ended) vs the former one
 (every env's reset computed on every step), in one process."""
-import sys, time
-import jax, jax.numpy as jnp
+import sys
+import time
+import jax
+import jax.numpy as jnp
 from purejaxppo.envs import core, make_vec_env
 import purejaxppo.envs.craftax_suite as cs
 E, T = 32, 128
@@ -37,9 +39,13 @@ which = sys.argv[1]
 if which == "former":
     cs.auto_reset_vec_env = former
 venv = make_vec_env("craftax:Craftax-Classic-Symbolic-v1", E)
-t = time.perf_counter(); c = program(venv).lower(jax.random.PRNGKey(0)).compile(); comp = time.perf_counter() - t
+t = time.perf_counter()
+c = program(venv).lower(jax.random.PRNGKey(0)).compile()
+comp = time.perf_counter() - t
 jax.block_until_ready(c(jax.random.PRNGKey(1)))
 ts = []
 for i in range(3):
-    t = time.perf_counter(); jax.block_until_ready(c(jax.random.PRNGKey(2 + i))); ts.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    jax.block_until_ready(c(jax.random.PRNGKey(2 + i)))
+    ts.append(time.perf_counter() - t)
 print(which, "compile s", round(comp, 1), "env-steps/s", round(E * T / sorted(ts)[1]), flush=True)

@@ -39,7 +39,7 @@ observations).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 import jax
 import jax.numpy as jnp

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import jax
 import jax.numpy as jnp
 
 from purejaxppo.config import ConfigError

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-import jax
 
 from purejaxppo.envs.core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, check_name, discrete_action_fields
 

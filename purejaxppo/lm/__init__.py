@@ -1,4 +1,11 @@
-"""Language-model helpers for token-level PPO (a tiny causal transformer for experiments/tests).
+"""Token-level PPO for language models: the pure token functions (:mod:`purejaxppo.lm.tokens`),
+the models (a tiny transformer, GPT-2 and the Llama family behind the ``CausalLM`` protocol),
+sampling with a KV cache, the composed iteration (:mod:`purejaxppo.lm.token_ppo`).
 
-The pure token-PPO functions live in :mod:`purejaxppo.lm.tokens`; this package only holds a model.
+``load_pretrained(folder)`` reads a local Hugging Face checkpoint and ``save_pretrained(out, ...)``
+writes one back (:mod:`purejaxppo.lm.pretrained`).
 """
+
+from purejaxppo.lm.pretrained import CheckpointFolderError, load_pretrained, save_pretrained
+
+__all__ = ["CheckpointFolderError", "load_pretrained", "save_pretrained"]

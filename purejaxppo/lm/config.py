@@ -40,6 +40,10 @@ class TokenPPOConfig:
     whiten_advantages: bool = static(True)  # over the whole batch's valid tokens (micro-batching stays exact)
     clip_value: bool = static(True)
     adaptive_kl: bool = static(False)  # Ziegler et al.'s controller drives beta towards kl_target
+    # the smallest response width the teacher-forced passes and the update run at: the batch is cut
+    # to the first rung of 16, 32, 64, ... (up to max_new_tokens) that holds its longest response
+    # (purejaxppo.lm.length_buckets); 0 = always the whole budget
+    length_buckets: int = static(16)
     ptx: bool = static(False)  # add ptx_coef * NLL of a supplied pretraining batch to the policy loss
     # --- numeric (traced) -----------------------------------------------------------------
     actor_lr: float = 1e-4
@@ -97,6 +101,10 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
     for name, allowed in choices.items():
         if getattr(cfg, name) not in allowed:
             raise ConfigError(f"{name}={getattr(cfg, name)!r} must be one of {allowed}")
+    if isinstance(cfg.length_buckets, bool) or not isinstance(cfg.length_buckets, numbers.Integral) \
+            or cfg.length_buckets < 0:
+        raise ConfigError(f"length_buckets={cfg.length_buckets!r} must be an integer >= 0 (the smallest response "
+                          "width; 0 = off)")
     if not isinstance(cfg.top_k, numbers.Integral) or cfg.top_k < 0:
         raise ConfigError(f"top_k={cfg.top_k!r} must be an integer >= 0 (0 = off)")
     if not 0.0 < float(cfg.top_p) <= 1.0:

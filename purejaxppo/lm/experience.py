@@ -84,14 +84,15 @@ def collect(models: Models, params: dict, reference_params, reward_params, row_k
 
 
 def score(models: Models, params: dict, reference_params, reward_params, prompt, prompt_valid, response,
-          logp_sampled, rmask, cfg):
+          logp_sampled, rmask, cfg, scores=None):
     """Sampled responses read back teacher-forced (policy, reference, critic) and scored by the
     reward: a dict of ``[B, ...]`` arrays.
 
     Takes :func:`sample`'s ``response, logp_sampled, rmask [B, T]``. Returns ``tokens, valid,
     mask [B, P+T]`` (``mask``: the response tokens, the actions), ``logp_old, logp_ref,
     values_old [B, P+T]`` (aligned), ``score [B]`` (the reward's), ``has_stop [B]``,
-    ``logp_sampled [B, P+T]`` (the sampler's own, for ``logp_mismatch``)."""
+    ``logp_sampled [B, P+T]`` (the sampler's own, for ``logp_mismatch``). ``scores [B]``: the
+    reward's, when the caller computed them already (then ``reward_params`` is not read)."""
     prompt_valid = prompt_valid.astype(bool)
     tokens = jnp.concatenate([prompt, response.astype(prompt.dtype)], axis=1)
     valid = jnp.concatenate([prompt_valid, rmask], axis=1)
@@ -100,7 +101,9 @@ def score(models: Models, params: dict, reference_params, reward_params, prompt,
     logp_old, _ = filtered_logprobs(logits, tokens, cfg)
     ref_logits = models.reference.logits(reference_params, tokens, valid)
     logp_ref = tk.token_logprobs(filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id), tokens)
-    scores = models.reward(reward_params, prompt, prompt_valid, response, rmask).astype(jnp.float32)
+    if scores is None:
+        scores = models.reward(reward_params, prompt, prompt_valid, response, rmask)
+    scores = scores.astype(jnp.float32)
     stops = jnp.asarray(cfg.stop_ids, response.dtype).reshape(-1)
     has_stop = jnp.any(rmask & jnp.any(response[..., None] == stops, axis=-1), axis=1)
     zeros = jnp.zeros_like(logp_old[:, : prompt.shape[1]])

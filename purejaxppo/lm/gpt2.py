@@ -25,7 +25,7 @@ import numpy as np
 # attend: TinyLM's attention, shared so both models mask padded keys the same way
 from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, empty_kv_cache, positions_from_mask,
                                  value_head, written_cache)
-from purejaxppo.lm.safetensors_io import load_safetensors, save_safetensors
+from purejaxppo.lm.hf_files import read_safetensors, write_safetensors
 
 CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon")
 # HF's causal-mask buffers and the tied head (a copy of wte): in files, not parameters here
@@ -238,6 +238,32 @@ def gpt2_params_to_hf(params: Mapping, value_head: bool = False) -> dict[str, np
     return out
 
 
+def gpt2_reward_params_from_hf(tensors: Mapping[str, np.ndarray], config: GPT2 | Mapping) -> dict:
+    """HF ``GPT2ForSequenceClassification`` tensors with one label (``transformer.*`` and
+    ``score.weight [1, n_embd]``, no bias) -> the variables of :class:`GPT2`, the score row as
+    the value head (``kernel = score.weight.T``, ``bias = 0``)."""
+    named = {k.removeprefix("transformer."): v for k, v in tensors.items()}
+    module = config if isinstance(config, GPT2) else gpt2_from_config(config)
+    score = named.pop("score.weight", None)
+    if score is None or tuple(np.shape(score)) != (1, module.n_embd):
+        raise ValueError(f"GPT-2 reward-model weights: need score.weight of shape (1, {module.n_embd}) (one label), "
+                         f"got {None if score is None else tuple(np.shape(score))}")
+    params = gpt2_params_from_hf(named, module)
+    params["params"]["value_head"] = {"kernel": jnp.asarray(np.asarray(score, np.float32).T), "bias": jnp.zeros((1,))}
+    return params
+
+
+def gpt2_reward_params_to_hf(params: Mapping) -> dict[str, np.ndarray]:
+    """The inverse of :func:`gpt2_reward_params_from_hf` (float32; ``ValueError`` for a value
+    head bias that is not 0: HF's score head has none)."""
+    head = params.get("params", params)["value_head"]
+    if np.any(np.asarray(head["bias"]) != 0):
+        raise ValueError(f"reward model: value_head bias {np.asarray(head['bias']).tolist()} is not 0; HF's score "
+                         "head has no bias")
+    out = {f"transformer.{k}": v for k, v in gpt2_params_to_hf(params).items()}
+    return out | {"score.weight": np.asarray(head["kernel"], np.float32).T.copy()}
+
+
 def load_gpt2(path: str | os.PathLike, dtype=jnp.float32) -> tuple[GPT2, dict]:
     """``(GPT2 module, variables)`` from a LOCAL HF GPT-2: a folder holding ``config.json`` and
     ``model.safetensors``, or the ``.safetensors`` file itself (``config.json`` beside it).
@@ -250,7 +276,7 @@ def load_gpt2(path: str | os.PathLike, dtype=jnp.float32) -> tuple[GPT2, dict]:
             raise FileNotFoundError(f"load_gpt2: no {need} (local files only; nothing is downloaded)")
     with open(cfg_path) as f:
         module = gpt2_from_config(json.load(f), dtype)
-    return module, gpt2_params_from_hf(load_safetensors(file), module)
+    return module, gpt2_params_from_hf(read_safetensors(file), module)
 
 
 def save_gpt2(folder: str | os.PathLike, module: GPT2, params: Mapping, value_head: bool = True) -> None:
@@ -262,4 +288,4 @@ def save_gpt2(folder: str | os.PathLike, module: GPT2, params: Mapping, value_he
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(gpt2_config(module), f, indent=2)
-    save_safetensors(os.path.join(folder, "model.safetensors"), tensors, {"format": "pt"})
+    write_safetensors(os.path.join(folder, "model.safetensors"), tensors)

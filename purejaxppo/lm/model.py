@@ -96,9 +96,12 @@ QUERY_BLOCK = 64
 
 
 def attend(q, k, v, attn_mask, spec: str, query_block: int = 0):
-    """Masked softmax attention ``q [B, L, H, hd]``, keys and values ``[B, S, H, hd]`` (``spec
-    "bkhd"``) or ``[B, H, S, hd]`` (``"bhkd"``, the cache's layout), ``attn_mask [B, L, S]``
-    ``-> [B, L, H, hd]``; scores and softmax in float32.
+    """Masked softmax attention ``q [B, L, H, hd]``, keys and values ``[B, S, K, hd]`` (``spec
+    "bkhd"``) or ``[B, K, S, hd]`` (``"bhkd"``, the cache's layout), ``attn_mask [B, L, S]``
+    ``-> [B, L, H, hd]``; scores and softmax in float32, scaled by ``1/sqrt(hd)``. ``K``
+    key/value heads divide the ``H`` query heads (grouped-query attention: query head ``h``
+    reads key/value head ``h // (H // K)``, as HF's ``repeat_kv``); the keys are never copied
+    per query head, the queries are grouped instead.
 
     ``query_block > 0`` (teacher-forced only: ``S == L``, query ``i`` at slot ``i``): the queries
     go in blocks of that many, each block reading the keys up to its own end only. Exact, not an
@@ -108,17 +111,24 @@ def attend(q, k, v, attn_mask, spec: str, query_block: int = 0):
     l, s = q.shape[1], k.shape[spec.index("k")]
     if query_block and s != l:
         raise ValueError(f"attend: query blocks need the chunk's own keys (S == L), got L={l}, S={s}")
+    b, _, h, hd = q.shape
+    groups = h // k.shape[spec.index("h")]
+    if groups > 1:  # [B, L, K, G, hd]: a group axis "g" in every spec (absent without GQA: same program as before)
+        q = q.reshape(b, l, h // groups, groups, hd)
+    qs, ss = ("bqhgd", "bhgqk") if groups > 1 else ("bqhd", "bhqk")
     bounds = range(0, l, query_block) if query_block else [0]
     outs = []
     for lo in bounds:
         hi = min(lo + query_block, l) if query_block else l
         ends = hi if query_block else s  # keys this block can see
         kb, vb = (jax.lax.slice_in_dim(x, 0, ends, axis=spec.index("k")) for x in (k, v))
-        scores = jnp.einsum(f"bqhd,{spec}->bhqk", q[:, lo:hi], kb, preferred_element_type=jnp.float32)
-        scores = jnp.where(attn_mask[:, None, lo:hi, :ends], scores / np.sqrt(q.shape[-1]), _NEG)
+        scores = jnp.einsum(f"{qs},{spec}->{ss}", q[:, lo:hi], kb, preferred_element_type=jnp.float32)
+        mask = attn_mask[:, None, None, lo:hi, :ends] if groups > 1 else attn_mask[:, None, lo:hi, :ends]
+        scores = jnp.where(mask, scores / np.sqrt(hd), _NEG)
         att = jax.nn.softmax(scores, axis=-1).astype(vb.dtype)  # softmax in float32 under bf16
-        outs.append(jnp.einsum(f"bhqk,{spec}->bqhd", att, vb))
-    return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+        outs.append(jnp.einsum(f"{ss},{spec}->{qs}", att, vb))
+    out = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+    return out.reshape(b, l, h, hd)
 
 
 def value_head(x: jax.Array, dtype) -> jax.Array:

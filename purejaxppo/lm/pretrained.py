@@ -1,67 +1,148 @@
-"""One front door for a local Hugging Face checkpoint: ``load_pretrained(folder, dtype=...) -> (model, params)``.
+"""One front door for a local Hugging Face checkpoint: ``load_pretrained(folder, dtype=...) -> (model, params)``,
+and the way back, ``save_pretrained(out_dir, model, params)``.
 
 ``model`` meets :class:`~purejaxppo.lm.model.CausalLM` (logits, forward, values, prefill,
 decode with a KV cache); ``params`` are its Flax variables ``{"params": ...}``, with a value
 head ``params["params"]["value_head"]`` (``kernel [D, 1]``, ``bias [1]``) that starts at zero
 unless the checkpoint stores one. The family is chosen by ``config.json``'s ``model_type``
-(:data:`FAMILIES`); nothing is downloaded.
+(:data:`FAMILIES`): ``gpt2`` and the Llama family (``llama``, ``mistral``, ``qwen2``,
+``qwen3``); nothing is downloaded.
+
+Reward models: :func:`load_sequence_classifier` reads an HF ``*ForSequenceClassification``
+folder (one label) into the same model with its ``score`` head as the value head, and
+:func:`save_sequence_classifier` writes it back.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable, Dict
 
 import jax.numpy as jnp
+import numpy as np
 
+from purejaxppo.lm.gpt2 import (GPT2, gpt2_config, gpt2_from_config, gpt2_params_from_hf, gpt2_params_to_hf,
+                                gpt2_reward_params_from_hf, gpt2_reward_params_to_hf)
+from purejaxppo.lm.hf_files import (CheckpointFolderError, copy_tokenizer_files, read_config, read_weights,
+                                    write_folder)
+from purejaxppo.lm.llama import Llama
+from purejaxppo.lm.llama_config import llama_config_from_hf, llama_config_to_hf
+from purejaxppo.lm.llama_hf import params_from_hf, params_to_hf, reward_params_from_hf, reward_params_to_hf
 from purejaxppo.lm.model import FlaxLM
 
+__all__ = ["CheckpointFolderError", "FAMILIES", "load_pretrained", "save_pretrained", "read_config",
+           "load_sequence_classifier", "save_sequence_classifier"]
 
-class CheckpointFolderError(ValueError):
-    """A model folder that cannot be loaded: the message names the file or field and the fix."""
+
+def _gpt2(folder: str, config: dict, dtype, param_dtype) -> tuple[Any, dict]:
+    if np.dtype(param_dtype) != np.float32:
+        raise CheckpointFolderError(f"{folder}: gpt2 keeps float32 parameters (param_dtype {np.dtype(param_dtype)} "
+                                    "is for the Llama family)")
+    module = _configured(folder, lambda: gpt2_from_config(config, dtype))
+    return FlaxLM(module), _configured(folder, lambda: gpt2_params_from_hf(read_weights(folder), module))
 
 
-def read_config(folder: str | os.PathLike) -> dict:
-    """``config.json`` of a local model folder as a dict; :class:`CheckpointFolderError` when the
-    folder, the file or its JSON is missing or broken."""
-    folder = os.fspath(folder)
-    if not os.path.isdir(folder):
-        raise CheckpointFolderError(f"{folder} is not a folder (give a local model folder holding config.json and "
-                                    "*.safetensors; nothing is downloaded)")
-    path = os.path.join(folder, "config.json")
-    if not os.path.isfile(path):
-        raise CheckpointFolderError(f"{folder} has no config.json (a Hugging Face model folder holds config.json and "
-                                    "model.safetensors)")
+def _llama_module(folder: str, config: dict, dtype, param_dtype):
+    return Llama(_configured(folder, lambda: llama_config_from_hf(config)), dtype=dtype, param_dtype=param_dtype)
+
+
+def _llama(folder: str, config: dict, dtype, param_dtype) -> tuple[Any, dict]:
+    module = _llama_module(folder, config, dtype, param_dtype)
+    return FlaxLM(module), _configured(folder, lambda: params_from_hf(read_weights(folder), module.config, param_dtype))
+
+
+def _configured(folder: str, build: Callable):
+    """``build()``, its ``ValueError`` (a config or tensor the family cannot take) as a
+    :class:`CheckpointFolderError` naming the folder."""
     try:
-        with open(path) as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise CheckpointFolderError(f"{path} is not readable JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise CheckpointFolderError(f"{path} holds {type(config).__name__}, not a JSON object")
-    return config
+        return build()
+    except CheckpointFolderError:
+        raise
+    except ValueError as e:
+        raise CheckpointFolderError(f"{folder}: {e}") from None
 
 
-def _gpt2(folder: str, config: dict, dtype) -> tuple[Any, dict]:
-    from purejaxppo.lm.gpt2 import load_gpt2
-
-    module, params = load_gpt2(folder, dtype)
-    return FlaxLM(module), params
+#: ``model_type -> load(folder, config, dtype, param_dtype) -> (model, params)``
+FAMILIES: Dict[str, Callable[..., tuple]] = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _llama,
+                                             "qwen3": _llama}
 
 
-#: ``model_type -> load(folder, config, dtype) -> (model, params)``
-FAMILIES: Dict[str, Callable[..., tuple]] = {"gpt2": _gpt2}
-
-
-def load_pretrained(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Any, dict]:
-    """``(model, params)`` of the local checkpoint in ``folder``, dispatched on ``model_type``.
-    ``dtype``: the compute dtype. :class:`CheckpointFolderError` names an unsupported family or a
-    missing file."""
-    folder = os.fspath(folder)
+def _family(folder: str) -> tuple[dict, str]:
     config = read_config(folder)
     family = config.get("model_type")
     if family not in FAMILIES:
         raise CheckpointFolderError(f"{folder}: model_type {family!r} is not supported; supported: "
                                     f"{', '.join(sorted(FAMILIES))}")
-    return FAMILIES[family](folder, config, dtype)
+    return config, family
+
+
+def load_pretrained(folder: str | os.PathLike, dtype=jnp.float32, param_dtype=jnp.float32) -> tuple[Any, dict]:
+    """``(model, params)`` of the local checkpoint in ``folder``, dispatched on ``model_type``.
+    ``dtype``: the compute dtype; ``param_dtype``: the dtype the matrices are kept in (the Llama
+    family; norms and the value head stay float32). :class:`CheckpointFolderError` names an
+    unsupported family, a missing file, or a config or tensor the family cannot take."""
+    folder = os.fspath(folder)
+    config, family = _family(folder)
+    return FAMILIES[family](folder, config, dtype, param_dtype)
+
+
+def _module(model):
+    return getattr(model, "model", model)  # a FlaxLM or the Flax module itself
+
+
+def save_pretrained(out_dir: str | os.PathLike, model, params, value_head: bool = False, dtype=np.float32,
+                    copy_from: str | os.PathLike | None = None) -> None:
+    """Write ``model`` (from :func:`load_pretrained`, a ``FlaxLM`` or its module) with
+    ``params`` as an HF causal-LM folder: ``config.json`` (the source's model_type and
+    architectures, its other keys kept) and ``model.safetensors`` in HF names, tensors in
+    ``dtype`` (float32 by default: exact for float32 and bf16 parameters alike).
+    ``value_head=True`` also stores ``value_head.*`` (HF skips them; :func:`load_pretrained`
+    reads them back). ``copy_from``: the source folder, whose tokenizer and generation files
+    (:data:`~purejaxppo.lm.hf_files.TOKENIZER_FILES`) are copied beside the weights."""
+    module = _module(model)
+    if isinstance(module, Llama):
+        config = llama_config_to_hf(module.config, np.dtype(dtype).name)
+        tensors = params_to_hf(params, module.config, value_head, dtype)
+    elif isinstance(module, GPT2):
+        config = gpt2_config(module)
+        tensors = {k: v.astype(np.dtype(dtype)) for k, v in gpt2_params_to_hf(params, value_head).items()}
+    else:
+        raise TypeError(f"save_pretrained: {type(module).__name__} has no Hugging Face layout (GPT2 or Llama)")
+    write_folder(out_dir, config, tensors)
+    if copy_from is not None:
+        copy_tokenizer_files(copy_from, out_dir)
+
+
+_CLASSIFIERS = {"gpt2": "GPT2ForSequenceClassification", "llama": "LlamaForSequenceClassification",
+                "mistral": "MistralForSequenceClassification", "qwen2": "Qwen2ForSequenceClassification",
+                "qwen3": "Qwen3ForSequenceClassification"}
+
+
+def load_sequence_classifier(folder: str | os.PathLike, dtype=jnp.float32, param_dtype=jnp.float32) -> tuple[Any, dict]:
+    """``(model, params)`` of an HF ``*ForSequenceClassification`` folder with one label (a
+    reward model) of any family here: the trunk, and ``score.weight [1, D]`` as the value head
+    (bias 0), so ``model.values(params, tokens, valid)[:, t]`` is the score of the prefix
+    ending at ``t``. Call ``values`` only: the Llama family's has no LM head."""
+    folder = os.fspath(folder)
+    config, family = _family(folder)
+    if family == "gpt2":
+        module = _configured(folder, lambda: gpt2_from_config(config, dtype))
+        return FlaxLM(module), _configured(folder, lambda: gpt2_reward_params_from_hf(read_weights(folder), module))
+    module = _llama_module(folder, config, dtype, param_dtype)
+    return FlaxLM(module), _configured(folder, lambda: reward_params_from_hf(read_weights(folder), module.config,
+                                                                             param_dtype))
+
+
+def save_sequence_classifier(out_dir: str | os.PathLike, model, params, dtype=np.float32) -> None:
+    """Write a model's trunk and value head as an HF ``*ForSequenceClassification`` folder (one
+    label; the value head must have bias 0): the inverse of :func:`load_sequence_classifier`."""
+    module = _module(model)
+    if isinstance(module, GPT2):
+        config = gpt2_config(module)
+        tensors = {k: v.astype(np.dtype(dtype)) for k, v in gpt2_reward_params_to_hf(params).items()}
+    else:
+        config = llama_config_to_hf(module.config, np.dtype(dtype).name)
+        tensors = reward_params_to_hf(params, module.config, dtype)
+    config.update(architectures=[_CLASSIFIERS[config["model_type"]]], id2label={"0": "LABEL_0"},
+                  label2id={"LABEL_0": 0})
+    write_folder(out_dir, config, tensors)

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from purejaxppo.config.ppo_config import ConfigError
-from purejaxppo.lm import experience
+from purejaxppo.lm import experience, length_buckets
 from purejaxppo.lm import tokens as tk
 from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
 from purejaxppo.stages.update import TrainState, accumulate_gradients, make_optimizer, update_epochs
@@ -98,7 +98,7 @@ def _units(mask, aggregation):
 def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, *,
                    prompts: Optional[PromptFn] = None, critic=None, reference=None, ptx: Optional[PtxFn] = None,
                    diagnostics: Optional[Callable] = None, axis_name: Optional[str] = None,
-                   num_devices: int = 1) -> TokenPPO:
+                   num_devices: int = 1, runs_axis: Optional[str] = None) -> TokenPPO:
     """Token-level PPO for ``policy`` (a :class:`~purejaxppo.lm.model.CausalLM`).
 
     ``reward(reward_params, prompt, prompt_valid, response, mask) -> [B]`` scores a response
@@ -183,17 +183,34 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
             batch_prompts = prompts(k_prompt, cfg.batch_size)
         prompt, prompt_valid = mine(tuple(batch_prompts))
         row_keys = mine(jax.random.split(k_sample, cfg.batch_size))
-        exp = experience.collect(models, state.train.params, state.reference, state.reward, row_keys, prompt,
-                                 prompt_valid, cfg)
-        exp = gather(exp)
-        data, stats = experience.finish(exp, state.beta, cfg)
+        response, logp_sampled, rmask = experience.sample(models, state.train.params, row_keys, prompt, prompt_valid,
+                                                          cfg)
+        # the reward and the task's diagnostics read the whole [B, T] response (a task may index
+        # by column); the teacher-forced passes and the update run over the longest one's width
+        scores = models.reward(state.reward, prompt, prompt_valid, response, rmask)
         if diagnostics is not None:
-            p = prompt.shape[1]
-            found = diagnostics(exp["tokens"][:, :p], exp["valid"][:, :p], exp["tokens"][:, p:], exp["mask"][:, p:])
+            found = diagnostics(*gather((prompt, prompt_valid, response, rmask)))
+        ptx_batch = ptx(k_ptx, cfg.batch_size) if cfg.ptx else None
+        sizes = length_buckets.bucket_sizes(cfg.max_new_tokens, cfg.length_buckets)
+        index = length_buckets.bucket_index(rmask, sizes, tuple(a for a in (axis_name, runs_axis) if a))
+
+        def score_and_update(width):
+            def go(response, logp_sampled, rmask, scores):
+                exp = experience.score(models, state.train.params, state.reference, state.reward, prompt,
+                                       prompt_valid, response[:, :width], logp_sampled[:, :width], rmask[:, :width],
+                                       cfg, scores=scores)
+                data, stats = experience.finish(gather(exp), state.beta, cfg)
+                if cfg.ptx:
+                    data["ptx_tokens"], data["ptx_valid"], data["ptx_mask"] = ptx_batch
+                train, upd = update(state.train, data, k_update, cfg)
+                return train, stats, upd
+            return go
+
+        train, stats, upd = length_buckets.on_width(index, sizes, score_and_update, response, logp_sampled, rmask,
+                                                    scores)
+        if diagnostics is not None:
             stats.update({f"task_{k}": jnp.asarray(v, jnp.float32) for k, v in found.items()})
-        if cfg.ptx:
-            data["ptx_tokens"], data["ptx_valid"], data["ptx_mask"] = ptx(k_ptx, cfg.batch_size)
-        train, upd = update(state.train, data, k_update, cfg)
+        stats["response_width"] = jnp.asarray(sizes, jnp.float32)[index]
         beta = state.beta
         if cfg.adaptive_kl:
             beta = tk.adaptive_kl_update(beta, stats["kl_k1"], cfg.kl_target, cfg.batch_size, cfg.kl_horizon)

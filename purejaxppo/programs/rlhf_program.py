@@ -26,6 +26,7 @@ from purejaxppo.lm.token_ppo import make_token_ppo
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
 
+RUNS_AXIS = "runs"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -106,8 +107,10 @@ class RLHFProgram:
         self.headline = ("score", "score")  # the task's score of the sampled responses
         self.nan_hint = "Lower --actor-lr / --critic-lr, or --beta (and --kl-target) if the KL term blew up"
         reward = lambda _, *batch: task.score(*batch)  # noqa: E731  (a function: no reward-model params)
+        # runs_axis: the seeds agree on one response width per iteration (length_buckets), so a
+        # chunk runs one branch of the width switch, not all of them
         build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts,
-                                  diagnostics=task.diagnostics)
+                                  diagnostics=task.diagnostics, runs_axis=RUNS_AXIS)
         self.tp = data_parallel(build, num_devices)
         self._chunks, self._once = {}, CompileOnce()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
@@ -133,7 +136,7 @@ class RLHFProgram:
             def one(state):
                 state, metrics = self.tp.run(state, n)
                 return (state, metrics), tree_finite(state.train)
-            self._chunks[n] = jax.jit(jax.vmap(one))
+            self._chunks[n] = jax.jit(jax.vmap(one, axis_name=RUNS_AXIS))
         return self._chunks[n]
 
     def compile(self, n: int, state, configs=None) -> float:

@@ -10,7 +10,7 @@ member ``m`` with seed key ``s`` (:func:`runs`), so metrics come back ``[R, U]``
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp

@@ -1,0 +1,69 @@
+"""Critic-free advantages from a GROUP of responses per prompt (GRPO, RLOO) as pure functions.
+
+Layout: a batch of ``B = n_prompts * G`` sequences where rows ``[g*G, (g+1)*G)`` answer the same
+prompt (the prompt repeated ``G`` times, each row sampled with its own key). The baseline of a
+row is computed from its group's sequence rewards alone:
+
+* ``grpo`` (Shao et al. 2024, DeepSeekMath): ``(r_i - mean_g) / (std_g + eps)``, ``std_g`` the
+  unbiased (``ddof=1``) standard deviation, as TRL's GRPOTrainer computes it;
+* ``rloo`` (Ahmadian et al. 2024): ``r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean_g)``.
+
+A group whose rewards are all equal carries no signal: its advantages are exactly 0 (never
+0/0 = NaN, never a float residue of ``r - mean``). The sequence advantage is then the advantage
+of every valid response token (:func:`token_advantages`): an outcome reward, no critic.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+METHODS = ("grpo", "rloo")
+
+
+def _groups(rewards: jax.Array, group_size: int) -> jax.Array:
+    if rewards.ndim != 1:
+        raise ValueError(f"sequence rewards must be [B], got shape {rewards.shape}")
+    if group_size < 2:
+        raise ValueError(f"group_size={group_size}: a group baseline needs at least 2 responses per prompt")
+    if rewards.shape[0] % group_size:
+        raise ValueError(f"B={rewards.shape[0]} rows do not split into groups of {group_size}")
+    return rewards.astype(jnp.float32).reshape(-1, group_size)
+
+
+def group_advantages(rewards: jax.Array, group_size: int, method: str = "grpo", eps: float = 1e-4) -> jax.Array:
+    """``[B]`` advantages of the sequence ``rewards [B]`` (rows grouped as the module says)."""
+    if method not in METHODS:
+        raise ValueError(f"method={method!r}: choose one of {METHODS}")
+    r = _groups(rewards, group_size)
+    g = group_size
+    mean = jnp.mean(r, axis=1, keepdims=True)
+    centred = r - mean
+    if method == "grpo":
+        std = jnp.sqrt(jnp.sum(centred**2, axis=1, keepdims=True) / (g - 1))
+        adv = centred / (std + eps)
+    else:
+        adv = centred * (g / (g - 1))
+    flat = jnp.max(r, axis=1, keepdims=True) == jnp.min(r, axis=1, keepdims=True)
+    return jnp.where(flat, 0.0, adv).reshape(-1)
+
+
+def token_advantages(seq_advantages: jax.Array, mask: jax.Array) -> jax.Array:
+    """``[B, L]``: each row's sequence advantage on its valid response tokens, 0 elsewhere."""
+    return jnp.where(mask, seq_advantages[:, None], 0.0)
+
+
+def repeat_prompts(prompt: jax.Array, prompt_valid: jax.Array, group_size: int) -> tuple[jax.Array, jax.Array]:
+    """``[n, P] -> [n * G, P]``: each prompt ``G`` times in a row (rows ``[g*G, (g+1)*G)``)."""
+    return jnp.repeat(prompt, group_size, axis=0), jnp.repeat(prompt_valid, group_size, axis=0)
+
+
+def k3_kl(logp: jax.Array, logp_ref: jax.Array) -> jax.Array:
+    """Schulman's k3 estimator of KL(policy || reference) per token, ``exp(d) - d - 1`` with
+    ``d = logp_ref - logp``: unbiased, never negative; GRPO's KL loss term (its gradient flows
+    through ``logp``)."""
+    d = logp_ref - logp
+    return jnp.exp(d) - d - 1.0
+
+
+__all__ = ["METHODS", "group_advantages", "token_advantages", "repeat_prompts", "k3_kl"]

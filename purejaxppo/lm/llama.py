@@ -1,0 +1,190 @@
+"""The Llama family (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM2) as one Flax module with
+a value head: RMSNorm, rotary positions (RoPE), grouped-query attention, a SwiGLU MLP.
+
+:class:`Llama` has :class:`purejaxppo.lm.model.TinyLM`'s calling convention, so
+``FlaxLM(Llama(config))`` is a :class:`purejaxppo.lm.model.CausalLM`: left-padded prompts,
+positions from the mask (RoPE angles of a row do not depend on its padding), a KV cache
+holding only the ``num_key_value_heads`` key/value heads. The parameter tree mirrors HF's
+names (:mod:`purejaxppo.lm.llama_hf` maps them): ``embed_tokens``, ``layers_{i}/{
+input_layernorm, self_attn/{q,k,v,o}_proj (+ q_norm, k_norm), post_attention_layernorm,
+mlp/{gate,up,down}_proj}``, ``norm``, ``lm_head`` (absent when tied), ``value_head``.
+
+Precision: ``dtype`` is the compute dtype, ``param_dtype`` the dtype the matrices are kept in
+(bf16 halves their memory). The RMSNorm scales and the value head stay float32 and the norms
+are computed in float32 (as HF does); the RoPE angles, the attention softmax, the logits and
+the values are float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
+from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, empty_kv_cache, positions_from_mask,
+                                 value_head, written_cache)
+
+_INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x^2) + eps) * scale`` in float32 (scale float32, init 1), cast back to
+    the compute dtype before the scale as HF's ``LlamaRMSNorm`` does."""
+
+    eps: float
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (scale * x32.astype(self.dtype)).astype(self.dtype)
+
+
+def rotate(x, cos, sin):
+    """RoPE in HF's "rotate half" layout: ``x [B, L, H, hd]``, ``cos, sin [B, L, hd]`` (the
+    angles of dims ``i`` and ``i + hd/2`` are equal) -> ``x cos + rotate_half(x) sin``."""
+    half = x.shape[-1] // 2
+    rot = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, :, None] + rot * sin[:, :, None]
+
+
+class _Attention(nn.Module):
+    config: LlamaConfig
+    dtype: Any
+    param_dtype: Any
+    query_block: int
+
+    @nn.compact
+    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0):
+        """``x [B, L, D]``, ``cos, sin [B, L, hd]``, ``attn_mask [B, L, S]``; ``kv = (k, v)
+        [B, K, S, hd]`` or None (``S == L``): the chunk's keys/values are written at ``slot``
+        first. ``-> (out [B, L, D], kv)``."""
+        c = self.config
+        b, l, _ = x.shape
+        dense = lambda n, bias, name: nn.Dense(n, use_bias=bias, dtype=self.dtype, param_dtype=self.param_dtype,  # noqa: E731
+                                               kernel_init=_INIT, name=name)
+        q = dense(c.num_attention_heads * c.head_dim, c.qkv_bias, "q_proj")(x).reshape(b, l, -1, c.head_dim)
+        k = dense(c.num_key_value_heads * c.head_dim, c.qkv_bias, "k_proj")(x).reshape(b, l, -1, c.head_dim)
+        v = dense(c.num_key_value_heads * c.head_dim, c.qkv_bias, "v_proj")(x).reshape(b, l, -1, c.head_dim)
+        if c.qk_norm:  # Qwen3: per-head RMSNorm over head_dim, before the rotation
+            q = RMSNorm(c.rms_norm_eps, self.dtype, name="q_norm")(q)
+            k = RMSNorm(c.rms_norm_eps, self.dtype, name="k_norm")(k)
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        spec = "bkhd"
+        if kv is not None:
+            at = (0, 0, slot, 0)
+            kv = tuple(jax.lax.dynamic_update_slice(cache, new.transpose(0, 2, 1, 3).astype(cache.dtype), at)
+                       for cache, new in zip(kv, (k, v)))
+            (k, v), spec = kv, "bhkd"
+        out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)
+        return dense(c.hidden_size, c.o_bias, "o_proj")(out.reshape(b, l, -1)), kv
+
+
+class _MLP(nn.Module):
+    config: LlamaConfig
+    dtype: Any
+    param_dtype: Any
+
+    @nn.compact
+    def __call__(self, x):
+        c = self.config
+        dense = lambda n, name: nn.Dense(n, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,  # noqa: E731
+                                         kernel_init=_INIT, name=name)
+        h = nn.silu(dense(c.intermediate_size, "gate_proj")(x)) * dense(c.intermediate_size, "up_proj")(x)
+        return dense(c.hidden_size, "down_proj")(h)
+
+
+class _Layer(nn.Module):
+    config: LlamaConfig
+    dtype: Any
+    param_dtype: Any
+    query_block: int
+
+    @nn.compact
+    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0):
+        eps = self.config.rms_norm_eps
+        h = RMSNorm(eps, self.dtype, name="input_layernorm")(x)
+        a, kv = _Attention(self.config, self.dtype, self.param_dtype, self.query_block, name="self_attn")(
+            h, cos, sin, attn_mask, kv, slot)
+        x = x + a
+        h = RMSNorm(eps, self.dtype, name="post_attention_layernorm")(x)
+        return x + _MLP(self.config, self.dtype, self.param_dtype, name="mlp")(h), kv
+
+
+class _LMHead(nn.Module):
+    """An untied LM head ``kernel [D, V]``, logits accumulated in float32."""
+
+    vocab_size: int
+    dtype: Any
+    param_dtype: Any
+
+    @nn.compact
+    def __call__(self, x):
+        w = self.param("kernel", _INIT, (x.shape[-1], self.vocab_size), self.param_dtype)
+        return jnp.einsum("bld,dv->blv", x, w.astype(self.dtype), preferred_element_type=jnp.float32)
+
+
+class Llama(nn.Module):
+    """A Llama-family causal LM (:class:`LlamaConfig`) with a zero-initialised value head on
+    the final normed hidden state. Random init: matrices ``normal(0.02)`` as HF's
+    ``initializer_range`` default, norms 1."""
+
+    config: LlamaConfig
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+    query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0,
+                 heads: str = "both"):
+        """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
+        ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
+        third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
+        other output is None). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
+        c = self.config
+        valid = valid.astype(bool)
+        start = 0 if cache is None else cache.count
+        key_valid = valid if cache is None else jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot))
+        embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
+                         embedding_init=_INIT, name="embed_tokens")
+        x = embed(tokens)
+        # RoPE angles in float32 from the mask's positions, cast to the compute dtype as HF does
+        angles = positions_from_mask(valid, start)[..., None].astype(jnp.float32) * jnp.asarray(rope_inv_freq(c))
+        angles = jnp.concatenate([angles, angles], axis=-1)
+        cos, sin = jnp.cos(angles).astype(self.dtype), jnp.sin(angles).astype(self.dtype)
+        attn_mask = attention_mask(key_valid, slot, tokens.shape[1])
+        if c.sliding_window is not None:  # Mistral: at most `sliding_window` keys back, itself included (by slot,
+            q_slot = slot + jnp.arange(tokens.shape[1])[:, None]  # as HF; left padding only precedes a row's tokens)
+            attn_mask = attn_mask & (q_slot - jnp.arange(attn_mask.shape[-1])[None, :] < c.sliding_window)[None]
+        ks, vs = [], []
+        for i in range(c.num_hidden_layers):
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x, kv = _Layer(c, self.dtype, self.param_dtype, self.query_block, name=f"layers_{i}")(
+                x, cos, sin, attn_mask, kv, slot)
+            if kv is not None:
+                ks.append(kv[0])
+                vs.append(kv[1])
+        x = RMSNorm(c.rms_norm_eps, self.dtype, name="norm")(x)
+        logits = values = None
+        if heads in ("both", "logits"):
+            if c.tie_word_embeddings:  # h @ embed.T: [B, L, D] x [V, D] -> [B, L, V], accumulated in float32
+                w = embed.embedding.astype(self.dtype)
+                logits = jnp.einsum("bld,vd->blv", x, w, preferred_element_type=jnp.float32)
+            else:
+                logits = _LMHead(c.vocab_size, self.dtype, self.param_dtype, name="lm_head")(x)
+        if heads in ("both", "values"):
+            values = value_head(x.astype(jnp.float32), jnp.float32)
+        if cache is None:
+            return logits, values
+        return logits, values, written_cache(cache, ks, vs, key_valid, valid)
+
+    def empty_cache(self, batch: int, max_len: int) -> KVCache:
+        """A :class:`KVCache` of ``max_len`` slots holding nothing: ``num_key_value_heads``
+        heads per layer, in the compute dtype."""
+        c = self.config
+        return empty_kv_cache(batch, max_len, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)

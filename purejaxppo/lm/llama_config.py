@@ -1,0 +1,180 @@
+"""The configuration record of the Llama family (``llama``, ``mistral``, ``qwen2``, ``qwen3``)
+read from and written back to a Hugging Face ``config.json`` dict, and the RoPE frequencies it
+implies.
+
+Both config styles are read: transformers 4.x (``rope_theta`` plus an optional ``rope_scaling``
+dict) and 5.x (``rope_parameters`` holding ``rope_theta`` and the scaling). RoPE types
+implemented: ``default``, ``linear`` and ``llama3`` (Llama 3.1/3.2's frequency scaling); any
+other is refused by :func:`llama_config_from_hf` with the list.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Mapping, Optional
+
+import numpy as np
+
+#: the model types this record describes, with the ``architectures`` entry HF writes for each
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "qwen3": "Qwen3ForCausalLM"}
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A RoPE frequency scaling: ``rope_type`` ``"linear"`` (every frequency divided by
+    ``factor``) or ``"llama3"`` (low frequencies divided by ``factor``, high ones kept, a smooth
+    blend between; the wavelength bounds come from ``original_max_position_embeddings``)."""
+
+    rope_type: str
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """One Llama-family architecture. ``head_dim`` may differ from ``hidden_size //
+    num_attention_heads`` (Qwen3). ``qkv_bias``: q/k/v projections with a bias (Qwen2, or
+    ``attention_bias``); ``o_bias``: the output projection too (``attention_bias``); ``qk_norm``:
+    a per-head RMSNorm on queries and keys before RoPE (Qwen3). ``sliding_window``: a query sees
+    at most this many keys back (itself included), None for full attention. ``extra``: the source
+    ``config.json``'s other keys (token ids, ...), written back unchanged."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: Optional[RopeScaling] = None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    sliding_window: Optional[int] = None
+    extra: tuple = field(default=(), compare=False)  # ((key, value), ...) sorted: hashable, a Flax field
+
+    def __post_init__(self):
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"{self.model_type} config: num_attention_heads={self.num_attention_heads} is not a "
+                             f"multiple of num_key_value_heads={self.num_key_value_heads}")
+
+
+def _rope(config: Mapping) -> tuple[float, Optional[RopeScaling]]:
+    """``(rope_theta, scaling)`` from either config style; ``ValueError`` for an unsupported type."""
+    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope_type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+    if kind == "default":
+        return theta, None
+    keys = [f.name for f in fields(RopeScaling)][1:]
+    return theta, RopeScaling(kind, **{k: params[k] for k in keys if k in params})
+
+
+def _json(value):
+    """A JSON value as a hashable one (dicts and lists -> sorted tuples of pairs / tuples)."""
+    if isinstance(value, dict):
+        return ("__dict__", tuple(sorted((k, _json(v)) for k, v in value.items())))
+    if isinstance(value, list):
+        return ("__list__", tuple(_json(v) for v in value))
+    return value
+
+
+def _unjson(value):
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__dict__":
+        return {k: _unjson(v) for k, v in value[1]}
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "__list__":
+        return [_unjson(v) for v in value[1]]
+    return value
+
+
+_OWNED = {"model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+          "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
+          "rope_parameters", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias",
+          "sliding_window", "use_sliding_window", "hidden_act", "torch_dtype", "dtype"}
+
+
+def llama_config_from_hf(config: Mapping) -> LlamaConfig:
+    """The record of an HF ``config.json`` dict of model_type llama, mistral, qwen2 or qwen3;
+    ``ValueError`` naming a missing key or an option not implemented (an activation other than
+    SiLU, ``mlp_bias``, a RoPE type outside :data:`ROPE_TYPES`)."""
+    kind = config.get("model_type")
+    if kind not in ARCHITECTURES:
+        raise ValueError(f"model_type {kind!r} is not of the Llama family ({', '.join(ARCHITECTURES)})")
+    need = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+    missing = [k for k in need if k not in config]
+    if missing:
+        raise ValueError(f"{kind} config lacks {missing}")
+    if config.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"{kind} config: hidden_act={config['hidden_act']!r} is not supported (only 'silu')")
+    if config.get("mlp_bias"):
+        raise ValueError(f"{kind} config: mlp_bias=true is not supported")
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or (128 if kind == "qwen3" else config["hidden_size"] // heads)
+    theta, scaling = _rope(config)
+    bias = bool(config.get("attention_bias", False))
+    if kind in ("qwen2", "qwen3") and config.get("use_sliding_window"):
+        raise ValueError(f"{kind} config: use_sliding_window=true is not supported (per-layer windows)")
+    window = config.get("sliding_window") if kind == "mistral" else None  # the others ignore the key
+    return LlamaConfig(
+        model_type=kind, vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"], num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=heads, num_key_value_heads=config.get("num_key_value_heads") or heads, head_dim=head_dim,
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
+        max_position_embeddings=config.get("max_position_embeddings", 2048),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        qkv_bias=bias or kind == "qwen2", o_bias=bias, qk_norm=kind == "qwen3", sliding_window=window,
+        extra=tuple(sorted((k, _json(v)) for k, v in config.items() if k not in _OWNED)))
+
+
+def llama_config_to_hf(cfg: LlamaConfig, dtype: str = "float32") -> dict:
+    """The HF ``config.json`` dict of ``cfg`` (transformers 4.x style: ``rope_theta`` +
+    ``rope_scaling``, which 5.x reads too); ``dtype``: the stored weights' (``torch_dtype``)."""
+    out = {k: _unjson(v) for k, v in cfg.extra}
+    out.update(model_type=cfg.model_type, architectures=[ARCHITECTURES[cfg.model_type]], vocab_size=cfg.vocab_size,
+               hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+               num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+               num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps,
+               rope_theta=cfg.rope_theta, max_position_embeddings=cfg.max_position_embeddings,
+               tie_word_embeddings=cfg.tie_word_embeddings, hidden_act="silu", torch_dtype=dtype)
+    out["rope_scaling"] = None if cfg.rope_scaling is None else {
+        "rope_type": cfg.rope_scaling.rope_type, **{f.name: getattr(cfg.rope_scaling, f.name)
+                                                     for f in fields(RopeScaling)[1:]}}
+    if cfg.model_type != "qwen2":
+        out["attention_bias"] = cfg.o_bias
+    if cfg.model_type in ("qwen2", "qwen3"):
+        out["use_sliding_window"] = False
+    if cfg.model_type == "mistral":
+        out["sliding_window"] = cfg.sliding_window
+    return out
+
+
+def rope_inv_freq(cfg: LlamaConfig) -> np.ndarray:
+    """``[head_dim // 2]`` float32 inverse frequencies ``theta^(-2i/head_dim)``, scaled as
+    ``cfg.rope_scaling`` says (computed in float64; the transcription of transformers'
+    ``_compute_default/linear/llama3_parameters``)."""
+    d = cfg.head_dim
+    inv = 1.0 / cfg.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+    s = cfg.rope_scaling
+    if s is not None and s.rope_type == "linear":
+        inv = inv / s.factor
+    elif s is not None and s.rope_type == "llama3":
+        old = s.original_max_position_embeddings
+        low_wavelen, high_wavelen = old / s.low_freq_factor, old / s.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wavelen, inv / s.factor, inv)
+        smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        inv = np.where(medium, (1 - smooth) * scaled / s.factor + smooth * scaled, scaled)
+    return inv.astype(np.float32)
