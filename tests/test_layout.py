@@ -148,8 +148,9 @@ def test_no_module_is_too_long():
 #: the kind names run folders record (purejaxppo/run/kinds.py's registry)
 KIND_NAMES = ("run", "sweep", "pbt", "rlhf")
 #: modules that belong to a kind besides those named after it (``pbt_*``, ``rlhf_*``): the
-#: plain-run kind's program, and the CLI's table of command names (``rlhf`` is also a command)
-KIND_OWN = {"purejaxppo.programs.run_kind": ("run", "sweep"), "purejaxppo.programs.program": ("run", "sweep"),
+#: plain-run kind's program (``kind_name``: its two names, once), and the CLI's table of command
+#: names (``rlhf`` is also a command)
+KIND_OWN = {"purejaxppo.programs.program": ("run", "sweep"),
             "purejaxppo.cli.parser": ("rlhf",), "purejaxppo.cli.main": ("rlhf",)}
 
 

@@ -25,6 +25,12 @@ from purejaxppo.step.train import PPO, env_steps_after, make_ppo
 NAN_HINT = "Lower the learning rate (--lr) or --max-grad-norm, or enable --normalize-obs / --normalize-reward"
 
 
+def kind_name(members) -> str:
+    """The kind name a control run's record takes: a sweep when it has members (also how a
+    record from before kinds were recorded is read, :mod:`purejaxppo.programs.run_kind`)."""
+    return "sweep" if members else "run"
+
+
 class Program:
     """The jitted per-run functions of one setup over the runs axis: the
     :class:`~purejaxppo.run.protocol.RunProgram` of plain runs and sweeps. It owns their
@@ -51,7 +57,7 @@ class Program:
         self._fns, self._once, self._loaded = {}, CompileOnce(), {}
 
     def kind_for(self, members) -> str:
-        return "sweep" if members else "run"
+        return kind_name(members)
 
     def _fn(self, n: Optional[int], stacked: bool):
         if (n, stacked) not in self._fns:

@@ -11,6 +11,7 @@ import warnings
 from typing import Optional
 
 from purejaxppo.config import PPOConfig
+from purejaxppo.programs.program import kind_name
 from purejaxppo.run import kinds
 from purejaxppo.run import run_folder as rf
 
@@ -21,7 +22,7 @@ HEADLINE = ("episode_return", "return")
 class ControlRuns:
     """``R = M x S`` control runs of one PPO config (``M = 1``) or a sweep's members."""
 
-    names = ("run", "sweep")
+    names = (kind_name(None), kind_name([{}]))
     command = "train"
     what = "PPO (run or sweep)"
     config_type = PPOConfig
@@ -30,7 +31,7 @@ class ControlRuns:
     warm_start = ""  # the checkpoint holds the runner state itself
 
     def name_of(self, raw: dict) -> str:
-        return "sweep" if raw.get("members") else "run"
+        return kind_name(raw.get("members"))
 
     def program(self, record, *, num_devices: int, split: str, executables: Optional[str] = None):
         from purejaxppo.programs.program import Program
