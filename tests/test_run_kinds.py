@@ -121,9 +121,26 @@ def test_eval_member_of_a_folder_without_members(folders, capsys):
 def test_an_unknown_kind_is_refused_by_every_command(tmp_path, capsys):
     d = tmp_path / "future"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({**RECORDS["run"].to_json(), "kind": "reward"}))
+    (d / "config.json").write_text(json.dumps({**RECORDS["run"].to_json(), "kind": "newkind"}))
     for argv in (["train", "--resume", str(d)], ["rlhf", "--resume", str(d)], ["eval", str(d)]):
-        _refused(capsys, argv, [str(d)], "'reward'", "does not know")
+        _refused(capsys, argv, [str(d)], "'newkind'", "does not know")
+
+
+def test_reward_folders_route_to_the_reward_command_and_back(folders, tmp_path, capsys):
+    """The reward-model kind registered beside the others: train/rlhf --resume and eval of its
+    folder name what fits; reward --resume of another kind's folder names that kind's command."""
+    from purejaxppo.programs.reward_program import RewardConfig, RewardSettings
+
+    d = tmp_path / "reward"
+    d.mkdir()
+    record = RunRecord("reward", RewardConfig(), RewardSettings(model="m", pairs="p.jsonl", pairs_sha256="0" * 64))
+    (d / "config.json").write_text(json.dumps(record.to_json()))
+    for command in ("train", "rlhf"):
+        _refused(capsys, [command, "--resume", str(d)], [str(d)], f"python -m purejaxppo reward --resume {d}")
+    _refused(capsys, ["eval", str(d)], [str(d)], "eval_accuracy")
+    for kind, command in (("run", "train"), ("rlhf", "rlhf")):
+        _refused(capsys, ["reward", "--resume", folders[kind]], [folders[kind]],
+                 f"python -m purejaxppo {command} --resume {folders[kind]}")
 
 
 def _old_layout(folder: str) -> None:

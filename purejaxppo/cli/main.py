@@ -104,6 +104,14 @@ def _command(name: str):
         from purejaxppo.cli.rlhf_cmd import cmd_rlhf
 
         return cmd_rlhf
+    if name == "export":
+        from purejaxppo.cli.export_cmd import cmd_export
+
+        return cmd_export
+    if name == "reward":
+        from purejaxppo.cli.reward_cmd import cmd_reward
+
+        return cmd_reward
     if name == "plot":
         from purejaxppo.cli.plot_cmd import cmd_plot
 

@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     from purejaxppo.cli.rlhf_cmd import add_rlhf
 
     add_rlhf(_strict(sub.add_parser("rlhf", help="token-level PPO for a language model on a built-in task")))
+    from purejaxppo.cli.export_cmd import add_export
+    from purejaxppo.cli.reward_cmd import add_reward
+
+    add_export(_strict(sub.add_parser("export", help="write an rlhf run's policy in Hugging Face layout")))
+
+    add_reward(_strict(sub.add_parser("reward", help="train a reward model on preference pairs (Bradley-Terry)")))
     b = sub.add_parser("bench", help="throughput benchmark (see benchmarks/throughput.py)")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     return p

@@ -19,6 +19,7 @@ from purejaxppo.config.ppo_config import fields_from_dict, fields_to_dict, stati
 CRITICS = ("separate", "value_head")
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 AGGREGATIONS = ("token-mean", "seq-mean")
+BASE_DTYPES = ("float32", "bfloat16")
 
 
 @struct.dataclass
@@ -45,6 +46,12 @@ class TokenPPOConfig:
     # (purejaxppo.lm.length_buckets); 0 = always the whole budget
     length_buckets: int = static(16)
     ptx: bool = static(False)  # add ptx_coef * NLL of a supplied pretraining batch to the policy loss
+    # LoRA (purejaxppo.lm.lora): rank > 0 trains low-rank adapters (and the value head) on a frozen base,
+    # which is also the reference; alpha is static (the scale alpha/rank is part of the adapters' structure)
+    lora_rank: int = static(0)  # 0 = off: full fine-tuning
+    lora_alpha: float = static(16.0)
+    lora_targets: tuple = static(())  # module names (path suffixes); () = lora.DEFAULT_TARGETS
+    lora_base_dtype: str = static("float32")  # the frozen base's storage: float32 | bfloat16
     # --- numeric (traced) -----------------------------------------------------------------
     actor_lr: float = 1e-4
     critic_lr: float = 1e-4
@@ -114,6 +121,7 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
     if cfg.pad_id in cfg.stop_ids:  # the sampler never draws pad_id: a stop equal to it could never be sampled
         raise ConfigError(f"pad_id={cfg.pad_id} is also a stop id {cfg.stop_ids}: the sampler never draws the pad id, "
                           "so no response could stop; give padding an id of its own (e.g. an unused token, not EOS)")
+    _check_lora(cfg)
     for name, lo in (("actor_lr", 0.0), ("critic_lr", 0.0), ("max_grad_norm", 0.0), ("clip_eps", 0.0),
                      ("temperature", 0.0), ("kl_target", 0.0), ("kl_horizon", 0.0)):
         v = getattr(cfg, name)
@@ -128,6 +136,20 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
         if isinstance(v, numbers.Real) and not 0.0 <= v <= 1.0:
             raise ConfigError(f"{name}={v!r} must be in [0, 1]")
     return cfg
+
+
+def _check_lora(cfg: TokenPPOConfig) -> None:
+    rank = cfg.lora_rank
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 0:
+        raise ConfigError(f"lora_rank={rank!r} must be an integer >= 0 (0 = full fine-tuning)")
+    if not isinstance(cfg.lora_alpha, numbers.Real) or not cfg.lora_alpha > 0:
+        raise ConfigError(f"lora_alpha={cfg.lora_alpha!r} must be > 0 (the adapters' scale is alpha / rank)")
+    if not all(isinstance(t, str) and t for t in cfg.lora_targets):
+        raise ConfigError(f"lora_targets={cfg.lora_targets!r} must be module names (e.g. ('q_proj', 'v_proj'))")
+    if cfg.lora_base_dtype not in BASE_DTYPES:
+        raise ConfigError(f"lora_base_dtype={cfg.lora_base_dtype!r} must be one of {BASE_DTYPES}")
+    if not rank and (cfg.lora_base_dtype != "float32" or cfg.lora_targets):
+        raise ConfigError("lora_targets / lora_base_dtype apply to LoRA only; set lora_rank > 0 (or drop them)")
 
 
 def replace(cfg: TokenPPOConfig, **changes) -> TokenPPOConfig:

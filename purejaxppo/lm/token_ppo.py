@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from purejaxppo.config.ppo_config import ConfigError
-from purejaxppo.lm import experience, length_buckets
+from purejaxppo.lm import experience, length_buckets, lora
 from purejaxppo.lm import tokens as tk
 from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
 from purejaxppo.stages.update import TrainState, accumulate_gradients, make_optimizer, update_epochs
@@ -88,6 +88,39 @@ def token_optimizer(cfg: TokenPPOConfig) -> optax.GradientTransformation:
                                   "critic": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.critic_lr)}, _labels)
 
 
+def trained_params(params: dict, base) -> dict:
+    """The ``{"policy", "critic"}`` parameters the models run with: LoRA adapters
+    (:class:`~purejaxppo.lm.lora.Adapters`) merged into ``base`` (the frozen reference), other
+    parameters as they are."""
+    merge = lambda p: lora.lora_merge(base, p) if isinstance(p, lora.Adapters) else p  # noqa: E731
+    return {k: None if v is None else merge(v) for k, v in params.items()}
+
+
+def policy_params(state: "TokenPPOState"):
+    """The policy's parameters in ``state`` as its model takes them (LoRA merged)."""
+    return trained_params(state.train.params, state.reference)["policy"]
+
+
+def _lora_init(key, base, cfg: TokenPPOConfig, critic_params, reference_params):
+    """``(params, reference)`` of a LoRA run: adapters for the policy (and a separate critic's
+    own), the value head trained whole; the frozen base, in ``cfg.lora_base_dtype``, is the
+    reference (one copy of the weights)."""
+    if critic_params is not None:
+        raise ConfigError("with LoRA (lora_rank > 0) the critic is the base plus its own adapters; pass no "
+                          "critic_params")
+    if reference_params is not None and reference_params is not base:
+        raise ConfigError("with LoRA (lora_rank > 0) the reference IS the frozen base (policy_params); pass "
+                          "reference_params=None or the same tree")
+    base = lora.as_dtype(base, jnp.dtype(cfg.lora_base_dtype))
+    targets = cfg.lora_targets or lora.DEFAULT_TARGETS
+    try:
+        adapters = [lora.lora_init(jax.random.fold_in(key, i), base, cfg.lora_rank, cfg.lora_alpha, targets)
+                    for i in range(2 if cfg.critic == "separate" else 1)]
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return {"policy": adapters[0], "critic": adapters[1] if cfg.critic == "separate" else None}, base
+
+
 def _units(mask, aggregation):
     """What the loss averages over: valid tokens, or non-empty sequences."""
     if aggregation == "token-mean":
@@ -134,8 +167,10 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
             return tree
         return jax.tree.map(lambda x: jax.lax.all_gather(x, axis_name, axis=0, tiled=True), tree)
 
-    def share_loss(params, mb, totals, cfg):
-        """The minibatch loss's share held by ``mb`` (see ``accumulate_gradients``)."""
+    def share_loss(params, mb, totals, cfg, base=None):
+        """The minibatch loss's share held by ``mb`` (see ``accumulate_gradients``); ``base``:
+        the frozen weights LoRA adapters in ``params`` are merged into (the reference)."""
+        params = trained_params(params, base)
         logits, values = experience.heads(models, params, mb["tokens"], mb["valid"])
         logp, entropy = experience.filtered_logprobs(logits, mb["tokens"], cfg)
         vf_clip = cfg.vf_clip_eps if cfg.clip_value else None
@@ -153,17 +188,23 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
 
     def init(key, policy_params, reference_params, critic_params=None, reward_params=None, cfg=None):
         cfg = config if cfg is None else cfg
+        if cfg.lora_rank:
+            params, base = _lora_init(jax.random.fold_in(key, 0x10A), policy_params, cfg, critic_params,
+                                      reference_params)
+            return TokenPPOState(TrainState(params, token_optimizer(cfg).init(params)), base, reward_params,
+                                 jnp.asarray(cfg.beta, jnp.float32), key, jnp.zeros((), jnp.int32))
         if cfg.critic == "separate" and critic_params is None:
             critic_params = policy_params  # the usual start: the critic's trunk from the SFT model
         params = {"policy": policy_params, "critic": critic_params if cfg.critic == "separate" else None}
         return TokenPPOState(TrainState(params, token_optimizer(cfg).init(params)), reference_params, reward_params,
                              jnp.asarray(cfg.beta, jnp.float32), key, jnp.zeros((), jnp.int32))
 
-    def update(train: TrainState, data: dict, key, cfg=None):
+    def update(train: TrainState, data: dict, key, cfg=None, base=None):
         """``update_epochs`` x ``num_minibatches`` steps over ``data`` (a batch's
-        :func:`~purejaxppo.lm.experience.finish` output, plus the ptx batch under ``ptx``)."""
+        :func:`~purejaxppo.lm.experience.finish` output, plus the ptx batch under ``ptx``);
+        ``base``: the frozen reference, under LoRA."""
         cfg = config if cfg is None else cfg
-        one_pass = accumulate_gradients(lambda p, mb, t: share_loss(p, mb, t, cfg), cfg.micro_batches)
+        one_pass = accumulate_gradients(lambda p, mb, t: share_loss(p, mb, t, cfg, base), cfg.micro_batches)
 
         def grad_fn(params, mb):  # totals over the whole (global) minibatch, then this device's share
             totals = {"units": _units(mb["mask"], cfg.aggregation),
@@ -183,8 +224,8 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
             batch_prompts = prompts(k_prompt, cfg.batch_size)
         prompt, prompt_valid = mine(tuple(batch_prompts))
         row_keys = mine(jax.random.split(k_sample, cfg.batch_size))
-        response, logp_sampled, rmask = experience.sample(models, state.train.params, row_keys, prompt, prompt_valid,
-                                                          cfg)
+        params = trained_params(state.train.params, state.reference)  # LoRA adapters merged into the base
+        response, logp_sampled, rmask = experience.sample(models, params, row_keys, prompt, prompt_valid, cfg)
         # the reward and the task's diagnostics read the whole [B, T] response (a task may index
         # by column); the teacher-forced passes and the update run over the longest one's width
         scores = models.reward(state.reward, prompt, prompt_valid, response, rmask)
@@ -196,13 +237,13 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
 
         def score_and_update(width):
             def go(response, logp_sampled, rmask, scores):
-                exp = experience.score(models, state.train.params, state.reference, state.reward, prompt,
+                exp = experience.score(models, params, state.reference, state.reward, prompt,
                                        prompt_valid, response[:, :width], logp_sampled[:, :width], rmask[:, :width],
                                        cfg, scores=scores)
                 data, stats = experience.finish(gather(exp), state.beta, cfg)
                 if cfg.ptx:
                     data["ptx_tokens"], data["ptx_valid"], data["ptx_mask"] = ptx_batch
-                train, upd = update(state.train, data, k_update, cfg)
+                train, upd = update(state.train, data, k_update, cfg, state.reference)
                 return train, stats, upd
             return go
 
@@ -225,5 +266,5 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         state = init(key, policy_params, reference_params, critic_params, reward_params, cfg)
         return run(state, cfg.num_iterations, cfg)
 
-    return TokenPPO(init, iteration, run, train, lambda p, mb, t, cfg=None: share_loss(p, mb, t, cfg or config),
-                    config, update)
+    return TokenPPO(init, iteration, run, train,
+                    lambda p, mb, t, cfg=None, base=None: share_loss(p, mb, t, cfg or config, base), config, update)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.lm.sampling import sample_response
+from purejaxppo.lm.token_ppo import policy_params
 from purejaxppo.run.compile_once import CompileOnce, signature
 
 EVAL_KEY = 0x5EED  # the evaluation prompts' key: the same prompts at every evaluation and every run
@@ -43,19 +44,20 @@ class RLHFEvaluator:
         return done > 0 and done % self.every == 0
 
     def compile(self, keys, runner) -> float:
-        params = runner.train.params["policy"]
+        params = policy_params(runner)
         self.names = sorted(jax.eval_shape(self._fn, params)[0])  # the columns, before any evaluation ran
         return self._once(signature(params), lambda: self._fn.lower(params).compile())
 
-    def evaluate(self, policy_params) -> tuple:
+    def evaluate(self, params) -> tuple:
         """``({name: [R]}, samples)``: every run's greedy statistics on the fixed prompts and
-        run 0's first answers as ``"prompt  ->  response"`` lines (``policy_params``: ``[R, ...]``)."""
-        stats, (prompts, responses) = jax.device_get(self._fn(policy_params))
+        run 0's first answers as ``"prompt  ->  response"`` lines (``params``: the policy's, ``[R, ...]``,
+        :func:`~purejaxppo.lm.token_ppo.policy_params`)."""
+        stats, (prompts, responses) = jax.device_get(self._fn(params))
         samples = [f"{self.task.decode(p)}  ->  {self.task.decode(r)}" for p, r in zip(prompts[0], responses[0])]
         return {k: np.asarray(v, np.float32) for k, v in stats.items()}, samples
 
     def __call__(self, keys, done: int, runner) -> dict:
-        stats, samples = self.evaluate(runner.train.params["policy"])
+        stats, samples = self.evaluate(policy_params(runner))
         if self.samples_path:
             with open(self.samples_path, "a") as f:
                 f.write("\n".join([f"# iteration {done}, run 0, greedy"] + samples) + "\n")

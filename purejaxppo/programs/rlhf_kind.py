@@ -21,29 +21,12 @@ from purejaxppo.run import kinds
 from purejaxppo.run import run_folder as rf
 
 
-class _Lazy:
-    """A record class imported when a record is read (keeps this module light)."""
-
-    def __init__(self, module: str, name: str):
-        self.module, self.name = module, name
-
-    def from_dict(self, d: dict):
-        import importlib
-
-        return getattr(importlib.import_module(self.module), self.name).from_dict(d)
-
-    def __call__(self):  # the defaults a field missing from an older record compares as
-        import importlib
-
-        return getattr(importlib.import_module(self.module), self.name)()
-
-
 class TokenRuns:
     names = ("rlhf",)
     command = "rlhf"
     what = "token-level PPO (rlhf)"
-    config_type = _Lazy("purejaxppo.lm.config", "TokenPPOConfig")
-    settings_type = _Lazy("purejaxppo.programs.rlhf_program", "RLHFSettings")
+    config_type = kinds.Lazy("purejaxppo.lm.config", "TokenPPOConfig")
+    settings_type = kinds.Lazy("purejaxppo.programs.rlhf_program", "RLHFSettings")
     headline = ("score", "score")
     warm_start = None  # its state is a language model's: it cannot start a control run
 
@@ -74,6 +57,7 @@ class TokenRuns:
         return kinds.Loaded(record, state, prog, path, int(meta["update"]))
 
     def evaluate(self, run_dir: str, record, request: kinds.EvalRequest) -> tuple:
+        from purejaxppo.lm.token_ppo import policy_params
         from purejaxppo.programs.rlhf_eval import RLHFEvaluator
 
         for flag, v in (("--protocol", request.protocol), ("--episodes", request.episodes),
@@ -85,7 +69,7 @@ class TokenRuns:
         loaded = self.load(run_dir, record, request.checkpoint)
         prog, settings = loaded.agent_fns, record.settings
         evaluator = RLHFEvaluator(prog.task, prog.lm, 1, settings.eval_batch)
-        stats, samples = evaluator.evaluate(loaded.runner.train.params["policy"])
+        stats, samples = evaluator.evaluate(policy_params(loaded.runner))
         stats = {k[len("eval_"):]: v for k, v in sorted(stats.items())}
         sft = record.notes.get("sft") or {}
         s = {"run_dir": run_dir, "checkpoint": loaded.checkpoint, "update": loaded.update, "policy": "greedy",

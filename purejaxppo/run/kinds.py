@@ -41,6 +41,25 @@ class EvalRequest(NamedTuple):
     checkpoint: Optional[str] = None
 
 
+class Lazy:
+    """A record class (``from_dict``; called: its defaults) imported when first used, so that a
+    kind's module stays light to import (every kind is registered whenever programs load)."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name = module, name
+
+    def _cls(self):
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.name)
+
+    def from_dict(self, d: dict):
+        return self._cls().from_dict(d)
+
+    def __call__(self):
+        return self._cls()()
+
+
 class RunKind(Protocol):
     """One kind of run. Contract:
 

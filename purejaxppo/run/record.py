@@ -32,8 +32,8 @@ CHUNK_UPDATES = 25  # updates per compiled chunk, unless the user or the kind sa
 CHECKPOINT_EVERY = 10  # chunks between checkpoints
 EVAL_EPISODES = 10  # greedy episodes per evaluation during training
 #: entries a kind may keep for people (never read to rebuild the program): the reference a
-#: run reproduces, the SFT model's own evaluation
-NOTES = ("reference", "sft")
+#: run reproduces, the SFT model's own evaluation, the prompts and responses a reward run cut
+NOTES = ("reference", "sft", "cuts")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,136 @@
+"""LoRA as a parameter transform: ``lora_init(key, params, rank, alpha, targets) -> adapters``,
+``lora_merge(base, adapters) -> params``.
+
+No model changes and no second model class: the model still takes its ordinary parameter tree,
+and the tree it gets is a pure function of the frozen base and the trainable adapters. A
+targeted kernel ``W [in, out]`` (a leaf named ``kernel`` whose module path ends with one of
+``targets``) becomes ``W + (alpha / rank) * A @ B`` with ``A [in, r]`` drawn as PEFT does
+(uniform, ``±1/sqrt(in)``) and ``B [r, out]`` zero, so fresh adapters give the base model
+exactly. A kernel of more than two dimensions (``[in, *out]``) is treated as ``[in, prod(out)]``.
+
+``full`` names modules trained whole (their leaves are copied into the adapters and replace
+the base's): a value head, which has no base to adapt. Everything else stays frozen.
+
+Under gradient, the merge's backward gives ``dL/dA`` and ``dL/dB`` only; the base is an input
+that nothing updates. The merged tree is in the adapters' dtype (float32) even over a bfloat16
+base: small deltas would round away in a bfloat16 sum.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+#: module names LoRA adapts by default: the attention and MLP projections of the Llama family
+#: and of GPT-2 (``lora_targets=()`` in the config means these)
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+                   "c_attn", "c_proj", "c_fc")
+FULL = ("value_head",)  # trained whole: no base to adapt
+
+
+@struct.dataclass
+class Adapters:
+    """The trainable part. ``tree`` mirrors the base's nesting down to what it changes: at a
+    targeted kernel ``{"lora_a": [in, r], "lora_b": [r, out]}``, at a leaf trained whole the
+    new array. ``scale = alpha / rank`` is static (part of the tree's structure, not trained)."""
+
+    tree: dict
+    scale: float = struct.field(pytree_node=False)
+
+
+def _keys(path) -> tuple:
+    return tuple(str(getattr(p, "key", getattr(p, "name", p))) for p in path)
+
+
+def _matches(module_path: tuple, names: Sequence[str]) -> bool:
+    """``module_path`` ends with one of ``names`` (each one name, or several joined by ``/``)."""
+    joined = "/".join(module_path)
+    return any(joined == n or joined.endswith("/" + n) for n in names)
+
+
+def lora_paths(params, targets: Sequence[str] = DEFAULT_TARGETS) -> list[tuple]:
+    """The key paths of ``params``' kernels that ``targets`` select (sorted)."""
+    found = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        keys = _keys(path)
+        if keys[-1] == "kernel" and jnp.ndim(leaf) >= 2 and _matches(keys[:-1], targets):
+            found.append(keys)
+    return sorted(found)
+
+
+def _set(tree: dict, keys: tuple, value) -> None:
+    for k in keys[:-1]:
+        tree = tree.setdefault(k, {})
+    tree[keys[-1]] = value
+
+
+def lora_init(key, params, rank: int, alpha: float, targets: Sequence[str] = DEFAULT_TARGETS,
+              full: Sequence[str] = FULL, dtype=jnp.float32) -> Adapters:
+    """Fresh :class:`Adapters` for ``params`` (a model's variables, e.g. ``{"params": ...}``):
+    rank ``rank`` factors at every kernel ``targets`` selects (``A`` uniform ``±1/sqrt(in)``,
+    ``B`` zero), and a ``dtype`` copy of every leaf under a module named in ``full``.
+    ``ValueError`` when ``targets`` selects nothing (the message lists the kernels there are)."""
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise ValueError(f"LoRA rank={rank!r} must be a positive integer")
+    paths = lora_paths(params, targets)
+    if not paths:
+        kernels = sorted({"/".join(_keys(p)[:-1]) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]
+                          if _keys(p)[-1] == "kernel"})
+        raise ValueError(f"LoRA targets {tuple(targets)} match no kernel of this model; its kernels are "
+                         f"{kernels[:8]}{' ...' if len(kernels) > 8 else ''} (name a module, e.g. "
+                         f"{kernels[0].rsplit('/', 1)[-1] if kernels else 'q_proj'!r})")
+    leaves = dict((_keys(p), x) for p, x in jax.tree_util.tree_flatten_with_path(params)[0])
+    tree: dict = {}
+    for i, keys in enumerate(paths):
+        w = leaves[keys]
+        fan_in, fan_out = w.shape[0], math.prod(w.shape[1:])
+        bound = 1.0 / math.sqrt(fan_in)
+        a = jax.random.uniform(jax.random.fold_in(key, i), (fan_in, rank), dtype, -bound, bound)
+        _set(tree, keys, {"lora_a": a, "lora_b": jnp.zeros((rank, fan_out), dtype)})
+    for keys, x in leaves.items():
+        if any(k in full for k in keys[:-1]):
+            _set(tree, keys, jnp.asarray(x, dtype))
+    return Adapters(tree, float(alpha) / rank)
+
+
+def lora_delta(w, factors: Mapping, scale: float):
+    """``W + scale * A @ B`` (``A @ B`` reshaped to ``W``'s shape), in the promoted dtype of
+    ``W`` and the factors (the product accumulated in float32)."""
+    a, b = factors["lora_a"], factors["lora_b"]
+    out = jnp.result_type(w.dtype, a.dtype)
+    ab = jnp.matmul(a, b, preferred_element_type=jnp.float32).reshape(w.shape)
+    return (w.astype(jnp.float32) + scale * ab).astype(out)
+
+
+def _merge(base, node, scale):
+    if node is None:
+        return base
+    if isinstance(node, Mapping) and "lora_a" in node:
+        return lora_delta(base, node, scale)
+    if isinstance(base, Mapping):
+        extra = set(node) - set(base)
+        if extra:
+            raise ValueError(f"adapters name {sorted(extra)}, which the base parameters lack (another model?)")
+        return {k: _merge(v, node.get(k), scale) for k, v in base.items()}
+    return node  # a leaf trained whole
+
+
+def lora_merge(base, adapters: Adapters):
+    """The parameters the model runs with: ``base`` with every adapted kernel replaced by
+    ``W + scale * A @ B`` and every leaf trained whole by the adapters' copy; a pure function of
+    ``(base, adapters)`` (differentiable in both; the trainer differentiates the adapters only)."""
+    return _merge(base, adapters.tree, adapters.scale)
+
+
+def count(tree) -> int:
+    """Number of scalars in a pytree (e.g. trainable adapters against the base)."""
+    return sum(math.prod(jnp.shape(x)) for x in jax.tree.leaves(tree))
+
+
+def as_dtype(tree: Any, dtype) -> Any:
+    """``tree`` with every floating leaf cast to ``dtype`` (a frozen base kept in bfloat16)."""
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)

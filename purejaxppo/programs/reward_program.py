@@ -1,0 +1,173 @@
+"""Reward-model training as a run kind (``"reward"``): the
+:class:`~purejaxppo.run.protocol.RunProgram` the chunk loop drives, so it gets the run folder,
+``metrics.csv``, checkpoints with exact resume, the NaN stop and signals of every other kind.
+
+One update of the loop is one EPOCH: a seeded shuffle of the training pairs, minibatch steps
+of the Bradley-Terry loss (:func:`purejaxppo.lm.reward_loss.reward_step`, trunk and scalar head
+trained), then the held-out pairs' loss and pairwise accuracy (``eval_loss``,
+``eval_accuracy``; the headline). Runs ``R`` are seeds of one setup, all from the same model.
+The pairs are arguments of the compiled chunk, not constants folded into it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from purejaxppo.config import ConfigError
+from purejaxppo.lm.reward_loss import PairBatch, pair_loss, reward_optimizer, reward_step
+from purejaxppo.lm.reward_model import make_reward_fn
+from purejaxppo.run.compile_once import CompileOnce, signature
+from purejaxppo.run.guards import first_non_finite, tree_finite
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    """``epochs`` over ``train_pairs`` (set from the data) in minibatches of ``minibatch`` pairs
+    (the last partial one dropped), AdamW at ``learning_rate`` with ``weight_decay``,
+    ``max_grad_norm`` (<= 0: no clipping); ``held_out``: the share of pairs evaluated, not
+    trained on; ``max_prompt`` / ``max_response``: token budgets (longer ones are cut, counted)."""
+
+    epochs: int = 3
+    minibatch: int = 16
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    held_out: float = 0.1
+    max_prompt: int = 256
+    max_response: int = 256
+    train_pairs: int = 0
+
+    @property
+    def num_updates(self) -> int:
+        return self.epochs
+
+    @property
+    def batch_size(self) -> int:  # the loop's "steps" per update: pairs per epoch
+        return max(1, self.train_pairs)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RewardConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown reward config field(s) {unknown}; valid fields: {sorted(names)}")
+        return cls(**d)
+
+    def validate(self) -> "RewardConfig":
+        for name in ("epochs", "minibatch", "max_prompt", "max_response"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name}={v!r} must be a positive integer")
+        if not self.learning_rate > 0 or self.weight_decay < 0:
+            raise ConfigError(f"learning_rate={self.learning_rate} must be > 0 and weight_decay="
+                              f"{self.weight_decay} >= 0")
+        if not 0.0 < self.held_out < 1.0:
+            raise ConfigError(f"held_out={self.held_out} must be a share in (0, 1) of the pairs")
+        return self
+
+
+class RewardSettings(dict):
+    """The run's inputs as its record keeps them: ``model`` (the folder it starts from), ``pairs``
+    (the preference file) and ``pairs_sha256`` (a resume refuses a changed file)."""
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RewardSettings":
+        return cls(d)
+
+
+class RewardState(NamedTuple):
+    params: dict
+    opt_state: object
+    key: jax.Array
+
+
+def _epoch(step, fn, cfg: RewardConfig, state: RewardState, train: PairBatch, held: PairBatch):
+    """One epoch of minibatch steps, then the held-out loss and accuracy (pair-weighted means)."""
+    key, k_perm = jax.random.split(state.key)
+    n = train.prompt.shape[0]
+    steps = max(1, n // cfg.minibatch)
+    size = min(cfg.minibatch, n)
+    order = jax.random.permutation(k_perm, n)[: steps * size].reshape(steps, size)
+
+    def one(carry, idx):
+        params, opt_state = carry
+        params, opt_state, m = step(params, opt_state, jax.tree.map(lambda x: x[idx], train))
+        return (params, opt_state), m
+
+    (params, opt_state), m = jax.lax.scan(one, (state.params, state.opt_state), order)
+    held_m = pair_loss(fn, params, held)[1]
+    metrics = {"train_loss": jnp.mean(m["loss"]), "train_accuracy": jnp.mean(m["accuracy"]),
+               "eval_loss": held_m["loss"], "eval_accuracy": held_m["accuracy"]}
+    return RewardState(params, opt_state, key), metrics
+
+
+class RewardProgram:
+    """The compiled ``init`` and ``n``-epoch chunks of reward-model training over ``R`` seeds.
+    ``lm`` / ``params``: the model every run starts from (its value head is the scalar head);
+    ``train`` / ``held``: :class:`PairBatch` arrays."""
+
+    def __init__(self, config: RewardConfig, settings: dict, lm, params, train: PairBatch, held: PairBatch):
+        self.config = dataclasses.replace(config, train_pairs=int(train.prompt.shape[0])).validate()
+        self.lm, self.params = lm, params
+        self.train, self.held = jax.tree.map(jnp.asarray, train), jax.tree.map(jnp.asarray, held)
+        self.num_devices, self.split, self.shard = 1, "seeds", 1
+        self.settings = settings
+        self.headline = ("eval_accuracy", "eval_accuracy")
+        self.nan_hint = "Lower --lr (or keep --max-grad-norm on)"
+        fn, opt = make_reward_fn(lm), reward_optimizer(self.config.learning_rate, self.config.max_grad_norm,
+                                                       self.config.weight_decay)
+        self._step, self._fn = reward_step(fn, opt), fn
+        self._init = jax.jit(jax.vmap(lambda k, p: RewardState(p, opt.init(p), k), in_axes=(0, None)))
+        self._chunks, self._once = {}, CompileOnce()
+
+    def kind_for(self, members) -> str:
+        return "reward"
+
+    def counters(self, first_update: int, n: int) -> dict:
+        return {}
+
+    def place(self, *inputs):
+        return inputs
+
+    def init(self, keys, configs=None):
+        return self._init(keys, self.params)
+
+    def _chunk(self, n: int):
+        if n not in self._chunks:
+            def one(state, train, held):
+                epoch = lambda s, _: _epoch(self._step, self._fn, self.config, s, train, held)  # noqa: E731
+                state, metrics = jax.lax.scan(epoch, state, None, length=n)
+                return (state, metrics), tree_finite(state.params)
+            self._chunks[n] = jax.jit(jax.vmap(one, in_axes=(0, None, None)))
+        return self._chunks[n]
+
+    def compile(self, n: int, state, configs=None) -> float:
+        return self._once((n, signature(state)), lambda: self._chunk(n).lower(state, self.train, self.held).compile())
+
+    def chunk(self, n: int, state, configs=None):
+        return self._chunk(n)(state, self.train, self.held)
+
+    def check_finite(self, metrics, finite, first_update, describe):
+        return first_non_finite(metrics, finite, first_update, describe)
+
+    def training_state(self, state):
+        return state
+
+    def with_training_state(self, state, runner):
+        return runner
+
+
+def first_run_params(state: RewardState):
+    """Run 0's parameters (host arrays) from the ``[R, ...]`` state."""
+    return jax.tree.map(lambda x: np.asarray(x[0]), state.params)

@@ -1,0 +1,87 @@
+"""The trained policy of an ``rlhf`` run folder, out in the Hugging Face layout of the model it
+came from: :func:`export_policy` (``python -m purejaxppo export RUN_DIR OUT_DIR``).
+
+The newest checkpoint is restored into the run's own state template (no training program is
+compiled); the policy's parameters are read with :func:`purejaxppo.lm.token_ppo.policy_params`,
+so LoRA adapters come out merged into the frozen base (``W + alpha/r * A @ B``). The folder the
+run started from gives the family, the config and the tokenizer files copied beside the weights.
+The value head is not written (a causal LM has none; transformers would warn about it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import jax
+import numpy as np
+
+from purejaxppo.config import ConfigError
+from purejaxppo.lm.token_ppo import policy_params
+from purejaxppo.programs.rlhf_program import RLHFSettings
+from purejaxppo.run import run_folder as rf
+from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                   "generation_config.json", "chat_template.jinja")
+
+
+def _source_folder(settings: RLHFSettings):
+    """The Hugging Face folder the run's model was loaded from, or None (a built-in TinyLM)."""
+    for name in ("model", "model_dir", "init"):
+        value = getattr(settings, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def final_policy(run_dir: str, run: int = 0):
+    """``(settings, lm, params, update)``: run ``run``'s policy parameters (LoRA merged, host
+    arrays) at the newest checkpoint of the ``rlhf`` folder ``run_dir``. :class:`ConfigError` /
+    :class:`CheckpointError` name what is wrong with the folder."""
+    from purejaxppo.programs import kinds
+
+    kind, record = kinds.folder(run_dir)
+    if record.kind != "rlhf":
+        raise ConfigError(f"{run_dir} holds a {kind.what} run; export takes an rlhf run folder")
+    if not 0 <= run < record.num_seeds:
+        raise ConfigError(f"--run {run}: the folder has runs 0..{record.num_seeds - 1}")
+    if latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS)) is None:
+        raise CheckpointError(f"{run_dir} has no checkpoint yet (nothing trained to export)")
+    loaded = kind.load(run_dir, record)
+    settings, lm, ckpt = record.settings, loaded.agent_fns.lm, loaded.checkpoint
+    one = jax.tree.map(lambda x: x[run], loaded.runner)
+    params = jax.tree.map(np.asarray, jax.jit(policy_params)(one))
+    return settings, lm, params, int(os.path.basename(ckpt).rsplit("_", 1)[-1])
+
+
+def export_policy(run_dir: str, out_dir: str, run: int = 0) -> int:
+    """Write run ``run``'s final policy into ``out_dir`` (config.json, model.safetensors, the
+    source folder's tokenizer files); returns the checkpoint's update. ``out_dir`` must be new
+    or empty: an export never overwrites a model."""
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise ConfigError(f"OUT_DIR {out_dir} exists and is not an empty folder; give a new folder")
+    settings, lm, params, update = final_policy(run_dir, run)
+    source = _source_folder(settings)
+    if not source:
+        raise ConfigError(f"{run_dir} trained a built-in TinyLM, which has no Hugging Face layout; export takes a run "
+                          "started from a local Hugging Face model folder")
+    _write(out_dir, lm, params)
+    for name in TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(source, name)):
+            shutil.copyfile(os.path.join(source, name), os.path.join(out_dir, name))
+    return update
+
+
+def _write(out_dir: str, lm, params) -> None:
+    """The family's HF writer (``save_pretrained`` where the loader module has one)."""
+    from purejaxppo.lm import pretrained
+
+    if hasattr(pretrained, "save_pretrained"):
+        pretrained.save_pretrained(out_dir, lm, params)
+        return
+    from purejaxppo.lm.gpt2 import GPT2, save_gpt2
+
+    if not isinstance(getattr(lm, "model", None), GPT2):
+        raise ConfigError(f"no Hugging Face writer for {type(getattr(lm, 'model', lm)).__name__}")
+    save_gpt2(out_dir, lm.model, params, value_head=False)
