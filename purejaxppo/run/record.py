@@ -134,6 +134,9 @@ def read_raw(run_dir: str) -> dict:
 
 def record_of(raw: dict, path: str) -> RunRecord:
     """The typed record of a ``config.json`` or checkpoint ``meta.json`` (``raw``), read by its kind."""
+    if "kind" not in raw and not {"config", "seed", "num_seeds"} <= set(raw):  # e.g. a model folder's config.json
+        raise CheckpointError(f"{path} is not a purejaxppo run record (no config, seed, num_seeds); pass a folder "
+                              "written with --run-dir")
     kind, name = kinds.kind_of(raw)
     try:
         return from_json(raw, name, kind.config_type, kind.settings_type)
