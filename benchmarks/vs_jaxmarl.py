@@ -105,7 +105,7 @@ def main():
             final = np.nanmean(ret[:, -tail:], axis=1)
             rows[name]["final_return_per_seed"] = final.tolist()
             rows[name]["final_return_mean"] = float(final.mean())
-    for name, r in rows.items():
+    for r in rows.values():
         r["run_s_median"] = statistics.median(r["run_s"])
         r["env_steps_per_s"] = env_steps / r["run_s_median"]
     base = rows["jaxmarl_ippo_ff_mpe"]["env_steps_per_s"]

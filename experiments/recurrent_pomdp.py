@@ -26,6 +26,7 @@ import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.run.run_folder import final_returns
+from purejaxppo.step.train import env_steps_after
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recurrent_pomdp")
 
@@ -48,7 +49,7 @@ def run_setting(task_kw: dict, network: str, lr: float, seeds: int, scale: float
     t0 = time.time()
     _, metrics = train(jax.random.split(jax.random.PRNGKey(0), seeds))
     ret = np.asarray(jax.block_until_ready(metrics["episode_return"]))  # [S, U]
-    steps = np.asarray(metrics["env_steps"])[0]
+    steps = env_steps_after(0, cfg.num_updates, cfg.batch_size)  # counted on the host (exact past 2**31)
     return cfg, ret, steps, time.time() - t0
 
 

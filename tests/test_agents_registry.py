@@ -16,6 +16,7 @@ from purejaxppo.agents.agent import feed_forward
 from purejaxppo.agents.networks import make_network
 from purejaxppo.programs.runs import resume_run, train_chunked
 from purejaxppo.run import warm_start
+from purejaxppo.programs import kinds
 from purejaxppo.run.run_folder import load_run
 from purejaxppo.step.evaluate import evaluate_runner
 
@@ -55,8 +56,8 @@ def _tiny_kernel(params):
 
 
 def test_a_registered_agent_trains_and_loads_from_its_folder_by_name(runs):
-    config, info, runner, ppo = load_run(runs["whole"])
-    assert config.network == NAME and info["update"] == CFG.num_updates
+    config, _, runner, ppo = load_run(runs["whole"])
+    assert config.network == NAME and kinds.load(runs["whole"]).update == CFG.num_updates
     assert _tiny_kernel(runner.train.params).shape == (1, 4, 8)  # [runs, obs, 8]: the custom torso, rebuilt
     for a, b in zip(jax.tree.leaves(runner.train.params), jax.tree.leaves(runs["full"].runner_state.train.params)):
         np.testing.assert_array_equal(a, b)  # the checkpoint is the trained state

@@ -121,7 +121,7 @@ def test_a_sweep_folder_is_not_resumed_as_a_single_run(half, tmp_path, capsys):
     before = _tree_digest(run)
     assert main(["train", "--resume", run, "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "holds a 'newkind' folder" in err and "Traceback" not in err, err
+    assert "holds a 'newkind' run, which this purejaxppo does not know" in err and "Traceback" not in err, err
     assert _tree_digest(run) == before
 
 

@@ -143,3 +143,35 @@ def test_the_run_loop_knows_no_run_kind():
 def test_no_module_is_too_long():
     long = {m: n for m, p in _files().items() if (n := sum(1 for _ in open(p))) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (find the second job in them): {long}"
+
+
+#: the kind names run folders record (purejaxppo/run/kinds.py's registry)
+KIND_NAMES = ("run", "sweep", "pbt", "rlhf", "reward")
+#: modules that belong to a kind besides those named after it (``pbt_*``, ``rlhf_*``): the
+#: plain-run kind's program (``kind_name``: its two names, once), and the CLI's table of command
+#: names (``rlhf`` is also a command)
+KIND_OWN = {"purejaxppo.programs.program": ("run", "sweep"),
+            "purejaxppo.cli.parser": ("rlhf", "reward"), "purejaxppo.cli.main": ("rlhf", "reward")}
+
+
+def kind_names_used(module: str, source: str) -> list:
+    """``(line, name)`` of every string constant in ``source`` that IS a kind name, outside the
+    kind's own modules (named ``<kind>_*`` or listed in :data:`KIND_OWN`); docstrings and
+    messages that merely contain one are fine."""
+    base = module.rsplit(".", 1)[-1]
+    own = {k for k in KIND_NAMES if base.startswith(k + "_")} | set(KIND_OWN.get(module, ()))
+    return [(node.lineno, node.value) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and node.value in KIND_NAMES and node.value not in own]
+
+
+def test_kind_name_checker_can_fail():
+    src = 'if info.get("kind") == "pbt":\n    x = {"kind": "rlhf"}\ny = "a pbt run"\n'
+    assert kind_names_used("purejaxppo.cli.eval_cmd", src) == [(1, "pbt"), (2, "rlhf")]
+    assert kind_names_used("purejaxppo.programs.pbt_run", src) == [(2, "rlhf")]
+
+
+def test_no_kind_name_outside_the_kinds_own_modules():
+    """A command asks the folder's registered kind (purejaxppo/run/kinds.py) instead of
+    comparing names: no kind name as a string anywhere else in the package."""
+    found = {m: hits for m, p in _files().items() if (hits := kind_names_used(m, open(p).read()))}
+    assert not found, f"kind names outside the kinds' own modules (ask the registry instead): {found}"

@@ -13,7 +13,8 @@ import pytest
 from purejaxppo import PPOConfig
 from purejaxppo.cli import main
 from purejaxppo.programs.pbt_program import PBTSettings, exploit_populations
-from purejaxppo.programs.pbt_run import load_pbt_run, train_pbt
+from purejaxppo.programs import kinds
+from purejaxppo.programs.pbt_run import train_pbt
 from purejaxppo.programs.runs import train_chunked
 from purejaxppo.run.run_folder import load_run
 from purejaxppo.scale.pbt import SearchSpace, exploit_explore, parse_search, search_space
@@ -85,8 +86,9 @@ def test_pbt_warm_started_from_a_run_starts_every_member_from_its_params(tmp_pat
     _, _, source, _ = load_run(src)
     run = str(tmp_path / "pbt")
     train_pbt(CFG, SETTINGS, 4, seed=0, run_dir=run, chunk_updates=4, init_from=src, stop_after=0)
-    _, info, runner, _ = load_pbt_run(run)
-    assert info["update"] == 0 and info["init_from"]["update"] == 4
+    loaded = kinds.load(run)
+    runner = loaded.runner
+    assert loaded.update == 0 and loaded.record.init_from["update"] == 4
     for got, want in zip(jax.tree.leaves(runner.train.params), jax.tree.leaves(source.train.params)):
         for m in range(4):  # copied leaves: exact
             np.testing.assert_array_equal(np.asarray(got)[m], np.asarray(want)[0])

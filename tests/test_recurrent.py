@@ -205,7 +205,7 @@ def test_determinism_and_vmap_over_seeds_and_stacked_configs():
     single = [_np(train(k, as_arrays(c))[1]) for k, c in zip(keys, cfgs)]
     again = _np(train(keys[0], as_arrays(cfgs[0]))[1])
     expected = {"actor_loss", "critic_loss", "entropy", "approx_kl", "clip_frac", "explained_variance",
-                "grad_norm", "lr", "episode_return", "episode_length", "episodes", "minibatches_taken", "env_steps"}
+                "grad_norm", "lr", "episode_return", "episode_length", "episodes", "minibatches_taken"}
     assert expected <= set(again) and all(v.shape == (SMALL.num_updates,) for v in again.values())
     for k in again:
         np.testing.assert_array_equal(again[k], single[0][k], err_msg=k)  # exact: one executable, same inputs twice

@@ -112,14 +112,15 @@ def test_checkpoints_older_than_new_config_fields_still_resume():
     """A checkpoint written before bootstrap_truncated/lr_end/lr_ramp_steps/action_std existed had their
     default behaviour: it compares equal to a config with the defaults, and unequal otherwise."""
     from purejaxppo.run.checkpoint import CheckpointError
+    from purejaxppo.run.record import RunRecord
     from purejaxppo.run.run_folder import check_same_setup
 
     old = PPOConfig(env_name="Acrobot-v1").to_dict()
     for name in ("bootstrap_truncated", "lr_end", "lr_ramp_steps", "action_std"):
         del old[name]
     meta = {"config": old, "seed": 0, "num_seeds": 2, "members": None}
-    info = {"config": PPOConfig(env_name="Acrobot-v1").to_dict(), "seed": 0, "num_seeds": 2, "members": None}
-    check_same_setup(meta, info, "ckpt")
-    info["config"]["bootstrap_truncated"] = False
+    record = RunRecord("run", PPOConfig(env_name="Acrobot-v1"), seed=0, num_seeds=2)
+    check_same_setup(meta, record, "ckpt")
+    record = record.replace(config=record.config.replace(bootstrap_truncated=False))
     with pytest.raises(CheckpointError, match="bootstrap_truncated"):
-        check_same_setup(meta, info, "ckpt")
+        check_same_setup(meta, record, "ckpt")

@@ -74,11 +74,11 @@ def test_reward_command_trains_and_exports_an_hf_reward_model(folders, capsys):
     assert float(rows[-1]["eval_accuracy"]) >= 0.9, rows  # the rule is a word: easy to learn
     assert float(rows[-1]["eval_loss"]) < float(rows[0]["eval_loss"])
     info = json.loads((run / "config.json").read_text())
-    assert info["kind"] == "reward" and len(info["reward"]["pairs_sha256"]) == 64
+    assert info["kind"] == "reward" and len(info["settings"]["pairs_sha256"]) == 64
     # the exported model scores like the run's final checkpoint
     fn, loaded = load_reward_model(run / "model")
     assert os.path.isfile(run / "model" / "tokenizer.json")
-    lm, params, train, held, _ = prepare(info["reward"], RewardConfig(**info["config"]), info["seed"])
+    lm, params, train, held, _ = prepare(info["settings"], RewardConfig(**info["config"]), info["seed"])
     ckpt = latest_checkpoint(str(run / "checkpoints"))
     state, _ = restore_checkpoint(ckpt, _state_template(run, info, lm, params, train, held))
     final = jax.tree.map(lambda x: np.asarray(x[0]), state.params)
@@ -90,7 +90,7 @@ def _state_template(run, info, lm, params, train, held):
     from purejaxppo.programs.reward_program import RewardProgram
 
     prog = RewardProgram(info["config"] if not isinstance(info["config"], dict) else RewardConfig(**info["config"]),
-                         info["reward"], lm, params, train, held)
+                         info["settings"], lm, params, train, held)
     return prog.init(jax.random.split(jax.random.PRNGKey(0), info["num_seeds"]))
 
 

@@ -304,7 +304,7 @@ def test_init_from_a_local_gpt2_folder(tmp_path):
     proc = _cli(["rlhf", "--init", str(tmp_path / "gpt2"), "--iterations", "2", "--batch", "8", "--minibatches", "2",
                  "--epochs", "1", "--sft-steps", "5", "--eval-every", "0", "--quiet", "--run-dir", run])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(rows(run)) == 1 + 2 and json.load(open(os.path.join(run, "config.json")))["rlhf"]["init"].endswith("gpt2")
+    assert len(rows(run)) == 1 + 2 and json.load(open(os.path.join(run, "config.json")))["settings"]["init"].endswith("gpt2")
     small = GPT2(vocab_size=8, n_positions=16, n_embd=16, n_layer=1, n_head=2)
     save_gpt2(str(tmp_path / "small"), small, small.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
                                                           jnp.ones((1, 4), bool)))

@@ -56,7 +56,7 @@ def test_chunked_driver_equals_single_train_call(ppo):
 def test_metrics_are_complete_and_sane(ppo):
     m = _metrics(jax.jit(ppo.train)(jax.random.PRNGKey(0)))
     expected = {"actor_loss", "critic_loss", "entropy", "approx_kl", "clip_frac", "explained_variance",
-                "grad_norm", "lr", "episode_return", "episode_length", "episodes", "minibatches_taken", "env_steps"}
+                "grad_norm", "lr", "episode_return", "episode_length", "episodes", "minibatches_taken"}
     assert expected <= set(m)
     assert all(v.shape == (SMALL.num_updates,) for v in m.values())
     # a random CartPole policy finishes episodes of ~20 steps: returns are their lengths
@@ -64,7 +64,7 @@ def test_metrics_are_complete_and_sane(ppo):
     assert np.all(m["episodes"] > 0) and np.all(m["episode_return"] > 5)
     np.testing.assert_allclose(m["lr"], 2.5e-4 * (1 - np.arange(6) / 6), rtol=1e-5)
     np.testing.assert_array_equal(m["minibatches_taken"], 4)
-    np.testing.assert_array_equal(m["env_steps"], 128 * np.arange(1, 7))
+    assert "env_steps" not in m  # counted on the host (test_counters_past_2_31_are_exact_with_x64_off)
 
 
 def test_episode_return_is_over_completed_episodes_only():
@@ -157,3 +157,34 @@ def test_gamma_sweep_with_reward_scaling_equals_separate_runs():
     s_lo = scale_rewards(init_reward_scale(2), r, d, 0.8)[1]
     s_hi = scale_rewards(init_reward_scale(2), r, d, 0.99)[1]
     assert np.abs(np.asarray(s_lo) - np.asarray(s_hi)).max() > 1e-2
+
+
+def test_counters_past_2_31_are_exact_with_x64_off(ppo):
+    """Update 17,000,000 of a 128-step config: (17,000,000 + 1) * 128 = 2,176,000,128 steps,
+    past 2**31, where an int32 reads -2,118,967,168. The state's counter is set there (no
+    17M updates run): the step's metrics hold no count that could wrap (each integer metric
+    counts within one update), and a program's host counters (what metrics.csv, the sinks
+    and RunResult.metrics get) match Python's exact integers."""
+    from purejaxppo.programs.program import Program
+
+    first = 17_000_000
+    runner = ppo.init(jax.random.PRNGKey(0), SMALL)._replace(update=jnp.asarray(first, jnp.int32))
+    new, m = jax.jit(ppo.step)(runner)
+    assert int(new.update) == first + 1 and "env_steps" not in m
+    per_update = SMALL.batch_size * SMALL.update_epochs
+    for k, v in m.items():
+        if jnp.issubdtype(v.dtype, jnp.integer):
+            assert 0 <= int(v) <= per_update, (k, int(v))
+    exact = [(u + 1) * SMALL.batch_size for u in range(first, first + 3)]  # Python ints: no wrap
+    assert SMALL.batch_size == 128 and exact[0] == 2_176_000_128 > 2**31
+    got = Program(SMALL, ppo=ppo).counters(first, 3)["env_steps"]
+    assert got.dtype == np.int64 and got.tolist() == exact
+
+
+def test_the_loop_puts_the_host_count_in_every_metric_record():
+    """A chunked run's metrics (RunResult.metrics, the source of metrics.csv and the sinks) hold
+    env_steps as int64: (u + 1) * batch per run and update."""
+    res = train_chunked(SMALL, num_seeds=2, chunk_updates=4)
+    steps = res.metrics["env_steps"]
+    assert steps.dtype == np.int64
+    assert steps.tolist() == [[(u + 1) * 128 for u in range(6)]] * 2

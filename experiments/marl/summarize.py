@@ -23,7 +23,10 @@ def interval(x, reps=10_000, seed=0):
     return np.percentile(stats, [2.5, 97.5])
 
 
-def main(folder=os.path.join(os.path.dirname(__file__), "results")):
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+
+
+def main(folder=RESULTS):
     print("| env | agent | critic | truncation bootstrap | agent steps | seeds | final team return IQM [95% CI] | per seed | "
           "compile s | agent-steps/s |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -61,7 +61,7 @@ def _main(args, bench: bool, argv: list) -> int:
         return 1
     except KeyboardInterrupt as e:
         ckpt = e.checkpoint if isinstance(e, TrainingInterrupted) else None
-        command = "rlhf" if args is not None and args.command == "rlhf" else "train"
+        command = args.command if args is not None else "train"  # the command that was running continues it
         where = (f"; progress saved in {ckpt} (update {e.updates_done}). Continue with "
                  f"`python -m purejaxppo {command} --resume {os.path.dirname(os.path.dirname(ckpt))}`") if ckpt else ""
         print(f"\ninterrupted{where}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """The CLI's PBT commands: ``train --pbt N --search NAME=DIST:LOW:HIGH ...``, its resume and report.
 
-Parses, calls :mod:`purejaxppo.programs.pbt_run` and prints; bad flags raise :class:`ConfigError`
+Parses, calls :mod:`purejaxppo.programs.pbt_run` and reports (:mod:`purejaxppo.programs.pbt_kind`); bad flags raise :class:`ConfigError`
 (``error: ...``, exit 2). :mod:`~purejaxppo.cli.train_cmd` passes in its progress bar, sinks and compile-cache setup.
 """
 
@@ -54,7 +54,9 @@ def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers, seeds: i
     ``eval_every``/``eval_episodes`` keywords."""
     from purejaxppo.run.run_folder import refuse_existing_run
     from purejaxppo.programs.pbt_program import PBTProgram
+    from purejaxppo.programs.pbt_kind import report_pbt
     from purejaxppo.programs.pbt_run import train_pbt
+    from purejaxppo.run.record import CHECKPOINT_EVERY, CHUNK_UPDATES
 
     settings = pbt_settings(args, config)
     program = PBTProgram(config, settings, num_devices=devices, num_seeds=seeds)  # unknown envs etc. fail here
@@ -72,12 +74,12 @@ def cmd_train_pbt(args, config, devices: int, on_chunk, close, loggers, seeds: i
               flush=True)
     try:
         res = train_pbt(config, settings, args.pbt, seed=args.seed or 0, num_seeds=seeds, run_dir=run_dir,
-                        program=program, chunk_updates=args.chunk or 25, on_chunk=on_chunk,
-                        checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
+                        program=program, chunk_updates=args.chunk or CHUNK_UPDATES, on_chunk=on_chunk,
+                        checkpoint_every=args.checkpoint_every or CHECKPOINT_EVERY, stop_after=args.stop_after,
                         loggers=loggers(run_dir, args.pbt), init_from=init_from, **(evaluation or {}))
     finally:
         close()
-    return report(res, run_dir) if writer else 0
+    return (report_pbt(res, run_dir) or 0) if writer else 0
 
 
 def pbt_settings(args, config):
@@ -87,27 +89,3 @@ def pbt_settings(args, config):
     space = search_space(config, parse_search(args.search))
     interval = 20 if args.pbt_interval is None else args.pbt_interval
     return PBTSettings(space, interval, 0.25 if args.pbt_quantile is None else args.pbt_quantile)
-
-
-def report(res, run_dir: str) -> int:
-    import numpy as np
-
-    fr = np.asarray(res.final_return, np.float64)
-    seeds = len(fr) // len(res.members or fr)
-    runs = f"{len(fr) // seeds} members x {seeds} populations" if seeds > 1 else f"{len(fr)} members"
-    print(f"final return over {runs}: best {np.nanmax(fr) if np.isfinite(fr).any() else float('nan'):.1f}"
-          f"  median {np.nanmedian(fr) if np.isfinite(fr).any() else float('nan'):.1f}")
-    if "best_member" in res.extra:
-        where = f" of population {res.extra['best_seed']}" if "best_seed" in res.extra else ""
-        print(f"best member {res.extra['best_member']}{where} (final return {res.extra['best_final_return']:.1f}); "
-              f"{res.extra.get('exploits', 0)} member copies (exploits) in lineage.csv")
-        for seg in res.extra.get("best_schedule", []):
-            vals = ", ".join(f"{k}={v:.4g}" for k, v in seg.items() if k not in ("from_update", "member"))
-            print(f"  from update {seg['from_update']:>5}: {vals}  (in member {seg['member']})")
-    print(f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
-          f"({res.env_steps:,} steps this session)")
-    if not res.finished:
-        print(f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
-              f"`python -m purejaxppo train --resume {run_dir}`")
-    print(f"metrics, lineage, config and checkpoints written to {run_dir}")
-    return 0

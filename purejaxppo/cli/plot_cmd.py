@@ -41,3 +41,14 @@ def cmd_plot(args) -> int:
                                   read_summary(d).get("best_member"))
             print(f"hyperparameter schedules of {d} written to {path}")
     return 0
+
+
+def _headline(run_dirs) -> str:
+    """The metric the folders' kind sums a run up with (each kind's own: return, score)."""
+    from purejaxppo.programs import kinds
+
+    names = {kinds.folder(d)[0].headline[0] for d in run_dirs}
+    if len(names) > 1:
+        raise UserError(f"these folders hold runs of different kinds (headline metrics {', '.join(sorted(names))}); "
+                        "name the column to plot with --metric")
+    return names.pop()

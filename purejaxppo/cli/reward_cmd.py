@@ -61,7 +61,7 @@ def cmd_reward(args) -> int:
         config = RewardConfig(**{d: getattr(args, f"rm_{d}") for d, _, _ in CONFIG_FLAGS.values()
                                  if getattr(args, f"rm_{d}") is not None}).validate()
     check_sinks(args)
-    from purejaxppo.programs.reward_run import MODEL, resume_reward, train_reward
+    from purejaxppo.programs.reward_run import resume_reward, train_reward
     from purejaxppo.run.progress import progress_bar
 
     def cuts(c):
@@ -72,17 +72,15 @@ def cmd_reward(args) -> int:
     on_chunk, close = progress_bar(args.quiet, "reward", metric="eval_accuracy", shown="held-out accuracy",
                                    steps="pairs", fmt=".3f")
     try:
-        if args.resume:
-            from purejaxppo.run.run_folder import load_run_info
+        if args.resume:  # the folder's kind says which command continues it
+            from purejaxppo.cli.train_cmd import refuse_other_command
+            from purejaxppo.programs import kinds
 
-            import purejaxppo.programs.reward_program  # noqa: F401  (the folder's config type)
-
-            info = load_run_info(args.resume)
-            if info.get("kind") != "reward":
-                raise UserError(f"{args.resume!r} holds a {info.get('kind', 'run')!r} run, not a reward one")
+            kind, record = kinds.folder(args.resume)
+            refuse_other_command(kind, args.resume, args.command)
             run_dir = args.resume
-            result = resume_reward(run_dir, on_chunk=on_chunk, on_cuts=cuts,
-                                   loggers=sinks_for(args, run_dir, info["config"], 1))
+            result = resume_reward(run_dir, record, on_chunk=on_chunk, on_cuts=cuts,
+                                   loggers=sinks_for(args, run_dir, record.config, 1))
         else:
             run_dir = args.run_dir or os.path.join("runs", f"reward-{time.strftime('%Y%m%d-%H%M%S')}")
             result = train_reward(config, args.model, args.pairs, seed=args.seed, num_seeds=args.seeds,
@@ -91,11 +89,7 @@ def cmd_reward(args) -> int:
     finally:
         close()
     if not args.quiet:
-        acc, loss = result.metrics.get("eval_accuracy"), result.metrics.get("eval_loss")
-        if acc is not None and acc.size:
-            print(f"held-out pairwise accuracy {float(acc[:, -1].mean()):.3f}, loss {float(loss[:, -1].mean()):.4f} "
-                  f"after {result.updates_done} epoch(s)")
-        print(f"wrote {run_dir} (metrics.csv, checkpoints" + (f", {MODEL}/: the reward model)" if result.finished
-                                                              else f"); continue with python -m purejaxppo reward "
-                                                                   f"--resume {run_dir}"))
+        from purejaxppo.programs.reward_kind import RewardRuns
+
+        RewardRuns().report(result, run_dir)
     return 0

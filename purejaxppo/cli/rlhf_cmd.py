@@ -162,17 +162,15 @@ def cmd_rlhf(args) -> int:
     given = given_flags(args)
     if args.resume and given:
         raise UserError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
-    if args.resume:
-        import purejaxppo.programs.rlhf_program  # noqa: F401  (registers the "rlhf" folders' config type)
-        from purejaxppo.run.run_folder import load_run_info
+    if args.resume:  # the folder's kind says which command continues it
+        from purejaxppo.cli.train_cmd import refuse_other_command
+        from purejaxppo.programs import kinds
 
-        info = load_run_info(args.resume)
-        if info.get("kind") != "rlhf":
-            raise UserError(f"{args.resume!r} holds a {info.get('kind', 'run')!r} run, not an rlhf one; continue it "
-                            f"with python -m purejaxppo train --resume {args.resume}")
-        devices, label = int(info.get("num_devices", 1)), info.get("rlhf", {}).get("task", "")
+        kind, record = kinds.folder(args.resume)
+        refuse_other_command(kind, args.resume, args.command)
+        devices, label = record.num_devices, getattr(record.settings, "task", "")
     else:
-        config, settings, devices, run_dir = _prepare(args)
+        config, settings, devices, run_dir = _prepare(args)  # a used --run-dir is refused here, before the SFT
         label = settings.task
     check_sinks(args)
     set_devices(devices)
@@ -185,7 +183,8 @@ def cmd_rlhf(args) -> int:
                                    shown="score", steps="sequences", fmt=".3f")
     try:
         if args.resume:
-            resume_rlhf(args.resume, on_chunk=on_chunk, loggers=sinks_for(args, args.resume, info["config"], 1))
+            resume_rlhf(args.resume, record, on_chunk=on_chunk,
+                        loggers=sinks_for(args, args.resume, record.config, 1))
             run_dir = args.resume
         else:
             t = time.perf_counter()
@@ -211,29 +210,6 @@ def cmd_rlhf(args) -> int:
 
 
 def _report(run_dir: str) -> None:
-    """The SFT baseline, the first and last iterations' score and KL, the latest evaluation."""
-    import csv
-    import warnings
+    from purejaxppo.programs.rlhf_kind import report_token_run
 
-    import numpy as np
-
-    with open(os.path.join(run_dir, "metrics.csv")) as f:
-        rows = list(csv.DictReader(f))
-    with open(os.path.join(run_dir, "config.json")) as f:
-        sft = json.load(f).get("sft") or {}
-    value = lambda r, k: float(r[k]) if r.get(k) not in (None, "") else float("nan")  # noqa: E731
-    updates = sorted({int(r["update"]) for r in rows})
-    mean = lambda k, u: np.nanmean([value(r, k) for r in rows if int(r["update"]) == u])  # noqa: E731
-    print(f"SFT model (greedy): score {sft.get('eval_score', float('nan')):.3f}")
-    print(f"sampled score: {mean('score', updates[0]):.3f} -> {mean('score', updates[-1]):.3f}; "
-          f"KL per sequence {mean('kl', updates[0]):.3f} -> {mean('kl', updates[-1]):.3f}")
-    if "reward_fn_s" in rows[0]:
-        spent = sum(value(r, "reward_fn_s") for r in rows if r["seed"] == rows[0]["seed"])
-        print(f"text reward on the host: {spent:.2f}s over {len(updates)} iterations (reward_fn_s in metrics.csv)")
-    with warnings.catch_warnings():  # no evaluation yet: every eval_score is NaN (nanmean warns)
-        warnings.simplefilter("ignore", RuntimeWarning)
-        evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
-    if evaluated:
-        print(f"greedy score at iteration {evaluated[-1] + 1}: {mean('eval_score', evaluated[-1]):.3f}")
-    print(f"wrote {run_dir} (metrics.csv, samples.txt, checkpoints); continue with "
-          f"python -m purejaxppo rlhf --resume {run_dir}")
+    report_token_run(run_dir)

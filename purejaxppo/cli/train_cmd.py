@@ -9,7 +9,7 @@ from purejaxppo.cli.errors import UserError
 from purejaxppo.cli.flags import config_from_args
 from purejaxppo.cli.pbt_cli import check_pbt_flags
 from purejaxppo.cli.train_setup import (check_counts, check_init_from, check_overrides, check_sinks, compile_cache,
-                                        distinct_sweeps, eval_flags, report_run, sinks_for)
+                                        distinct_sweeps, eval_flags, sinks_for)
 
 
 def cmd_train(args) -> int:
@@ -37,6 +37,8 @@ def cmd_train(args) -> int:
     init_from = check_init_from(args, config, seeds)
     evaluation = eval_flags(args, config)
     def check_folder():  # on process 0 alone, the one that writes it
+        import purejaxppo.programs  # noqa: F401  (every run kind registered: a used folder names its own command)
+
         check_run_dir(args.run_dir or "runs")  # output paths and optional sinks: checked before any work
         if args.run_dir:
             refuse_existing_run(args.run_dir)
@@ -53,6 +55,8 @@ def cmd_train(args) -> int:
                              seeds=seeds,
                              init_from=init_from, evaluation=evaluation)
     from purejaxppo.programs.runs import train_chunked
+    from purejaxppo.programs.run_kind import report_runs
+    from purejaxppo.run.record import CHECKPOINT_EVERY, CHUNK_UPDATES
     from purejaxppo.scale.population import make_population
     from purejaxppo.programs.program import Program
 
@@ -71,14 +75,14 @@ def cmd_train(args) -> int:
         os.makedirs(run_dir, exist_ok=True)
     try:
         res = train_chunked(config, seed=args.seed or 0, num_seeds=seeds, members=members, run_dir=run_dir,
-                            chunk_updates=args.chunk or 25, program=program, on_chunk=on_chunk,
-                            checkpoint_every=args.checkpoint_every or 10, stop_after=args.stop_after,
+                            chunk_updates=args.chunk or CHUNK_UPDATES, program=program, on_chunk=on_chunk,
+                            checkpoint_every=args.checkpoint_every or CHECKPOINT_EVERY, stop_after=args.stop_after,
                             loggers=sinks_for(args, run_dir, config, n_members) if group.writer else [],
                             init_from=init_from,
-                            run_info={"reference": args.reference} if args.reference else None, **evaluation)
+                            notes={"reference": args.reference} if args.reference else None, **evaluation)
     finally:
         close()
-    return finish(group, lambda: report_run(res, run_dir, seeds))
+    return finish(group, lambda: report_runs(res, run_dir) or 0)
 
 
 def finish(group, report) -> int:
@@ -127,22 +131,24 @@ def _refuse_changes(args) -> None:
 
 def cmd_resume(args, group) -> int:
     from purejaxppo.cli.devices import choose_devices, set_devices
-    from purejaxppo.programs.runs import resume_run
+    from purejaxppo.programs import kinds
     from purejaxppo.run.progress import progress_bar
     from purejaxppo.run.outputs import check_run_dir
-    from purejaxppo.run.run_folder import finished_run, load_run_info
+    from purejaxppo.run.run_folder import finished_run
 
     run_dir = args.resume
     _refuse_changes(args)
     check_counts(args)
-    info = group.share(lambda: load_run_info(run_dir))  # process 0 reads the folder
-    seeds, members, config = info["num_seeds"], info.get("members"), info["config"]
+    record = group.share(lambda: kinds.folder(run_dir)[1])  # process 0 reads the folder
+    kind = kinds.kind_named(record.kind)
+    refuse_other_command(kind, run_dir, args.command)
+    seeds, members, config = record.num_seeds, record.members, record.config
     if group.share(lambda: finished_run(run_dir)):  # nothing to compute, nothing to rewrite
         return finish(group, lambda: print(f"{run_dir} already finished all {config.num_updates} updates; nothing to "
                                            f"do (its summary.json is unchanged). Evaluate it with `python -m "
                                            f"purejaxppo eval {run_dir}`") or 0)
     group.share(lambda: (check_run_dir(run_dir, "--resume"), check_sinks(args)))
-    devices = info.get("num_devices", 1)
+    devices = record.num_devices
     if not group.many:
         choose_devices(str(devices), devices, "")  # still available?
         set_devices(devices)
@@ -154,23 +160,22 @@ def cmd_resume(args, group) -> int:
         print(f"purejaxppo: resuming {run_dir} ({config.env_name}, {what}, {config.num_updates} updates) "
               "| compiling...", flush=True)
     on_chunk, close = progress_bar(args.quiet, config.env_name)
-    kw = {"on_chunk": on_chunk, "stop_after": args.stop_after, "info": info,
-          "loggers": sinks_for(args, run_dir, config, len(members) if members else 1) if group.writer else []}
+    kw = {"on_chunk": on_chunk, "stop_after": args.stop_after,
+          "loggers": sinks_for(args, run_dir, config, len(members) if members else 1) if group.writer else [],
+          "program": kind.program(record, num_devices=devices, split=record.split, executables=cache)}
     if args.chunk is not None:
         kw["chunk_updates"] = args.chunk
     if args.checkpoint_every is not None:
         kw["checkpoint_every"] = args.checkpoint_every
-    pbt = info.get("kind") == "pbt"
-    if pbt:
-        from purejaxppo.cli.pbt_cli import report as report_pbt
-        from purejaxppo.programs.pbt_run import resume_pbt
-    else:
-        from purejaxppo.programs.program import Program
-
-        kw["program"] = Program(config, num_devices=devices, split=info.get("split", "seeds"),
-                                executables=cache)
     try:
-        res = resume_pbt(run_dir, **kw) if pbt else resume_run(run_dir, **kw)
+        res = kind.resume(run_dir, record, **kw)
     finally:
         close()
-    return finish(group, lambda: report_pbt(res, run_dir) if pbt else report_run(res, run_dir, seeds))
+    return finish(group, lambda: kind.report(res, run_dir) or 0)
+
+
+def refuse_other_command(kind, run_dir: str, command: str) -> None:
+    """A folder is continued by its own kind's command: any other gets one line naming it."""
+    if kind.command != command:
+        raise UserError(f"{run_dir!r} holds a {kind.what} run, which `{command} --resume` does not continue; "
+                        f"continue it with python -m purejaxppo {kind.command} --resume {run_dir}")

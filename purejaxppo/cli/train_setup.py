@@ -1,5 +1,5 @@
-"""What ``train`` and ``train --resume`` share: flag checks before any work, the optional sinks,
-the compile caches and the closing report."""
+"""What ``train`` and ``train --resume`` share: flag checks before any work, the optional sinks
+and the compile caches (each kind's closing report is its own, :mod:`purejaxppo.run.kinds`)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def check_init_from(args, config, seeds):
         if args.member is not None:
             raise UserError("--member K picks the member of an --init-from sweep or PBT run; add --init-from RUN_DIR")
         return None
+    import purejaxppo.programs  # noqa: F401  (every run kind registered: the source may be any)
     from purejaxppo.run.warm_start import describe
 
     return describe(args.init_from, args.member, config, seeds)
@@ -44,7 +45,7 @@ def check_counts(args, seeds=None) -> None:
                     ("--stop-after", args.stop_after)):
         if v is not None and v < 1:
             raise UserError(f"{flag}={v} must be >= 1")
-    for flag, v in (("--seeds", seeds), ("--pbt", getattr(args, "pbt", None))):
+    for flag, v in (("--seeds", seeds), ("--pbt", args.pbt)):
         if v is not None and v > MAX_RUNS:
             raise UserError(f"{flag}={v:,} must be at most {MAX_RUNS:,} (the device counts the runs in int32); "
                             "use fewer")
@@ -114,33 +115,3 @@ def compile_cache(args):
     if not path or os.environ.get("PUREJAXPPO_NO_EXECUTABLE_CACHE"):  # JAX's cache alone (benchmarks compare)
         return None
     return os.path.join(path, "executables")
-
-
-def report_run(res, run_dir, seeds) -> int:
-    import warnings
-
-    import numpy as np
-
-    from purejaxppo.scale.population import results_table
-
-    fr = res.final_return
-    if res.members is not None:
-        table = results_table(res.members, fr)
-        print(table)
-        if res.finished:
-            with open(os.path.join(run_dir, "results.md"), "w") as f:
-                f.write(table + "\n")
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            print(f"final return over {seeds} seed(s): mean {np.nanmean(fr):.1f}  min {np.nanmin(fr):.1f}  "
-                  f"max {np.nanmax(fr):.1f}")
-    print(f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
-          f"({res.env_steps:,} steps this session)")
-    if not res.finished:
-        print(f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
-              f"`python -m purejaxppo train --resume {run_dir}`")
-    table = " and the table (results.md)" if res.members is not None and res.finished else ""
-    print(f"metrics, config{',' if table else ' and'} checkpoints{table} written to {run_dir}")
-    return 0
-

@@ -1,73 +1,38 @@
-"""Run kinds by name: how a run folder's program is rebuilt to resume it.
+"""Every run kind, registered: importing this module loads each ``*_kind.py`` module here.
 
-``config.json`` records its run's ``kind``; :func:`program_for_folder` looks the kind up here.
-A new run kind adds its module to :mod:`purejaxppo.programs` and one entry to :data:`KINDS`
-(or calls :func:`register_kind`), and the loop, ``resume_run`` and ``train --resume`` need no
-other change.
+A kind is one object meeting :class:`purejaxppo.run.kinds.RunKind`, registered by its own
+module (``kinds.register(MyKind())`` at its end): plain runs and sweeps
+(:mod:`.run_kind`), PBT (:mod:`.pbt_kind`), token-level PPO (:mod:`.rlhf_kind`). A new kind
+is a new ``<name>_kind.py`` module and nothing else: commands look a folder's kind up
+(:func:`folder`) and ask it. :mod:`purejaxppo.programs` imports this module, so any import
+of a program or front door has every kind registered.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+import importlib
+import os
+import pkgutil
+from typing import Tuple
 
-from purejaxppo.programs.pbt_program import PBTProgram, PBTSettings
-from purejaxppo.programs.program import Program
-from purejaxppo.run.checkpoint import CheckpointError
-from purejaxppo.run.protocol import RunProgram
-from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
+from purejaxppo.run import run_folder as rf
+from purejaxppo.run.kinds import RunKind, kind_named, kind_of, known  # noqa: F401  (the registry's API, here)
+from purejaxppo.run.record import RunRecord
 
-#: ``kind -> build(info, num_devices, split) -> RunProgram``; ``info``: the folder's config.json
-KINDS: Dict[str, Callable[..., RunProgram]] = {
-    "run": lambda info, num_devices, split: Program(info["config"], num_devices=num_devices, split=split),
-    "sweep": lambda info, num_devices, split: Program(info["config"], num_devices=num_devices, split=split),
-    "pbt": lambda info, num_devices, split: PBTProgram(info["config"], PBTSettings.from_dict(info["pbt"]),
-                                                       num_devices=num_devices, num_seeds=info["num_seeds"]),
-}
+for _module in pkgutil.iter_modules([os.path.dirname(os.path.abspath(__file__))]):
+    if _module.name.endswith("_kind"):
+        importlib.import_module(f"{__package__}.{_module.name}")
 
 
-
-def _rlhf(info, num_devices, split):
-    settings = RLHFSettings.from_dict(info["rlhf"])
-    return RLHFProgram(info["config"], settings, *RLHFProgram.template(settings), num_devices=num_devices)
-
-
-KINDS["rlhf"] = _rlhf
+def folder(run_dir: str) -> Tuple[RunKind, RunRecord]:
+    """``(kind, record)`` of a run folder (any layout version); a missing, damaged or unknown
+    folder raises :class:`~purejaxppo.run.checkpoint.CheckpointError` saying so."""
+    raw = rf.read_raw(run_dir)
+    return kind_of(raw)[0], rf.record_of(raw, os.path.join(run_dir, rf.CONFIG))
 
 
-def _resume_rlhf(run_dir, **kwargs):
-    from purejaxppo.programs.rlhf_run import resume_rlhf
-
-    return resume_rlhf(run_dir, **kwargs)
-
-
-def _reward(info, num_devices, split):
-    from purejaxppo.programs.reward_run import prepare
-    from purejaxppo.programs.reward_program import RewardProgram
-
-    return RewardProgram(info["config"], info["reward"], *prepare(info["reward"], info["config"], info["seed"])[:4])
-
-
-def _resume_reward(run_dir, **kwargs):
-    from purejaxppo.programs.reward_run import resume_reward
-
-    return resume_reward(run_dir, **kwargs)
-
-
-KINDS["reward"] = _reward
-
-#: kinds with their own front door: ``resume(run_dir, **kwargs) -> RunResult`` (``resume_run`` hands over)
-RESUMERS: Dict[str, Callable] = {"rlhf": _resume_rlhf, "reward": _resume_reward}
-
-
-def register_kind(name: str, build: Callable[..., RunProgram]) -> None:
-    """Make run folders of kind ``name`` resumable: ``build(info, num_devices, split)``."""
-    KINDS[name] = build
-
-
-def program_for_folder(info: dict, *, num_devices: int = 1, split: str = "seeds") -> RunProgram:
-    """The program that continues a folder with this ``config.json`` (``info``)."""
-    kind = info.get("kind") or ("sweep" if info.get("members") else "run")  # folders from before kinds were recorded
-    if kind not in KINDS:
-        raise CheckpointError(f"this folder holds a {kind!r} run, which this purejaxppo cannot resume (known kinds: "
-                              f"{', '.join(sorted(KINDS))}); nothing was changed")
-    return KINDS[kind](info, num_devices, split)
+def load(run_dir: str, checkpoint=None):
+    """The trained state of a run folder of any kind: its :class:`~purejaxppo.run.kinds.Loaded`
+    (record, per-run state ``[R, ...]``, what plays it, checkpoint and update)."""
+    kind, record = folder(run_dir)
+    return kind.load(run_dir, record, checkpoint)

@@ -11,8 +11,8 @@ On several devices the members are split over a 1-D mesh (``shard_map``, as
 ``parallel.shard_runs``); the exploit ``all_gather``s the population, every device computes
 the same decisions from the same key, and keeps its own slice. :class:`PBTProgram` has the
 the run protocol (:class:`~purejaxppo.run.protocol.RunProgram`), so the chunk loop drives it
-(checkpoints, resume, progress, sinks); its ``run_info`` marks the run folder
-``"kind": "pbt"``.
+(checkpoints, resume, progress, sinks); its folders are the ``pbt`` kind's
+(:mod:`purejaxppo.programs.pbt_kind`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
 from purejaxppo.scale.parallel import device_mesh
 from purejaxppo.scale.pbt import SearchSpace, exploit_explore, window_score
-from purejaxppo.step.train import PPO, RunnerState, make_ppo, strong_types
+from purejaxppo.step.train import PPO, RunnerState, env_steps_after, make_ppo, strong_types
 
 PBT_SALT = 0x9B7  # folded into seed key 0: the exploit/explore key, apart from every member's own keys
 
@@ -96,12 +96,14 @@ class PBTProgram:
         self.shard = num_devices  # members are split over the devices
         self.ppo = ppo if ppo is not None else make_ppo(config)
         self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
-        self.run_info = {"kind": "pbt", "pbt": settings.to_dict()}
         self.headline = ("episode_return", "return")
         self.nan_hint = NAN_HINT
         self.traces = 0
         self._init = jax.jit(self.init_state)
         self._fns, self._once = {}, CompileOnce()
+
+    def kind_for(self, members) -> str:
+        return "pbt"
 
     # --- layout -------------------------------------------------------------------------
     def place(self, *args):
@@ -232,6 +234,9 @@ class PBTProgram:
             return None
         metrics = {k: v for k, v in metrics.items() if k != "pbt_score"}  # NaN by design between exploits
         return first_non_finite(metrics, finite, first_update, describe)
+
+    def counters(self, first_update: int, n: int) -> dict:
+        return {"env_steps": env_steps_after(first_update, n, self.config.batch_size)}
 
     def training_state(self, state: PBTState) -> RunnerState:
         return state.runner

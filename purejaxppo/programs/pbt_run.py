@@ -20,12 +20,12 @@ import numpy as np
 
 from purejaxppo.run import processes
 from purejaxppo.run import run_folder as rf
-from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint, restore_checkpoint
+from purejaxppo.run.checkpoint import CheckpointError, restore_checkpoint
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.run.lineage import LINEAGE, LineageSink, ancestry, exploit_count, read_lineage
-from purejaxppo.programs.runs import RunResult, resume_run, train_chunked
+from purejaxppo.programs.runs import RunResult, continue_chunked, train_chunked
 from purejaxppo.scale.pbt import SearchSpace, sample_members
-from purejaxppo.programs.pbt_program import PBT_SALT, PBTProgram, PBTSettings
+from purejaxppo.programs.pbt_program import PBT_SALT, PBTProgram, PBTSettings  # noqa: F401
 
 
 def initial_members(space: SearchSpace, num_members: int, seed: int) -> list:
@@ -58,16 +58,16 @@ def train_pbt(config: PPOConfig, settings: PBTSettings, num_members: int, *, see
     return _finish(res, run_dir)
 
 
-def resume_pbt(run_dir: str, loggers=(), **kwargs) -> RunResult:
-    """Continue the PBT run in ``run_dir`` from its latest checkpoint (as :func:`resume_run`)."""
+def resume_pbt(run_dir: str, record=None, loggers=(), **kwargs) -> RunResult:
+    """Continue the PBT run in ``run_dir`` from its latest checkpoint (as :func:`resume_run`);
+    ``record``: its run record when read already."""
     group = processes.current()
-    info = kwargs.pop("info", None) or group.share(lambda: rf.load_run_info(run_dir))
-    if info.get("kind") != "pbt":
+    record = record if record is not None else group.share(lambda: rf.load_record(run_dir))
+    if record.kind != "pbt":
         raise CheckpointError(f"{run_dir!r} is not a PBT run; resume it with resume_run")
-    names = tuple(info["pbt"]["space"])
-    sinks = [LineageSink(os.path.join(run_dir, LINEAGE), names, info["members"], append=True,
-                         num_seeds=info["num_seeds"])] if group.writer else []
-    return _finish(resume_run(run_dir, info=info, loggers=list(loggers) + sinks, **kwargs), run_dir)
+    sinks = [LineageSink(os.path.join(run_dir, LINEAGE), record.settings.space.names, record.members, append=True,
+                         num_seeds=record.num_seeds)] if group.writer else []
+    return _finish(continue_chunked(run_dir, record, loggers=list(loggers) + sinks, **kwargs), run_dir)
 
 
 def best_member(final_return) -> int:
@@ -102,19 +102,13 @@ def _finish(res: RunResult, run_dir: Optional[str]) -> RunResult:
     return res
 
 
-def load_pbt_run(run_dir: str, checkpoint: Optional[str] = None):
-    """``(config, info, runner [N, ...], ppo)`` of a PBT run folder (as ``run_folder.load_run``)."""
-    info = rf.load_run_info(run_dir)
-    config = info["config"]
-    path = checkpoint or latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS))
-    if path is None:
-        raise CheckpointError(f"{run_dir!r} has no complete checkpoint yet; train it (or resume it with "
-                              f"python -m purejaxppo train --resume {run_dir}) first")
-    prog = PBTProgram(config, PBTSettings.from_dict(info["pbt"]), num_seeds=info["num_seeds"])
-    keys, configs = rf.run_inputs(config, info["seed"], info["num_seeds"], info["members"])
+def load_pbt_run(run_dir: str, record, checkpoint: Optional[str] = None):
+    """``(runner [N, ...], ppo, checkpoint, update)`` of a PBT run folder (as ``run_folder.load_run``)."""
+    path = rf.checkpoint_to_load(run_dir, record, checkpoint)
+    prog = PBTProgram(record.config, record.settings, num_seeds=record.num_seeds)
+    keys, configs = rf.run_inputs(record.config, record.seed, record.num_seeds, record.members)
     state, meta = restore_checkpoint(path, jax.eval_shape(prog.init_state, keys, configs))
-    info["checkpoint"], info["update"] = path, int(meta["update"])
-    return config, info, state.runner, prog.ppo
+    return state.runner, prog.ppo, path, int(meta["update"])
 
 
 def read_summary(run_dir: str) -> dict:

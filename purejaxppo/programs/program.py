@@ -18,11 +18,17 @@ from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
 from purejaxppo.scale import parallel
 from purejaxppo.config import ConfigError, PPOConfig
-from purejaxppo.step.train import PPO, make_ppo
+from purejaxppo.step.train import PPO, env_steps_after, make_ppo
 
 
 # what to try after a NaN stop of a control run (plain runs, sweeps and PBT share the flags)
 NAN_HINT = "Lower the learning rate (--lr) or --max-grad-norm, or enable --normalize-obs / --normalize-reward"
+
+
+def kind_name(members) -> str:
+    """The kind name a control run's record takes: a sweep when it has members (also how a
+    record from before kinds were recorded is read, :mod:`purejaxppo.programs.run_kind`)."""
+    return "sweep" if members else "run"
 
 
 class Program:
@@ -45,10 +51,13 @@ class Program:
             ppo = parallel.split_envs(config, num_devices) if split == "envs" else make_ppo(config)
         self.config, self.ppo, self.num_devices, self.split = config, ppo, num_devices, split
         self.shard = num_devices if split == "seeds" else 1
-        self.run_info = {}  # the front door records "run" or "sweep"
+        self.settings = None
         self.headline = ("episode_return", "return")
         self.nan_hint = NAN_HINT
         self._fns, self._once, self._loaded = {}, CompileOnce(), {}
+
+    def kind_for(self, members) -> str:
+        return kind_name(members)
 
     def _fn(self, n: Optional[int], stacked: bool):
         if (n, stacked) not in self._fns:
@@ -101,6 +110,9 @@ class Program:
     def check_finite(self, metrics: dict, finite, first_update: int, describe):
         """The NaN stop: the first non-finite loss, diagnostic or parameter, in words."""
         return first_non_finite(metrics, finite, first_update, describe)
+
+    def counters(self, first_update: int, n: int) -> dict:
+        return {"env_steps": env_steps_after(first_update, n, self.config.batch_size)}
 
     def training_state(self, state):
         return state

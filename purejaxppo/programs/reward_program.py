@@ -22,7 +22,6 @@ from purejaxppo.config import ConfigError
 from purejaxppo.lm.reward_loss import PairBatch, pair_loss, reward_optimizer, reward_step
 from purejaxppo.lm.reward_model import make_reward_fn
 from purejaxppo.run.compile_once import CompileOnce, signature
-from purejaxppo.run.config_types import register_config_type
 from purejaxppo.run.guards import first_non_finite, tree_finite
 
 
@@ -75,7 +74,16 @@ class RewardConfig:
         return self
 
 
-register_config_type("reward", RewardConfig)
+class RewardSettings(dict):
+    """The run's inputs as its record keeps them: ``model`` (the folder it starts from), ``pairs``
+    (the preference file) and ``pairs_sha256`` (a resume refuses a changed file)."""
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RewardSettings":
+        return cls(d)
 
 
 class RewardState(NamedTuple):
@@ -114,7 +122,7 @@ class RewardProgram:
         self.lm, self.params = lm, params
         self.train, self.held = jax.tree.map(jnp.asarray, train), jax.tree.map(jnp.asarray, held)
         self.num_devices, self.split, self.shard = 1, "seeds", 1
-        self.run_info = {"kind": "reward", "reward": dict(settings)}
+        self.settings = settings
         self.headline = ("eval_accuracy", "eval_accuracy")
         self.nan_hint = "Lower --lr (or keep --max-grad-norm on)"
         fn, opt = make_reward_fn(lm), reward_optimizer(self.config.learning_rate, self.config.max_grad_norm,
@@ -122,6 +130,12 @@ class RewardProgram:
         self._step, self._fn = reward_step(fn, opt), fn
         self._init = jax.jit(jax.vmap(lambda k, p: RewardState(p, opt.init(p), k), in_axes=(0, None)))
         self._chunks, self._once = {}, CompileOnce()
+
+    def kind_for(self, members) -> str:
+        return "reward"
+
+    def counters(self, first_update: int, n: int) -> dict:
+        return {}
 
     def place(self, *inputs):
         return inputs

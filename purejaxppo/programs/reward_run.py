@@ -22,9 +22,10 @@ from purejaxppo.lm.hf_files import copy_tokenizer_files
 from purejaxppo.lm.preference_data import Cuts, read_pairs, split_pairs, tokenize_pairs
 from purejaxppo.lm.pretrained import read_config
 from purejaxppo.lm.reward_model import load_reward_trunk, save_reward_model
-from purejaxppo.programs.reward_program import RewardConfig, RewardProgram, first_run_params
+from purejaxppo.programs.reward_program import RewardConfig, RewardProgram, RewardSettings, first_run_params
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.loop import RunResult, run_chunks
+from purejaxppo.run.record import RunRecord
 
 MODEL = "model"  # the trained reward model inside the run folder
 
@@ -96,19 +97,18 @@ def train_reward(config: RewardConfig, model: str, pairs: str, *, seed: int = 0,
         read_pairs(settings["pairs"])  # raises the message
     settings["pairs_sha256"] = _sha256(settings["pairs"])
     if resume:
-        saved = rf.load_run_info(run_dir)["reward"]
+        saved = rf.load_record(run_dir).settings
         if saved.get("pairs_sha256") != settings["pairs_sha256"]:
             raise ConfigError(f"{settings['pairs']} changed since the run started (its SHA-256 differs); a resume "
                               "needs the same pairs: put the file back or start a new run")
     lm, params, train, held, cuts = prepare(settings, config, seed)
     if on_cuts is not None:
         on_cuts(cuts)
-    prog = RewardProgram(config, settings, lm, params, train, held)
-    info = {"kind": "reward", "config": prog.config.to_dict(), "seed": seed, "num_seeds": num_seeds, "members": None,
-            "chunk_updates": max(1, min(chunk_updates, config.epochs)), "num_devices": 1, "split": prog.split,
-            "checkpoint_every": checkpoint_every, **prog.run_info, "cuts": cuts._asdict()}
-    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 5), num_seeds)
-    result = run_chunks(prog, info, (keys,), run_dir=run_dir, resume=resume, stop_after=stop_after,
+    prog = RewardProgram(config, RewardSettings(settings), lm, params, train, held)
+    record = RunRecord(prog.kind_for(None), prog.config, prog.settings, seed=seed, num_seeds=num_seeds,
+                       chunk_updates=max(1, min(chunk_updates, config.epochs)), split=prog.split,
+                       checkpoint_every=checkpoint_every, notes={"cuts": cuts._asdict()})
+    result = run_chunks(prog, record, run_keys(seed, num_seeds), run_dir=run_dir, resume=resume, stop_after=stop_after,
                         on_chunk=on_chunk, sinks=loggers, on_note=on_note)
     if run_dir and result.finished:
         export_reward_model(run_dir, settings["model"], lm, first_run_params(result.runner_state))
@@ -123,14 +123,17 @@ def export_reward_model(run_dir: str, source: str, lm, params) -> str:
     return out
 
 
-def resume_reward(run_dir: str, **kwargs) -> RunResult:
-    """Continue the reward run in ``run_dir`` with its saved config, model, pairs and seeds."""
-    import purejaxppo.programs.reward_program  # noqa: F401  (registers the folder's config type)
+def run_keys(seed: int, num_seeds: int) -> tuple:
+    """``(keys [S],)``: the runs' inputs."""
+    return (jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 5), num_seeds),)
 
-    info = rf.load_run_info(run_dir)
-    opts = dict(seed=info["seed"], num_seeds=info["num_seeds"], chunk_updates=info["chunk_updates"],
-                checkpoint_every=info["checkpoint_every"])
+
+def resume_reward(run_dir: str, record=None, **kwargs) -> RunResult:
+    """Continue the reward run in ``run_dir`` with its saved config, model, pairs and seeds
+    (``record``: its run record when read already)."""
+    record = record if record is not None else rf.load_record(run_dir)
+    opts = dict(seed=record.seed, num_seeds=record.num_seeds, chunk_updates=record.chunk_updates,
+                checkpoint_every=record.checkpoint_every)
     opts.update(kwargs)
-    config = info["config"]
-    return train_reward(config, info["reward"]["model"], info["reward"]["pairs"], run_dir=run_dir, resume=True,
-                        **opts)
+    return train_reward(record.config, record.settings["model"], record.settings["pairs"], run_dir=run_dir,
+                        resume=True, **opts)

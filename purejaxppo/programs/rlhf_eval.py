@@ -51,17 +51,23 @@ class RLHFEvaluator:
         self.names = sorted(jax.eval_shape(self._fn, params)[0])  # the columns, before any evaluation ran
         return self._once(signature(params), lambda: self._fn.lower(params).compile())
 
+    def evaluate(self, params) -> tuple:
+        """``({name: [R]}, samples)``: every run's greedy statistics on the fixed prompts and
+        run 0's first answers as ``"prompt  ->  response"`` lines (``params``: the policy's, ``[R, ...]``,
+        :func:`~purejaxppo.lm.token_ppo.policy_params`)."""
+        stats, (prompts, valid, responses) = jax.device_get(self._fn(params))
+        samples = [self._sample(p, v, r) for p, v, r in zip(prompts[0], valid[0], responses[0])]
+        return {k: np.asarray(v, np.float32) for k, v in stats.items()}, samples
+
     def __call__(self, keys, done: int, runner) -> dict:
         before = getattr(self.task, "reward_error", lambda: None)()
-        stats, (prompts, valid, responses) = jax.device_get(self._fn(policy_params(runner)))
+        stats, samples = self.evaluate(policy_params(runner))
         if before is None:  # a text reward that failed on these answers (not a training failure already kept)
             getattr(self.task, "check_reward", lambda _: None)(before)
         if self.samples_path:
-            lines = [f"# iteration {done}, run 0, greedy"]
-            lines += [self._sample(p, v, r) for p, v, r in zip(prompts[0], valid[0], responses[0])]
             with open(self.samples_path, "a") as f:
-                f.write("\n".join(lines) + "\n")
-        return {k: np.asarray(v, np.float32) for k, v in stats.items()}
+                f.write("\n".join([f"# iteration {done}, run 0, greedy"] + samples) + "\n")
+        return stats
 
     def _sample(self, prompt, valid, response) -> str:
         """A built-in task's one line ``prompt  ->  response``; a text task's decoded text as two

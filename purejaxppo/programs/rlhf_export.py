@@ -18,9 +18,9 @@ import numpy as np
 from purejaxppo.config import ConfigError
 from purejaxppo.lm.pretrained import save_pretrained
 from purejaxppo.lm.token_ppo import policy_params
-from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
+from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.run import run_folder as rf
-from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint, restore_checkpoint
+from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint
 
 def _source_folder(settings: RLHFSettings):
     """The Hugging Face folder the run's model was loaded from, or None (a built-in TinyLM)."""
@@ -35,22 +35,18 @@ def final_policy(run_dir: str, run: int = 0):
     """``(settings, lm, params, update)``: run ``run``'s policy parameters (LoRA merged, host
     arrays) at the newest checkpoint of the ``rlhf`` folder ``run_dir``. :class:`ConfigError` /
     :class:`CheckpointError` name what is wrong with the folder."""
-    import purejaxppo.programs.rlhf_program  # noqa: F401  (the folder's config type)
+    from purejaxppo.programs import kinds
 
-    info = rf.load_run_info(run_dir)
-    if info.get("kind") != "rlhf":
-        raise ConfigError(f"{run_dir} holds a {info.get('kind', 'run')!r} run; export takes an rlhf run folder")
-    if not 0 <= run < info["num_seeds"]:
-        raise ConfigError(f"--run {run}: the folder has runs 0..{info['num_seeds'] - 1}")
-    ckpt = latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS))
-    if ckpt is None:
+    kind, record = kinds.folder(run_dir)
+    if record.kind != "rlhf":
+        raise ConfigError(f"{run_dir} holds a {kind.what} run; export takes an rlhf run folder")
+    if not 0 <= run < record.num_seeds:
+        raise ConfigError(f"--run {run}: the folder has runs 0..{record.num_seeds - 1}")
+    if latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS)) is None:
         raise CheckpointError(f"{run_dir} has no checkpoint yet (nothing trained to export)")
-    settings = RLHFSettings.from_dict(info["rlhf"])
-    lm, template_params = RLHFProgram.template(settings)
-    prog = RLHFProgram(info["config"], settings, lm, template_params)
-    keys = jax.random.split(jax.random.PRNGKey(0), info["num_seeds"])
-    state, meta = restore_checkpoint(ckpt, jax.eval_shape(prog.init, keys))
-    one = jax.tree.map(lambda x: x[run], state)
+    loaded = kind.load(run_dir, record)
+    settings, lm, ckpt = record.settings, loaded.agent_fns.lm, loaded.checkpoint
+    one = jax.tree.map(lambda x: x[run], loaded.runner)
     params = jax.tree.map(np.asarray, jax.jit(policy_params)(one))
     return settings, lm, params, int(os.path.basename(ckpt).rsplit("_", 1)[-1])
 

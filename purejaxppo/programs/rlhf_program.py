@@ -27,12 +27,10 @@ from purejaxppo.lm.text_reward import TextReward
 from purejaxppo.lm.text_task import BoundReward
 from purejaxppo.lm.token_ppo import make_token_ppo
 from purejaxppo.run.compile_once import CompileOnce, signature
-from purejaxppo.run.config_types import register_config_type
 from purejaxppo.run.guards import first_non_finite, tree_finite
 
 RUNS_AXIS = "runs"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-register_config_type("rlhf", TokenPPOConfig)  # config.json of an "rlhf" folder holds a TokenPPOConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +167,6 @@ class RLHFProgram:
         self.task, self.lm, self.sft_params = task, lm, sft_params
         self.config, self.settings, self.num_devices = task_config(config, task), settings, num_devices
         self.split, self.shard = "prompts", 1
-        self.run_info = {"kind": "rlhf", "rlhf": settings.to_dict()}
         self.headline = ("score", "score")  # the task's score of the sampled responses
         self.nan_hint = "Lower --actor-lr / --critic-lr, or --beta (and --kl-target) if the KL term blew up"
         bound = getattr(task, "reward", None)
@@ -192,6 +189,9 @@ class RLHFProgram:
         self._chunks, self._once = {}, CompileOnce()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
         self._init = jax.jit(jax.vmap(lambda k, p, c, r: self.tp.init(k, p, p, c, r), in_axes=(0, None, None, None)))
+
+    def kind_for(self, members) -> str:
+        return "rlhf"
 
     @staticmethod
     def template(settings: RLHFSettings):
@@ -238,6 +238,9 @@ class RLHFProgram:
             self.nan_hint = "Fix the function, then continue the run with python -m purejaxppo rlhf --resume RUN_DIR"
             return self.text_reward.error
         return problem
+
+    def counters(self, first_update: int, n: int) -> dict:
+        return {}  # an iteration's count (prompts) is the progress bar's, not a metric
 
     def training_state(self, state):
         return state

@@ -24,6 +24,7 @@ from purejaxppo.programs.rlhf_eval import EVAL_KEY, RLHFEvaluator
 from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.loop import RunResult, run_chunks
+from purejaxppo.run.record import CHUNK_UPDATES, RunRecord
 
 SAMPLES = "samples.txt"
 
@@ -46,8 +47,8 @@ def sft_model(settings: RLHFSettings, seed: int):
 
 
 def train_rlhf(config: TokenPPOConfig, settings: RLHFSettings = RLHFSettings(), *, seed: int = 0, num_seeds: int = 1,
-               run_dir: Optional[str] = None, resume: bool = False, num_devices: int = 1, chunk_updates: int = 10,
-               checkpoint_every: int = 1, stop_after: Optional[int] = None,
+               run_dir: Optional[str] = None, resume: bool = False, num_devices: int = 1,
+               chunk_updates: int = CHUNK_UPDATES, checkpoint_every: int = 1, stop_after: Optional[int] = None,
                on_chunk: Optional[Callable[[dict], None]] = None, loggers: Sequence = (),
                on_note: Optional[Callable[[str], None]] = None, sft: Optional[tuple] = None,
                program: Optional[RLHFProgram] = None) -> RunResult:
@@ -59,19 +60,18 @@ def train_rlhf(config: TokenPPOConfig, settings: RLHFSettings = RLHFSettings(), 
     validate_token_config(config)
     settings = checked_data(settings, resume)
     if resume:
-        record = rf.load_run_info(run_dir).get("sft")
+        record = rf.load_record(run_dir).notes.get("sft")
         lm, params = (program.lm, program.sft_params) if program else RLHFProgram.template(settings)
     else:
         lm, params, record = sft if sft is not None else sft_model(settings, seed)
     prog = program or RLHFProgram(config, settings, lm, params, num_devices=num_devices)
     evaluator = (RLHFEvaluator(prog.task, lm, settings.eval_every, settings.eval_batch,
                                None if run_dir is None else f"{run_dir}/{SAMPLES}") if settings.eval_every else None)
-    info = {"kind": "rlhf", "config": prog.config.to_dict(), "seed": seed, "num_seeds": num_seeds, "members": None,
-            "chunk_updates": max(1, min(chunk_updates, prog.config.num_iterations)), "num_devices": num_devices,
-            "split": prog.split, "checkpoint_every": checkpoint_every, **prog.run_info, "sft": record}
-    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 3), num_seeds)
-    return run_chunks(prog, info, (keys,), run_dir=run_dir, resume=resume, stop_after=stop_after, on_chunk=on_chunk,
-                      sinks=loggers, on_note=on_note, evaluator=evaluator)
+    run = RunRecord(prog.kind_for(None), prog.config, settings, seed=seed, num_seeds=num_seeds,
+                    chunk_updates=max(1, min(chunk_updates, prog.config.num_iterations)), num_devices=num_devices,
+                    split=prog.split, checkpoint_every=checkpoint_every, notes={"sft": record})
+    return run_chunks(prog, run, run_keys(seed, num_seeds), run_dir=run_dir, resume=resume, stop_after=stop_after,
+                      on_chunk=on_chunk, sinks=loggers, on_note=on_note, evaluator=evaluator)
 
 
 def checked_data(settings: RLHFSettings, resume: bool) -> RLHFSettings:
@@ -86,15 +86,20 @@ def checked_data(settings: RLHFSettings, resume: bool) -> RLHFSettings:
     changed = [name for name, sha in settings.hashes if now.get(name) != sha]
     if changed:
         raise ConfigError(f"the {', '.join(changed)} changed since this run started (sha256 in config.json's "
-                          "rlhf.hashes); restore the files it was started with, or start a new run")
+                          "settings.hashes); restore the files it was started with, or start a new run")
     return settings
 
 
-def resume_rlhf(run_dir: str, **kwargs) -> RunResult:
+def run_keys(seed: int, num_seeds: int) -> tuple:
+    """``(keys [S],)``: the PPO stage's inputs of ``num_seeds`` runs (apart from the SFT's keys)."""
+    return (jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 3), num_seeds),)
+
+
+def resume_rlhf(run_dir: str, record=None, **kwargs) -> RunResult:
     """Continue the RLHF run in ``run_dir`` with its saved config, settings, seeds and layout
     (keyword arguments override the others, e.g. ``stop_after``, ``on_chunk``)."""
-    info = rf.load_run_info(run_dir)
-    opts = dict(seed=info["seed"], num_seeds=info["num_seeds"], num_devices=info.get("num_devices", 1),
-                chunk_updates=info["chunk_updates"], checkpoint_every=info["checkpoint_every"])
+    record = record if record is not None else rf.load_record(run_dir)
+    opts = dict(seed=record.seed, num_seeds=record.num_seeds, num_devices=record.num_devices,
+                chunk_updates=record.chunk_updates, checkpoint_every=record.checkpoint_every)
     opts.update(kwargs)
-    return train_rlhf(info["config"], RLHFSettings.from_dict(info["rlhf"]), run_dir=run_dir, resume=True, **opts)
+    return train_rlhf(record.config, record.settings, run_dir=run_dir, resume=True, **opts)

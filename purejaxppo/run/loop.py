@@ -26,6 +26,7 @@ from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import preload
 from purejaxppo.run.guards import DivergenceWatch, NonFiniteError, TrainingInterrupted, sigterm_as_interrupt
 from purejaxppo.run.protocol import Evaluator, RunProgram
+from purejaxppo.run.record import RunRecord
 from purejaxppo.run.run_storage import RunStorage
 from purejaxppo.run.sinks import CSVLogger
 
@@ -58,7 +59,7 @@ def chunk_size(num_updates: int, target: int) -> int:
     return best if best * 2 >= target else target
 
 
-def run_chunks(program: RunProgram, info: dict, inputs: tuple, *, run_dir: Optional[str] = None,
+def run_chunks(program: RunProgram, record: RunRecord, inputs: tuple, *, run_dir: Optional[str] = None,
                resume: bool = False, stop_after: Optional[int] = None,
                on_chunk: Optional[Callable[[dict], None]] = None, keep_checkpoints: int = 2,
                sinks: Sequence = (), on_note: Optional[Callable[[str], None]] = None,
@@ -66,8 +67,9 @@ def run_chunks(program: RunProgram, info: dict, inputs: tuple, *, run_dir: Optio
                start_from: Optional[Callable[[object], object]] = None) -> RunResult:
     """Run ``program`` to ``config.num_updates`` (or ``stop_after``) in chunks; a :class:`RunResult`.
 
-    ``info``: the ``config.json`` record (``config``, ``seed``, ``num_seeds``, ``members``,
-    ``chunk_updates``, ``checkpoint_every`` and the kind's own entries); checkpoints carry it.
+    ``record``: the run's :class:`~purejaxppo.run.record.RunRecord` (``config.json``; every
+    checkpoint carries it too; the loop reads ``num_seeds``, ``members``, ``chunk_updates``
+    and ``checkpoint_every``).
     ``inputs``: ``(keys [R], configs [R] | None)`` for ``program.place``/``init``. After
     every chunk: ``on_chunk(progress)``, the metrics ``{name: [R, n]}`` to ``metrics.csv`` and
     each of ``sinks``, the finite check, every ``checkpoint_every`` chunks a checkpoint. A
@@ -92,8 +94,8 @@ def run_chunks(program: RunProgram, info: dict, inputs: tuple, *, run_dir: Optio
         raise ConfigError("evaluation during training (eval_every) does not run across processes yet; train "
                           "without it and evaluate the run folder afterwards (python -m purejaxppo eval RUN_DIR)")
     note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
-    storage = RunStorage(run_dir, info, group, keep_checkpoints)
-    session = _Session(program, info, inputs, storage, resume, stop_after, on_chunk if group.writer else None,
+    storage = RunStorage(run_dir, record, group, keep_checkpoints)
+    session = _Session(program, record, inputs, storage, resume, stop_after, on_chunk if group.writer else None,
                        list(sinks) if group.writer else [], note, evaluator, start_from)
     with contextlib.ExitStack() as held:
         storage.open(resume, held)  # the lock, held for the session; the checks of a new run or a resume
@@ -110,12 +112,12 @@ def describe_run(r: int, num_seeds: int, members: Optional[list]) -> str:
 
 class _Session:
     """One call of :func:`run_chunks`: its state between chunks, and the steps of the loop."""
-    def __init__(self, prog, info, inputs, storage: RunStorage, resume, stop_after, on_chunk, sinks, note, evaluator,
+    def __init__(self, prog, record, inputs, storage: RunStorage, resume, stop_after, on_chunk, sinks, note, evaluator,
                  start_from):
-        self.prog, self.info, self.raw_inputs, self.storage, self.resume = prog, info, inputs, storage, resume
+        self.prog, self.run_record, self.raw_inputs, self.storage, self.resume = prog, record, inputs, storage, resume
         self.stop_after, self.on_chunk, self.user_sinks, self.note = stop_after, on_chunk, sinks, note
         self.evaluator, self.start_from, self.group = evaluator, start_from, storage.group
-        self.config, self.members, self.num_seeds = prog.config, info.get("members"), info["num_seeds"]
+        self.config, self.members, self.num_seeds = prog.config, record.members, record.num_seeds
         self.describe = lambda r: describe_run(r, self.num_seeds, self.members)
         self.run_dir = storage.run_dir
         self.sinks, self.chunks = [], []
@@ -143,7 +145,7 @@ class _Session:
         if not idle:
             self.storage.write_info(resumed_from=done if self.resume else None)
             ev = self.evaluator
-            first = min(self.info["chunk_updates"], max(n_total - done, 1), ev.updates_to_next(done) if ev else n_total)
+            first = min(self.run_record.chunk_updates, max(n_total - done, 1), ev.updates_to_next(done) if ev else n_total)
             self.prog.compile(first, state, self.configs)
             if ev:
                 ev.compile(self.keys, self.prog.training_state(state))
@@ -158,7 +160,7 @@ class _Session:
     def launch(self, state, at: int):
         """Dispatch the chunk that starts at update ``at`` (compiling its length once) and
         return at once: JAX dispatch is asynchronous, so it runs while the host works."""
-        n = min(self.info["chunk_updates"], self.stop_at - at)
+        n = min(self.run_record.chunk_updates, self.stop_at - at)
         if self.evaluator:  # a chunk ends at every evaluation point
             n = min(n, self.evaluator.updates_to_next(at))
         c = self.prog.compile(n, state, self.configs)  # a remainder chunk: outside the timed run
@@ -180,6 +182,7 @@ class _Session:
             pending = self.launch(new_state, at) if more and not evaluating else None
             metrics, finite = self.group.gather((metrics, finite))  # device_get on one process
             metrics = {k: np.asarray(v) for k, v in metrics.items()}
+            metrics.update({k: np.broadcast_to(v, (self.runs, n)) for k, v in self.prog.counters(self.done, n).items()})
             evaluated = None
             if ev:  # a separate program on the state after this chunk: training is untouched
                 t = time.perf_counter()
@@ -194,7 +197,7 @@ class _Session:
             # inside it where it did not overlap a chunk
             self.run_s = time.perf_counter() - loop_t0 - loop_compile - self.eval_s
             self.good = (self.state, self.done)
-            if since >= self.info["checkpoint_every"] and self.done < self.stop_at:
+            if since >= self.run_record.checkpoint_every and self.done < self.stop_at:
                 self.checkpoint(self.state, self.done)
                 since = 0
             if self.on_chunk is not None:

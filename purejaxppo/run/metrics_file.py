@@ -38,9 +38,10 @@ def format_number(x) -> str:
 
 
 def env_steps(first_update: int, n: int, batch_size: int) -> np.ndarray:
-    """``int64 [n]``: env steps per run after updates ``first_update .. first_update+n-1``,
-    computed on the host (the device's int32 counter wraps past 2**31 steps)."""
-    return (np.arange(first_update, first_update + n, dtype=np.int64) + 1) * np.int64(batch_size)
+    """``int64 [n]``: :func:`purejaxppo.step.train.env_steps_after` (the one count)."""
+    from purejaxppo.step.train import env_steps_after
+
+    return env_steps_after(first_update, n, batch_size)
 
 
 def with_host_counters(metrics: dict, first_update: int, batch_size: Optional[int]) -> dict:

@@ -1,9 +1,9 @@
 """The run protocol: what a compiled run gives the chunk loop (:mod:`purejaxppo.run.loop`).
 
 The loop is written once against these two interfaces and never asks which kind of run it
-drives. A run kind (plain runs and sweeps, PBT, and next token-level PPO) is one module in
-:mod:`purejaxppo.programs` with a class that meets :class:`RunProgram`, plus one entry in
-:mod:`purejaxppo.programs.kinds` so that a run folder of that kind can be resumed.
+drives. A run kind (plain runs and sweeps, PBT, token-level PPO) has a class that meets
+:class:`RunProgram`, and one registered :class:`~purejaxppo.run.kinds.RunKind` that says how
+every command treats its folders (resume, eval, warm start, report).
 
 Shapes: ``R`` runs on one leading axis (members x seeds: run ``r`` is member ``r // S``,
 seed ``r % S``); ``n`` updates per chunk. ``state`` is whatever pytree the kind carries
@@ -32,8 +32,9 @@ class RunProgram(Protocol):
     * ``headline``: ``(metric, name)``: the ``metrics`` column whose final value sums a run up
       (the mean over the last 5% of updates, finite values only) and its name in
       ``summary.json`` (``final_<name>_per_seed``, ``final_<name>_mean``).
-    * ``run_info``: entries this kind adds to ``config.json`` (at least ``{"kind": NAME}`` for a
-      kind other than plain runs and sweeps, plus its settings), so the folder can be resumed.
+    * ``kind_for(members) -> name``: the kind name its run record takes (``members``: the
+      runs' members or None); ``settings``: the kind's own settings object the record keeps
+      (``to_dict``/``from_dict``), or None.
     * ``place(keys [R], configs [R] | None) -> inputs``: the inputs laid out on the devices;
       ``init(*inputs) -> state``: the state before update 0 (pure: the same inputs give the
       same state, so a resume can build the template a checkpoint is restored into).
@@ -44,6 +45,9 @@ class RunProgram(Protocol):
     * ``check_finite(metrics, finite, first_update, describe) -> message | None``: the NaN
       stop (``describe(r)`` names run ``r``); a kind may tolerate what it repairs itself.
       ``nan_hint``: what to try then, in the kind's own flags (the stop's message ends with it).
+    * ``counters(first_update, n) -> {name: int64 [n]}``: the chunk's counters, computed on the
+      host (exact past 2**31, where the device's int32 would wrap; e.g. ``env_steps``), the
+      same for every run; the loop adds them to the metrics.
     * ``training_state(state) -> RunnerState [R, ...]``: the per-run training state inside
       (what evaluation during training plays with); ``with_training_state(state, runner) ->
       state``: the same state holding ``runner`` instead (a warm start replaces it).
@@ -54,8 +58,10 @@ class RunProgram(Protocol):
     split: str
     shard: int
     headline: Tuple[str, str]
-    run_info: dict
+    settings: object
     nan_hint: str
+
+    def kind_for(self, members) -> str: ...
 
     def place(self, *inputs) -> tuple: ...
 
@@ -67,6 +73,8 @@ class RunProgram(Protocol):
 
     def check_finite(self, metrics: dict, finite: np.ndarray, first_update: int,
                      describe: Callable[[int], str]) -> Optional[str]: ...
+
+    def counters(self, first_update: int, n: int) -> dict: ...
 
     def training_state(self, state): ...
 

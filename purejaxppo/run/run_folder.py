@@ -2,8 +2,9 @@
 
 Layout::
 
-    config.json      kind ("run" or "sweep"), resolved config, seed, num_seeds, members (sweeps),
-                     chunk, devices, split, library/JAX versions (and one entry per resume)
+    config.json      the run record (:mod:`purejaxppo.run.record`: kind, resolved config, the kind's
+                     settings, seed, num_seeds, members, chunk, devices, split), library/JAX
+                     versions (and one entry per resume)
     metrics.csv      one row per update per run: ``seed, update, <metrics>`` (one config) or
                      ``member, seed, update, <metrics>`` (a sweep); floats with 9 significant
                      digits, so float32 values read back exactly
@@ -12,7 +13,8 @@ Layout::
     results.md       a sweep's members, best first (written by the CLI)
     .lock            held by the one process writing the folder (:mod:`purejaxppo.run.run_lock`)
 
-A resume continues only a folder of its own kind and setup (:func:`check_resumable`), from
+Which kind a folder holds, and so which command continues it, is the registry's
+(:mod:`purejaxppo.run.kinds`). A resume continues only a folder of its own kind and setup (:func:`check_resumable`), from
 the newest checkpoint that ``metrics.csv`` fully covers (:func:`read_latest`).
 
 Runs: ``R = M * S`` (members x seeds); run ``m*S + s`` is member ``m`` with seed key ``s``
@@ -35,11 +37,12 @@ import numpy as np
 from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, read_meta,
                          restore_checkpoint)
 from purejaxppo.config import ConfigError, PPOConfig
-from purejaxppo.run.config_types import CONFIG_TYPES
+from purejaxppo.run import kinds
+from purejaxppo.run.record import CONFIG, RunRecord, load_record, read_json, read_raw, record_of  # noqa: F401
 from purejaxppo.run.metrics_file import complete_updates, lead_columns, load_rows, read_metrics, truncate_metrics  # noqa: F401
 from purejaxppo.scale.population import runs, seed_keys
 
-CONFIG, METRICS, CHECKPOINTS, SUMMARY, RESULTS = "config.json", "metrics.csv", "checkpoints", "summary.json", "results.md"
+METRICS, CHECKPOINTS, SUMMARY, RESULTS = "metrics.csv", "checkpoints", "summary.json", "results.md"
 
 
 def versions() -> dict:
@@ -78,12 +81,12 @@ def run_inputs(config: PPOConfig, seed: int, num_seeds: int, members: Optional[l
 
 
 # --- config.json --------------------------------------------------------------------------
-def write_info(run_dir: str, info: dict, resumed_from: Optional[int] = None) -> None:
-    """Write ``config.json`` (``info`` + versions); a resume keeps the first one and appends
-    ``{"from_update", "versions"}`` to its ``resumes``."""
+def write_info(run_dir: str, record: RunRecord, resumed_from: Optional[int] = None) -> None:
+    """Write ``config.json`` (the record + versions); a resume keeps the first one (its layout
+    too) and appends ``{"from_update", "versions"}`` to its ``resumes``."""
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, CONFIG)
-    out = dict(info, versions=versions())
+    out = dict(record.to_json(), versions=versions())
     if resumed_from is not None and os.path.exists(path):
         with open(path) as f:
             old = json.load(f)
@@ -108,61 +111,24 @@ def refuse_existing_run(run_dir: str) -> None:
     """A new run must not write into a folder that already holds one (checkpoints or
     metrics): raise :class:`ConfigError` with the command that continues it instead."""
     if list_checkpoints(os.path.join(run_dir, CHECKPOINTS)) or os.path.exists(os.path.join(run_dir, METRICS)):
-        raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with "
-                          f"`python -m purejaxppo train --resume {run_dir}` or choose another --run-dir")
+        try:
+            hint = kinds.resume_hint(read_json(os.path.join(run_dir, CONFIG)), run_dir)
+        except (OSError, ValueError):
+            hint = f"the command that wrote it, with --resume {run_dir}"
+        raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with `{hint}` or choose "
+                          "another --run-dir")
 
 
-def folder_kind(info: dict) -> str:
-    """``"run"``, ``"sweep"`` or ``"pbt"`` (folders written before kinds were recorded: from ``members``)."""
-    return info.get("kind") or ("sweep" if info.get("members") else "run")
-
-
-def load_run_info(run_dir: str) -> dict:
-    """The run folder's ``config.json`` (``config`` as its kind's config class, :mod:`.config_types`)."""
-    path = os.path.join(run_dir, CONFIG)
-    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
-        raise CheckpointError(f"{run_dir!r} is a file, not a run folder; pass the folder given to train --run-dir")
-    if not os.path.isdir(run_dir):
-        raise CheckpointError(f"run folder {run_dir!r} does not exist; pass the folder given to train --run-dir")
-    if not os.path.exists(path):
-        left = [n for n in os.listdir(run_dir) if not n.startswith(".")]
-        if not left or left == ["checkpoints"] and not list_checkpoints(os.path.join(run_dir, CHECKPOINTS)):
-            raise CheckpointError(f"{run_dir!r} holds no run yet (its training stopped during startup, before "
-                                  f"config.json was written); start it again with "
-                                  f"python -m purejaxppo train --run-dir {run_dir} ...")
-        raise CheckpointError(f"{run_dir!r} has no config.json, so it is not a purejaxppo run folder; "
-                              "pass the folder given to train --run-dir")
-    try:
-        with open(path) as f:
-            info = json.load(f)
-        info["config"] = CONFIG_TYPES.get(folder_kind(info), PPOConfig).from_dict(info["config"])
-        if info.get("kind") == "pbt" and not isinstance(info.get("pbt"), dict):
-            raise KeyError("a PBT folder without its 'pbt' settings")
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as e:
-        raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed or evaluated") from None
-    return info
-
-
-def check_resumable(run_dir: str, info: dict) -> None:
-    """A resume described by ``info`` (kind, config, seeds, members) must continue a folder of
+def check_resumable(run_dir: str, record: RunRecord) -> None:
+    """A resume described by ``record`` (kind, config, seeds, members) must continue a folder of
     the same kind and setup; checked before anything in the folder is touched."""
     path = os.path.join(run_dir, CONFIG)
-    try:
-        with open(path) as f:
-            saved = json.load(f)
-    except FileNotFoundError:
-        load_run_info(run_dir)  # raises the right message
-        raise
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path} is damaged ({e}); it cannot be resumed") from None
-    kind, want = folder_kind(saved), folder_kind(info)
-    if kind not in CONFIG_TYPES:
-        raise CheckpointError(f"{run_dir!r} holds a {kind!r} folder, which this command cannot resume "
-                              "(written by another command or a newer purejaxppo); nothing was changed")
-    if kind != want:
-        raise CheckpointError(f"{run_dir!r} holds a {kind}, not a {want}; nothing was changed. Resume it as what "
-                              f"it is: python -m purejaxppo train --resume {run_dir} (no other flags)")
-    check_same_setup(saved, info, path)
+    saved = read_raw(run_dir)
+    kind, name = kinds.kind_of(saved)
+    if name != record.kind:
+        raise CheckpointError(f"{run_dir!r} holds a {name}, not a {record.kind}; nothing was changed. "
+                              f"Continue it as what it is: {kinds.resume_hint(saved, run_dir)} (no other flags)")
+    check_same_setup(saved, record, path)
     metrics, ckpts = os.path.join(run_dir, METRICS), list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
     if ckpts and not os.path.exists(metrics):
         raise CheckpointError(f"{metrics} is missing, but the run has checkpoints up to update {ckpts[-1][0]}; "
@@ -171,30 +137,31 @@ def check_resumable(run_dir: str, info: dict) -> None:
         header = load_rows(metrics)[0]
         want_lead = 2 if saved.get("members") else 1  # the writer's layout: member, seed, update with members
         if header and lead_columns(header, metrics) != want_lead:
-            raise CheckpointError(f"{metrics} has the columns of a {'sweep' if want_lead == 1 else 'run'} "
-                                  f"but config.json says {kind}; the folder is mixed up, nothing was changed")
+            has = "without" if want_lead == 2 else "with"
+            raise CheckpointError(f"{metrics} has the columns of a run {has} members but config.json says "
+                                  f"{name}; the folder is mixed up, nothing was changed")
 
 
-def check_same_setup(meta: dict, info: dict, path: str) -> None:
+def check_same_setup(meta: dict, record: RunRecord, path: str) -> None:
     """A resume must use the checkpoint's config, seeds and members (else the numbers differ).
 
-    A field the checkpoint does not name was added to :class:`PPOConfig` after it was
+    A field the checkpoint does not name was added to the config class after it was
     written: it had the field's default behaviour then, so it compares as the default."""
-    defaults = CONFIG_TYPES.get(folder_kind(info), PPOConfig)().to_dict()
-    saved_cfg, cfg = meta.get("config", {}), info["config"]
+    defaults = type(record.config)().to_dict()
+    saved_cfg, cfg = meta.get("config", {}), json.loads(json.dumps(record.config.to_dict()))
     saved_cfg = {**{k: v for k, v in defaults.items() if k != "env_name"}, **saved_cfg} if saved_cfg else saved_cfg
     diffs = [f"{k}: checkpoint {saved_cfg.get(k)!r}, now {cfg.get(k)!r}"
              for k in sorted(set(saved_cfg) | set(cfg)) if saved_cfg.get(k) != cfg.get(k)]
-    diffs += [f"{k}: checkpoint {meta[k]!r}, now {info.get(k)!r}"
-              for k in ("seed", "num_seeds", "members") if k in meta and meta[k] != info.get(k)]
+    diffs += [f"{k}: checkpoint {meta[k]!r}, now {getattr(record, k)!r}"
+              for k in ("seed", "num_seeds", "members") if k in meta and meta[k] != getattr(record, k)]
     if diffs:
         raise CheckpointError(f"{path} was made with a different setup:\n  " + "\n  ".join(diffs[:8])
-                              + "\nresume with the run's own config (python -m purejaxppo train --resume RUN_DIR, "
+                              + f"\nresume with the run's own config ({kinds.resume_hint(meta, 'RUN_DIR')}, "
                               "no config flags) or start a new run folder")
 
 
 # --- resume and loading -------------------------------------------------------------------
-def read_latest(run_dir: str, template, info: dict):
+def read_latest(run_dir: str, template, record: RunRecord):
     """``(runner, update, earlier metrics {name: [R, U]} or None, note or None)`` to continue
     ``run_dir``: ``runner`` as host arrays in ``template``'s structure (``template`` itself when
     nothing is restored: ``update`` 0).
@@ -207,8 +174,8 @@ def read_latest(run_dir: str, template, info: dict):
     ckpts = list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
     metrics_path, runs = os.path.join(run_dir, METRICS), template_runs(template)
     if ckpts and not os.path.exists(metrics_path):
-        check_resumable(run_dir, info)  # raises: metrics.csv is missing
-    complete = complete_updates(metrics_path, runs, info["num_seeds"]) if os.path.exists(metrics_path) else 0
+        check_resumable(run_dir, record)  # raises: metrics.csv is missing
+    complete = complete_updates(metrics_path, runs, record.num_seeds) if os.path.exists(metrics_path) else 0
     usable = [(u, p) for u, p in ckpts if u <= complete]
     runner, done, note = template, 0, None
     if ckpts and (not usable or usable[-1][0] != ckpts[-1][0]):
@@ -217,11 +184,11 @@ def read_latest(run_dir: str, template, info: dict):
                 f"at update {ckpts[-1][0]}; recomputing from {start} (same seeds, same numbers)")
     if usable:
         path = usable[-1][1]
-        check_same_setup(read_meta(path), info, path)
+        check_same_setup(read_meta(path), record, path)
         runner, meta = restore_checkpoint(path, template)
         done = int(meta["update"])
     truncate_metrics(metrics_path, done)
-    prev = _Earlier(read_metrics(metrics_path, runs, done, info["num_seeds"]), (runs, done)) if done else None
+    prev = _Earlier(read_metrics(metrics_path, runs, done, record.num_seeds), (runs, done)) if done else None
     return runner, done, prev, note
 
 
@@ -240,17 +207,15 @@ class _Earlier(dict):
 def finished_run(run_dir: str) -> bool:
     """True when ``run_dir`` finished every update with an intact record: summary.json, the
     final checkpoint, and every run's ``metrics.csv`` rows. Resuming it has nothing to do."""
-    info = load_run_info(run_dir)
-    n = info["config"].num_updates
+    record = load_record(run_dir)
+    n = record.config.num_updates
     ckpt = latest_checkpoint(os.path.join(run_dir, CHECKPOINTS))
-    runs = info["num_seeds"] * len(info.get("members") or [None])
     metrics = os.path.join(run_dir, METRICS)
     if not (os.path.exists(os.path.join(run_dir, SUMMARY)) and ckpt is not None and os.path.exists(metrics)):
         return False
     meta = read_meta(ckpt)
-    with open(os.path.join(run_dir, CONFIG)) as f:
-        check_same_setup(meta, json.load(f), ckpt)  # an edited config.json is refused, not ignored
-    return int(meta["update"]) >= n and complete_updates(metrics, runs, info["num_seeds"]) >= n
+    check_same_setup(meta, record, ckpt)  # an edited config.json is refused, not ignored
+    return int(meta["update"]) >= n and complete_updates(metrics, record.runs, record.num_seeds) >= n
 
 
 def template_runs(runner) -> int:
@@ -261,29 +226,42 @@ def write_summary(run_dir: str, summary: dict) -> None:
     _write_json(os.path.join(run_dir, SUMMARY), summary)
 
 
-def load_run(run_dir: str, checkpoint: Optional[str] = None, ppo=None):
-    """``(config, info, runner_state [R, ...], ppo)`` from a run folder's latest (or given)
-    checkpoint. ``ppo`` defaults to ``make_ppo(config)``: the agent is rebuilt by the name
-    ``config.network`` records (:mod:`purejaxppo.agents.registry`; a user-registered agent must
-    be registered in this process too), and an env-split run's runner state has the same
-    global shapes, so it loads on one device too."""
-    from purejaxppo.step.train import make_ppo
-
-    info = load_run_info(run_dir)
-    config = info["config"]
+def checkpoint_to_load(run_dir: str, record: RunRecord, checkpoint: Optional[str] = None) -> str:
+    """The given checkpoint, else the folder's newest complete one (else a :class:`CheckpointError`)."""
     path = checkpoint or latest_checkpoint(os.path.join(run_dir, CHECKPOINTS))
     if path is None:
         raise CheckpointError(f"{run_dir!r} has no complete checkpoint yet; train it (or resume it with "
-                              f"python -m purejaxppo train --resume {run_dir}) first")
+                              f"{kinds.resume_hint({'kind': record.kind}, run_dir)}) first")
+    return path
+
+
+def load_run(run_dir: str, checkpoint: Optional[str] = None, ppo=None):
+    """``(config, record, runner_state [R, ...], ppo)`` of a control run folder (one config or a
+    sweep) from its latest (or given) checkpoint (:func:`restore_runs`)."""
+    record = load_record(run_dir)
+    runner, ppo, _, _ = restore_runs(run_dir, record, checkpoint, ppo)
+    return record.config, record, runner, ppo
+
+
+def restore_runs(run_dir: str, record: RunRecord, checkpoint: Optional[str] = None, ppo=None):
+    """``(runner_state [R, ...], ppo, checkpoint, update)`` of a control run folder (one config or
+    a sweep) from its latest (or given) checkpoint. ``ppo`` defaults to ``make_ppo(config)``:
+    the agent is rebuilt by the name ``config.network`` records
+    (:mod:`purejaxppo.agents.registry`; a user-registered agent must be registered in this
+    process too), and an env-split run's runner state has the same global shapes, so it loads
+    on one device too."""
+    from purejaxppo.step.train import make_ppo
+
+    config = record.config
+    path = checkpoint_to_load(run_dir, record, checkpoint)
     ppo = ppo if ppo is not None else make_ppo(config)  # the agent config.network names, by the registry
-    keys, configs = run_inputs(config, info["seed"], info["num_seeds"], info.get("members"))
+    keys, configs = run_inputs(config, record.seed, record.num_seeds, record.members)
     if configs is None:
         template = jax.eval_shape(jax.vmap(lambda k: ppo.init(k, config)), keys)
     else:
         template = jax.eval_shape(jax.vmap(ppo.init), keys, configs)
     runner, meta = restore_checkpoint(path, template)
-    info["checkpoint"], info["update"] = path, int(meta["update"])
-    return config, info, runner, ppo
+    return runner, ppo, path, int(meta["update"])
 
 
 def summary(result, env_steps: int, checkpoint: Optional[str], name: str = "return") -> dict:

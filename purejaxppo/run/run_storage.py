@@ -22,7 +22,9 @@ from purejaxppo.run import run_folder as rf
 from purejaxppo.run import run_lock
 from purejaxppo.run.checkpoint import SaveError, clean_partial, latest_checkpoint, place_like, save_checkpoint
 from purejaxppo.run.guards import RunFolderWriteError, interrupts_deferred
+from purejaxppo.run.kinds import resume_hint
 from purejaxppo.run.processes import ProcessGroup
+from purejaxppo.run.record import RunRecord
 
 
 class RunStorage:
@@ -31,8 +33,8 @@ class RunStorage:
     ``writes``: this process writes the folder (process 0, when there is a folder);
     ``ckpt_root``: its checkpoints folder on the writer, else None."""
 
-    def __init__(self, run_dir: Optional[str], info: dict, group: ProcessGroup, keep: int = 2):
-        self.run_dir, self.info, self.group, self.keep = run_dir, info, group, keep
+    def __init__(self, run_dir: Optional[str], record: RunRecord, group: ProcessGroup, keep: int = 2):
+        self.run_dir, self.record, self.group, self.keep = run_dir, record, group, keep
         self.writes = bool(run_dir) and group.writer
         self.ckpt_root = os.path.join(run_dir, rf.CHECKPOINTS) if self.writes else None
         self.saved = -1
@@ -42,7 +44,7 @@ class RunStorage:
         continues only a folder of the same kind and setup, a new run refuses a used one."""
         def on_writer():
             if resume:
-                rf.check_resumable(self.run_dir, self.info)  # before anything in the folder is touched
+                rf.check_resumable(self.run_dir, self.record)  # before anything in the folder is touched
             else:
                 os.makedirs(self.run_dir, exist_ok=True)
             held.enter_context(run_lock.hold(self.run_dir))  # one writer per folder
@@ -58,12 +60,12 @@ class RunStorage:
         (its leaves' shardings) on every process; the
         earlier metrics only on the writer (only it writes the summary they go into)."""
         if not self.group.many:
-            host, done, prev, note = rf.read_latest(self.run_dir, template, self.info)
+            host, done, prev, note = rf.read_latest(self.run_dir, template, self.record)
             return (jax.tree.map(place_like, host, template) if done else template), done, prev, note
         held = {}
 
         def on_writer():
-            held["host"], done, held["prev"], note = rf.read_latest(self.run_dir, template, self.info)
+            held["host"], done, held["prev"], note = rf.read_latest(self.run_dir, template, self.record)
             return done, note
 
         done, note = self.group.share(on_writer)
@@ -74,7 +76,7 @@ class RunStorage:
 
     def write_info(self, resumed_from: Optional[int]) -> None:
         if self.writes:
-            rf.write_info(self.run_dir, self.info, resumed_from=resumed_from)
+            rf.write_info(self.run_dir, self.record, resumed_from=resumed_from)
 
     def save(self, state, update: int) -> Optional[str]:
         """Checkpoint ``state`` at ``update`` (once per update); the newest checkpoint's path
@@ -85,7 +87,7 @@ class RunStorage:
             if not self.writes:
                 self.saved = update
                 return None
-            meta = dict(self.info, versions=rf.versions(), metrics_rows_per_seed=update)
+            meta = dict(self.record.to_json(), versions=rf.versions(), metrics_rows_per_seed=update)
             with interrupts_deferred():  # a signal now acts once the save is whole and recorded
                 save_checkpoint(self.ckpt_root, update, state, meta, keep=self.keep)
                 self.saved = update  # inside: the deferred signal is raised when the block ends
@@ -117,5 +119,5 @@ class RunStorage:
         kept = (f"checkpoint {path} (update {update}) and the metrics.csv rows before it; later rows are recomputed"
                 if path else "no checkpoint yet, so a resume starts from update 0 (same numbers)")
         return RunFolderWriteError(f"could not write to run folder {self.run_dir} ({reason}). Kept: {kept}. Free some "
-                                   f"space (or fix permissions), then continue with `python -m purejaxppo train --resume "
-                                   f"{self.run_dir}`", path, update)
+                                   f"space (or fix permissions), then continue with `{resume_hint({'kind': self.record.kind}, self.run_dir)}`",
+                                   path, update)

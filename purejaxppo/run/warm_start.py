@@ -16,7 +16,9 @@ Both runs must build the same network on the same env: the config fields in
 and the carried leaves must have the same shapes. Seeds: with ``S`` seeds in the new run,
 a source with ONE run (seed) starts every new run; a source with ``S`` seeds gives seed
 ``s`` to seed ``s`` (member ``m``, seed ``s`` of a new sweep too); other counts are refused.
-A sweep or PBT source needs ``member``: its runs of that member are the source.
+A source with members (a sweep, PBT) needs ``member``: its runs of that member are the source.
+The source kind says where its per-run state lies (:attr:`~purejaxppo.run.kinds.RunKind.warm_start`);
+a kind without one (token-level PPO) is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import jax
 import numpy as np
 
 from purejaxppo.agents.registry import agent_kind
+from purejaxppo.run import kinds
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint, place_like, read_leaves, read_meta
 
 #: config fields that define the env the agent sees and which agent it is: they must match the source's
@@ -45,12 +48,17 @@ def describe(source: str, member: Optional[int], config, num_seeds: int) -> dict
     seeds}``. Reads only JSON files. Raises :class:`CheckpointError` naming the problem."""
     ckpt = _checkpoint(source)
     meta = read_meta(ckpt)
-    src_kind, src_members = meta.get("kind") or ("sweep" if meta.get("members") else "run"), meta.get("members")
-    if src_kind in ("sweep", "pbt") and member is None:
-        raise CheckpointError(f"{source!r} is a {src_kind} of {len(src_members or [])} members; choose the one to "
-                              f"start from with --member K (0..{len(src_members or []) - 1})")
-    if src_kind == "run" and member is not None:
-        raise CheckpointError(f"--member {member}: {source!r} is a single run, not a sweep or PBT run; drop --member")
+    kind, name = kinds.kind_of(meta)
+    if kind.warm_start is None:
+        raise CheckpointError(f"--init-from {source!r}: that folder holds a {kind.what} run, which cannot start this "
+                              f"run; pass a folder written by this command (continue that one with "
+                              f"{kinds.resume_hint(meta, source)})")
+    src_members = meta.get("members")
+    if src_members and member is None:
+        raise CheckpointError(f"{source!r} is a {name} of {len(src_members)} members; choose the one to "
+                              f"start from with --member K (0..{len(src_members) - 1})")
+    if not src_members and member is not None:
+        raise CheckpointError(f"--member {member}: {source!r} is a single run, with no members; drop --member")
     if member is not None and not 0 <= member < len(src_members or []):
         raise CheckpointError(f"--member {member}: {source!r} has {len(src_members)} members (0..{len(src_members) - 1})")
     src_cfg, cfg = meta.get("config", {}), json.loads(json.dumps(config.to_dict()))
@@ -96,7 +104,7 @@ def apply(record: dict, runner, num_seeds: int):
     if not os.path.isdir(ckpt):
         raise CheckpointError(f"the checkpoint this run starts from ({ckpt}) is gone; start a new run folder")
     leaves, meta = read_leaves(ckpt)
-    prefix = ".runner" if meta.get("kind") == "pbt" else ""  # a PBT state holds the runner state of its members
+    prefix = kinds.kind_of(meta)[0].warm_start  # e.g. PBT's state holds the runner state of its members
     src_seeds, member = record["source_seeds"], record["member"]
     base = (member or 0) * src_seeds
 

@@ -175,13 +175,14 @@ def update_params(parts: StepParts, runner: RunnerState, batch: Batch, resets, k
 
 def step_metrics(static: PPOConfig, cfg: PPOConfig, update: jax.Array, metrics: dict, info: dict,
                  batch: Batch) -> dict:
-    """The update's metrics plus the rollout's episodes, explained variance, rate(s), env steps."""
+    """The update's metrics plus the rollout's episodes, explained variance and rate(s)."""
     metrics.update(episode_metrics(info))
     metrics["explained_variance"] = losses.explained_variance(batch.value, batch.ret)
     metrics["lr"] = learning_rate(cfg, update)
     if cfg.critic_lr is not None:
         metrics["critic_lr"] = metrics["lr"] * (cfg.critic_lr / cfg.lr)
-    metrics["env_steps"] = (update + 1) * static.batch_size
+    # no env-step count here: it passes 2**31 on long runs and the device's int32 would wrap
+    # (JAX's x64 is off); the host counts it exactly from the update (train.env_steps_after)
     return metrics
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple, Optional
 
 import jax
+import numpy as np
 
 from purejaxppo import envs as envs_lib
 from purejaxppo.agents.agent import Agent, feed_forward
@@ -42,6 +43,13 @@ from purejaxppo.step.schedule import learning_rate, learning_rates
 __all__ = ["PPO", "Batch", "RunnerState", "LossFn", "make_ppo", "make_train", "make_agent", "make_env",
            "ppo_loss_fn", "learning_rate", "learning_rates", "gae_terminated", "rollout_key", "per_env_impl",
            "strong_types", "episode_metrics"]
+
+
+def env_steps_after(first_update: int, n: int, batch_size: int) -> np.ndarray:
+    """``int64 [n]``: env steps per run after updates ``first_update .. first_update+n-1``
+    (``(u + 1) * batch_size``), counted on the host: it passes 2**31 on long runs, where the
+    device's int32 (JAX's x64 off) would wrap, so the step's metrics do not carry it."""
+    return (np.arange(first_update, first_update + n, dtype=np.int64) + 1) * np.int64(batch_size)
 
 
 class PPO(NamedTuple):
