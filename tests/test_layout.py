@@ -146,12 +146,13 @@ def test_no_module_is_too_long():
 
 
 #: the kind names run folders record (purejaxppo/run/kinds.py's registry)
-KIND_NAMES = ("run", "sweep", "pbt", "rlhf", "reward")
+KIND_NAMES = ("run", "sweep", "pbt", "rlhf", "reward-model")
 #: modules that belong to a kind besides those named after it (``pbt_*``, ``rlhf_*``): the
 #: plain-run kind's program (``kind_name``: its two names, once), and the CLI's table of command
 #: names (``rlhf`` is also a command)
 KIND_OWN = {"purejaxppo.programs.program": ("run", "sweep"),
-            "purejaxppo.cli.parser": ("rlhf", "reward"), "purejaxppo.cli.main": ("rlhf", "reward")}
+            "purejaxppo.cli.parser": ("rlhf",), "purejaxppo.cli.main": ("rlhf",),
+            "purejaxppo.programs.reward_kind": ("reward-model",), "purejaxppo.programs.reward_program": ("reward-model",)}
 
 
 def kind_names_used(module: str, source: str) -> list:

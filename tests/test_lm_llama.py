@@ -352,7 +352,8 @@ def test_load_reward_model_scores_the_last_valid_token(tmp_path, name):
     cfg = CONFIGS[name]
     w = {k: v for k, v in hf_weights(cfg, seed=4).items() if k != "lm_head.weight"}
     score = np.random.default_rng(5).normal(0, 0.5, (1, cfg["hidden_size"])).astype(np.float32)
-    folder = write_checkpoint(tmp_path / "rm", cfg, w | {"score.weight": score})
+    classifier = cfg | {"architectures": [cfg["model_type"].capitalize() + "ForSequenceClassification"]}
+    folder = write_checkpoint(tmp_path / "rm", classifier, w | {"score.weight": score})
     reward_fn, params = load_reward_model(folder)
     p_lens, r_lens, p, t = [4, 1, 2], [3, 0, 2], 4, 3
     rng = np.random.default_rng(6)

@@ -74,7 +74,7 @@ def test_reward_command_trains_and_exports_an_hf_reward_model(folders, capsys):
     assert float(rows[-1]["eval_accuracy"]) >= 0.9, rows  # the rule is a word: easy to learn
     assert float(rows[-1]["eval_loss"]) < float(rows[0]["eval_loss"])
     info = json.loads((run / "config.json").read_text())
-    assert info["kind"] == "reward" and len(info["settings"]["pairs_sha256"]) == 64
+    assert info["kind"] == "reward-model" and len(info["settings"]["pairs_sha256"]) == 64
     # the exported model scores like the run's final checkpoint
     fn, loaded = load_reward_model(run / "model")
     assert os.path.isfile(run / "model" / "tokenizer.json")

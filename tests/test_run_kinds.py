@@ -133,7 +133,7 @@ def test_reward_folders_route_to_the_reward_command_and_back(folders, tmp_path, 
 
     d = tmp_path / "reward"
     d.mkdir()
-    record = RunRecord("reward", RewardConfig(), RewardSettings(model="m", pairs="p.jsonl", pairs_sha256="0" * 64))
+    record = RunRecord("reward-model", RewardConfig(), RewardSettings(model="m", pairs="p.jsonl", pairs_sha256="0" * 64))
     (d / "config.json").write_text(json.dumps(record.to_json()))
     for command in ("train", "rlhf"):
         _refused(capsys, [command, "--resume", str(d)], [str(d)], f"python -m purejaxppo reward --resume {d}")

@@ -16,7 +16,7 @@ from purejaxppo.run import run_folder as rf
 
 
 class RewardRuns:
-    names = ("reward",)
+    names = ("reward-model",)
     command = "reward"
     what = "reward-model"
     config_type = kinds.Lazy("purejaxppo.programs.reward_program", "RewardConfig")

@@ -1,4 +1,4 @@
-"""Reward-model training as a run kind (``"reward"``): the
+"""Reward-model training as a run kind (``"reward-model"``): the
 :class:`~purejaxppo.run.protocol.RunProgram` the chunk loop drives, so it gets the run folder,
 ``metrics.csv``, checkpoints with exact resume, the NaN stop and signals of every other kind.
 
@@ -132,7 +132,7 @@ class RewardProgram:
         self._chunks, self._once = {}, CompileOnce()
 
     def kind_for(self, members) -> str:
-        return "reward"
+        return "reward-model"
 
     def counters(self, first_update: int, n: int) -> dict:
         return {}

@@ -1,5 +1,5 @@
 """The front door of reward-model runs: :func:`train_reward` (preference pairs -> a trained
-reward model, through the chunk loop) and :func:`resume_reward` (continue a ``"reward"`` folder).
+reward model, through the chunk loop) and :func:`resume_reward` (continue a ``"reward-model"`` folder).
 
 :func:`prepare` reads everything a run needs before anything is created: the model folder (a
 causal LM, whose value head becomes the scalar head, or a reward model to train further), its
