@@ -371,7 +371,7 @@ def test_text_run_end_to_end_writes_decoded_samples_and_records_hashes(tmp_path,
     # the first evaluation prompts, decoded: the plain one as written, the chat one through the template
     assert shown == ["what is one plus two", "<user>reverse cat dog<|endoftext|><assistant>", "hello"]
     assert sum(line.startswith("response: ") for line in samples) == 3
-    info = json.load(open(os.path.join(run, "config.json")))["rlhf"]
+    info = json.load(open(os.path.join(run, "config.json")))["settings"]
 
     def sha(*paths):
         h = hashlib.sha256()
