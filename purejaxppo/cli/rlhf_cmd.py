@@ -112,14 +112,15 @@ def _check_run_dir(run_dir: str) -> None:
         raise UserError(f"--run-dir {run_dir} is a file; give a folder (it is created)")
     held = [n for n in ("config.json", "metrics.csv", "checkpoints") if os.path.exists(os.path.join(run_dir, n))]
     if held:
+        from purejaxppo.programs import kinds  # every kind registered, so the folder's answers
+
         try:
             with open(os.path.join(run_dir, "config.json")) as f:
-                kind = json.load(f).get("kind")
+                hint = kinds.resume_hint(json.load(f), run_dir)  # the folder's own kind names its command
         except (OSError, ValueError, AttributeError):
-            kind = None
-        command = "rlhf" if kind == "rlhf" else "train"
+            hint = f"the command that wrote it, with --resume {run_dir}"
         raise UserError(f"--run-dir {run_dir} already holds a run ({', '.join(held)}); continue it with "
-                        f"python -m purejaxppo {command} --resume {run_dir}, or choose another --run-dir")
+                        f"{hint}, or choose another --run-dir")
 
 
 def _prepare(args):

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 # attend: TinyLM's attention, shared so both models mask padded keys the same way
-from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, empty_kv_cache, positions_from_mask,
+from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, cache_view, empty_kv_cache,
+                                 positions_from_mask,
                                  value_head, written_cache)
 from purejaxppo.lm.hf_files import read_safetensors, write_safetensors
 
@@ -105,8 +106,7 @@ class GPT2(nn.Module):
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
         valid = valid.astype(bool)
-        start = 0 if cache is None else cache.count
-        key_valid = valid if cache is None else jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot))
+        start, key_valid = cache_view(valid, cache, slot)
         wte = nn.Embed(self.vocab_size, self.n_embd, dtype=self.dtype, name="wte")
         wpe = nn.Embed(self.n_positions, self.n_embd, dtype=self.dtype, name="wpe")
         x = wte(tokens) + wpe(positions_from_mask(valid, start))

@@ -40,14 +40,20 @@ def read_config(folder: str | os.PathLike) -> dict:
     if not os.path.isfile(path):
         raise CheckpointFolderError(f"{folder} has no config.json (a Hugging Face model folder holds config.json and "
                                     "model.safetensors)")
+    return read_json_object(path)
+
+
+def read_json_object(path: str | os.PathLike) -> dict:
+    """A JSON file holding an object, as a dict; :class:`CheckpointFolderError` names the file when
+    it cannot be read, is not JSON or holds something else."""
     try:
         with open(path) as f:
-            config = json.load(f)
+            out = json.load(f)
     except (OSError, ValueError) as e:
         raise CheckpointFolderError(f"{path} is not readable JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise CheckpointFolderError(f"{path} holds {type(config).__name__}, not a JSON object")
-    return config
+    if not isinstance(out, dict):
+        raise CheckpointFolderError(f"{path} holds {type(out).__name__}, not a JSON object")
+    return out
 
 
 def _open(path: str):

@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
-from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, empty_kv_cache, positions_from_mask,
+from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, cache_view, empty_kv_cache,
+                                 positions_from_mask,
                                  value_head, written_cache)
 
 _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
@@ -148,8 +149,7 @@ class Llama(nn.Module):
         other output is None). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
         c = self.config
         valid = valid.astype(bool)
-        start = 0 if cache is None else cache.count
-        key_valid = valid if cache is None else jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot))
+        start, key_valid = cache_view(valid, cache, slot)
         embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
                          embedding_init=_INIT, name="embed_tokens")
         x = embed(tokens)

@@ -82,6 +82,12 @@ def positions_from_mask(valid: jax.Array, start: jax.Array | int = 0) -> jax.Arr
     return jnp.maximum(start + jnp.cumsum(valid.astype(jnp.int32), axis=1) - 1, 0)
 
 
+def cache_view(valid: jax.Array, cache: KVCache | None, slot) -> tuple:
+    """``(start, key_valid [B, S])`` of a chunk ``valid [B, L]`` written at ``slot`` (every model's)."""
+    return (0, valid) if cache is None else (cache.count,
+                                            jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot)))
+
+
 def attention_mask(key_valid: jax.Array, slot: jax.Array | int, length: int) -> jax.Array:
     """``[B, length, S]``: queries at slots ``slot .. slot+length-1`` see keys that are valid
     and not in the future; a query always sees itself (no empty rows)."""
@@ -206,8 +212,7 @@ class TinyLM(nn.Module):
         output is None)."""
         valid = valid.astype(bool)
         l = tokens.shape[1]
-        start = 0 if cache is None else cache.count
-        key_valid = valid if cache is None else jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot))
+        start, key_valid = cache_view(valid, cache, slot)
         x = nn.Embed(self.vocab_size, self.d_model, dtype=self.dtype, name="wte")(tokens)
         x = x + nn.Embed(self.max_len, self.d_model, dtype=self.dtype, name="wpe")(positions_from_mask(valid, start))
         attn_mask = attention_mask(key_valid, slot, l)

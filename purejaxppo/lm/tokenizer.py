@@ -25,6 +25,7 @@ import json
 import os
 from typing import Optional, Sequence
 
+from purejaxppo.lm.hf_files import read_json_object
 from purejaxppo.lm.pretrained import CheckpointFolderError
 
 
@@ -75,16 +76,7 @@ def _template(source: str):
 
 def _read_json(folder: str, name: str) -> dict:
     path = os.path.join(folder, name)
-    if not os.path.isfile(path):
-        return {}
-    try:
-        with open(path) as f:
-            out = json.load(f)
-    except (OSError, ValueError) as e:
-        raise CheckpointFolderError(f"{path} is not readable JSON ({e})") from None
-    if not isinstance(out, dict):
-        raise CheckpointFolderError(f"{path} holds {type(out).__name__}, not a JSON object")
-    return out
+    return read_json_object(path) if os.path.isfile(path) else {}
 
 
 def _token_text(value) -> Optional[str]:

@@ -16,7 +16,7 @@ import pkgutil
 from typing import Tuple
 
 from purejaxppo.run import run_folder as rf
-from purejaxppo.run.kinds import RunKind, kind_named, kind_of, known  # noqa: F401  (the registry's API, here)
+from purejaxppo.run.kinds import RunKind, kind_named, kind_of, known, resume_hint  # noqa: F401  (the registry's API, here)
 from purejaxppo.run.record import RunRecord
 
 for _module in pkgutil.iter_modules([os.path.dirname(os.path.abspath(__file__))]):
