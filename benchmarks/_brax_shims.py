@@ -140,10 +140,14 @@ def apply() -> list[str]:
     ppo_train.jax = _Proxy(jax, **overrides)
     if needs_dpr:
         brax_pmap.jax = _Proxy(jax, device_put_replicated=device_put_replicated)
-        APPLIED.append("jax.device_put_replicated (removed from JAX): a leading device axis + NamedSharding, "
-                       "in brax.training.agents.ppo.train and brax.training.pmap")
-    APPLIED.append("jax.pmap of Brax's training_epoch: compiled ahead of time on first call and timed (compile "
-                   "apart from run); later rounds replay the compiled epoch on copies of the same inputs")
+        APPLIED.append(
+            "jax.device_put_replicated (removed from JAX): a leading device axis + NamedSharding, "
+            "in brax.training.agents.ppo.train and brax.training.pmap"
+        )
+    APPLIED.append(
+        "jax.pmap of Brax's training_epoch: compiled ahead of time on first call and timed (compile "
+        "apart from run); later rounds replay the compiled epoch on copies of the same inputs"
+    )
     return APPLIED
 
 

@@ -30,6 +30,7 @@ def loadavg_now() -> list:
 
 class Timed(NamedTuple):
     """One timed call: its output (ready), wall seconds, and cores used (CPU s / wall s)."""
+
     out: Any
     wall_s: float
     cores: float
@@ -61,6 +62,7 @@ def compile_timed(jitted, *args, clear: bool = False) -> tuple:
 @dataclasses.dataclass
 class Rounds:
     """One side's timings over the rounds: wall seconds and cores used per round."""
+
     times: list = dataclasses.field(default_factory=list)
     cores: list = dataclasses.field(default_factory=list)
 
@@ -69,8 +71,9 @@ class Rounds:
         self.cores.append(t.cores)
 
 
-def interleaved_rounds(sides: dict, rounds: int, each: Optional[Callable] = None,
-                       guard: Optional[Callable] = None) -> dict:
+def interleaved_rounds(
+    sides: dict, rounds: int, each: Optional[Callable] = None, guard: Optional[Callable] = None
+) -> dict:
     """``{label: Rounds}``: ``rounds`` rounds, each calling every side once in order (``sides``:
     ``{label: thunk}``), so that all sides see the same machine state. ``each(round, label, timed)``
     sees every call (to print it, keep round 0's output); ``guard(round, label)``, a context
@@ -102,9 +105,16 @@ def hardware() -> dict:
         pass
     import jax
 
-    info = {"cpu": model, "cpu_count": os.cpu_count(), "machine": platform.machine(),
-            "python": sys.version.split()[0], "jax": jax.__version__, "backend": jax.default_backend(),
-            "jax_devices": len(jax.devices()), "device_kind": jax.devices()[0].device_kind}
+    info = {
+        "cpu": model,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "jax_devices": len(jax.devices()),
+        "device_kind": jax.devices()[0].device_kind,
+    }
     try:
         info["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
     except OSError:
@@ -130,11 +140,22 @@ def sb3_ppo_kwargs(total_timesteps: int, vf_coef: float) -> dict:
     import torch
 
     return dict(
-        n_steps=128, batch_size=128, n_epochs=4, learning_rate=lambda f: 2.5e-4 * f, clip_range=0.2,
-        clip_range_vf=0.2, ent_coef=0.01, vf_coef=vf_coef, gae_lambda=0.95, gamma=0.99, max_grad_norm=0.5,
+        n_steps=128,
+        batch_size=128,
+        n_epochs=4,
+        learning_rate=lambda f: 2.5e-4 * f,
+        clip_range=0.2,
+        clip_range_vf=0.2,
+        ent_coef=0.01,
+        vf_coef=vf_coef,
+        gae_lambda=0.95,
+        gamma=0.99,
+        max_grad_norm=0.5,
         normalize_advantage=True,
         policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh, ortho_init=True),
-        device="cpu", verbose=0)
+        device="cpu",
+        verbose=0,
+    )
 
 
 def final_window_return(episode_returns, episode_end_steps, total_steps: int, frac: float = 0.05) -> float:
@@ -178,7 +199,9 @@ def rollouts_alone(ppo, runner, num_iters: int):
     def body(r, _):
         rng, key = jax.random.split(r.rng)
         (env_state, obs, carry, done), batch, _ = phases(r, key)
-        return (r._replace(env_state=env_state, obs=obs, carry=carry, done=done, rng=rng),
-                batch.advantage.sum() + batch.ret.sum())
+        return (
+            r._replace(env_state=env_state, obs=obs, carry=carry, done=done, rng=rng),
+            batch.advantage.sum() + batch.ret.sum(),
+        )
 
     return jax.lax.scan(body, runner, None, length=num_iters)

@@ -57,8 +57,10 @@ class _Proxy(types.ModuleType):
 def _legacy_base():
     try:
         from gymnax.wrappers import LegacyStepAPIWrapper
+
         return LegacyStepAPIWrapper
     except ImportError:  # older gymnax 1.x without it: the same mapping
+
         class LegacyStepAPIWrapper:
             def __init__(self, env):
                 self._env = env
@@ -72,6 +74,7 @@ def _legacy_base():
             def step(self, key, state, action, params=None):
                 obs, state, reward, term, trunc, info = self._env.step(key, state, action, params)
                 return obs, state, reward, jnp.logical_or(term, trunc), info
+
         return LegacyStepAPIWrapper
 
 
@@ -79,8 +82,9 @@ def _step_is_new_api(env) -> bool:
     """gymnax 1.x step returns 6 values (terminated, truncated); the old API 5."""
     key = jax.random.PRNGKey(0)
     params = env.default_params
-    out = jax.eval_shape(lambda k: env.step(k, env.reset(k, params)[1], env.action_space(params).sample(k), params),
-                         key)
+    out = jax.eval_shape(
+        lambda k: env.step(k, env.reset(k, params)[1], env.action_space(params).sample(k), params), key
+    )
     return len(out) == 6
 
 
@@ -163,8 +167,9 @@ def _distrax_shim() -> types.ModuleType:
         def sample(self, *, seed, sample_shape=()):
             n = _n(sample_shape)
             is_valid = jnp.logical_and(jnp.all(jnp.isfinite(self.probs), axis=-1), jnp.all(self.probs >= 0, axis=-1))
-            draws = jax.random.categorical(key=seed, logits=self.logits, axis=-1,
-                                           shape=(n,) + self.logits.shape[:-1]).astype(self._dtype)
+            draws = jax.random.categorical(
+                key=seed, logits=self.logits, axis=-1, shape=(n,) + self.logits.shape[:-1]
+            ).astype(self._dtype)
             return _reshape(sample_shape, jnp.where(is_valid, draws, jnp.ones_like(draws) * -1))
 
         def log_prob(self, value):
@@ -291,8 +296,10 @@ def load(purejaxrl_dir: str) -> types.SimpleNamespace:
     if os.path.isfile(os.path.join(src, "purejaxrl", "ppo.py")):
         src = os.path.join(src, "purejaxrl")
     if not os.path.isfile(os.path.join(src, "ppo.py")):
-        raise FileNotFoundError(f"no PureJaxRL checkout at {purejaxrl_dir!r}: expected purejaxrl/ppo.py in it "
-                                "(git clone https://github.com/luchris429/purejaxrl)")
+        raise FileNotFoundError(
+            f"no PureJaxRL checkout at {purejaxrl_dir!r}: expected purejaxrl/ppo.py in it "
+            "(git clone https://github.com/luchris429/purejaxrl)"
+        )
     import gymnax
 
     shims, temp = [], {}
@@ -324,8 +331,10 @@ def load(purejaxrl_dir: str) -> types.SimpleNamespace:
     for name in ("ppo", "ppo_rnn"):
         if mods.get(name) is not None and hasattr(mods[name], "gymnax"):
             mods[name].gymnax = gx
-    shims.append("gymnax: make() wrapped in LegacyEnv (gymnax.wrappers.LegacyStepAPIWrapper, "
-                 "info['final_observation'] dropped) for ppo.py / ppo_rnn.py")
+    shims.append(
+        "gymnax: make() wrapped in LegacyEnv (gymnax.wrappers.LegacyStepAPIWrapper, "
+        "info['final_observation'] dropped) for ppo.py / ppo_rnn.py"
+    )
 
     if mods.get("ppo_rnn") is not None and _gru_needs_features():
         import flax.linen as nn
@@ -351,7 +360,9 @@ def load(purejaxrl_dir: str) -> types.SimpleNamespace:
 
         cont.BraxGymnaxWrapper = env_for
         cont.ClipAction = ClipActionToBounds
-        shims.append("ppo_continuous_action.py: gymnax env names through LegacyEnv instead of BraxGymnaxWrapper; "
-                     "ClipAction clips to the env's action bounds (its default is [-1, 1])")
+        shims.append(
+            "ppo_continuous_action.py: gymnax env names through LegacyEnv instead of BraxGymnaxWrapper; "
+            "ClipAction clips to the env's action bounds (its default is [-1, 1])"
+        )
 
     return types.SimpleNamespace(path=src, wrappers=wrappers, shims=shims, errors=errors, **mods)

@@ -61,8 +61,9 @@ def step_is_new_api(env, params) -> bool:
     import jax
 
     key = jax.random.PRNGKey(0)
-    out = jax.eval_shape(lambda k: env.step(k, env.reset(k, params)[1], env.action_space(params).sample(k), params),
-                         key)
+    out = jax.eval_shape(
+        lambda k: env.step(k, env.reset(k, params)[1], env.action_space(params).sample(k), params), key
+    )
     return len(out) == 6
 
 

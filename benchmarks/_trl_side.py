@@ -140,17 +140,46 @@ def main(spec_path: str, out_path: str) -> None:
         return {"input_ids": torch.tensor([f["input_ids"] for f in features], dtype=torch.long)}
 
     args = PPOConfig(
-        output_dir=spec["out_dir"], report_to=[], save_strategy="no", disable_tqdm=True, logging_steps=1,
-        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, seed=spec["seed"], data_seed=spec["seed"],
-        learning_rate=spec["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=spec["adam_eps"], max_grad_norm=spec["max_grad_norm"],
-        per_device_train_batch_size=b, gradient_accumulation_steps=1, num_mini_batches=spec["num_minibatches"],
-        num_ppo_epochs=spec["update_epochs"], local_rollout_forward_batch_size=b, total_episodes=b * iters,
-        response_length=spec["response_length"], temperature=spec["temperature"], stop_token_id=stop,
-        missing_eos_penalty=spec["missing_eos_penalty"], kl_coef=spec["beta"], kl_estimator="k1",
-        cliprange=spec["clip_eps"], cliprange_value=spec["vf_clip_eps"], vf_coef=spec["vf_coef"],
-        gamma=spec["gamma"], lam=spec["gae_lambda"], whiten_rewards=False, num_sample_generations=0,
-        dataloader_num_workers=0, eval_strategy="no",
+        output_dir=spec["out_dir"],
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        logging_steps=1,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        gradient_checkpointing=False,
+        seed=spec["seed"],
+        data_seed=spec["seed"],
+        learning_rate=spec["lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=spec["adam_eps"],
+        max_grad_norm=spec["max_grad_norm"],
+        per_device_train_batch_size=b,
+        gradient_accumulation_steps=1,
+        num_mini_batches=spec["num_minibatches"],
+        num_ppo_epochs=spec["update_epochs"],
+        local_rollout_forward_batch_size=b,
+        total_episodes=b * iters,
+        response_length=spec["response_length"],
+        temperature=spec["temperature"],
+        stop_token_id=stop,
+        missing_eos_penalty=spec["missing_eos_penalty"],
+        kl_coef=spec["beta"],
+        kl_estimator="k1",
+        cliprange=spec["clip_eps"],
+        cliprange_value=spec["vf_clip_eps"],
+        vf_coef=spec["vf_coef"],
+        gamma=spec["gamma"],
+        lam=spec["gae_lambda"],
+        whiten_rewards=False,
+        num_sample_generations=0,
+        dataloader_num_workers=0,
+        eval_strategy="no",
     )
 
     marks: dict = {"gen": [], "update_start": [], "end": [], "start": None, "gen_cpu": [], "cpu": []}
@@ -178,17 +207,33 @@ def main(spec_path: str, out_path: str) -> None:
 
         def on_log(self, args_, state, control, logs=None, **k):
             if logs and "objective/kl" in logs:
-                rows.append({"kl": logs["objective/kl"], "score_with_penalty": logs["objective/scores"],
-                             "score": float(reward.last_raw.mean()), "entropy": logs["objective/entropy"],
-                             "approxkl": logs["policy/approxkl_avg"], "clipfrac": logs["policy/clipfrac_avg"]})
+                rows.append(
+                    {
+                        "kl": logs["objective/kl"],
+                        "score_with_penalty": logs["objective/scores"],
+                        "score": float(reward.last_raw.mean()),
+                        "entropy": logs["objective/entropy"],
+                        "approxkl": logs["policy/approxkl_avg"],
+                        "clipfrac": logs["policy/clipfrac_avg"],
+                    }
+                )
 
         def on_step_end(self, *a, **k):
             marks["end"].append(time.perf_counter())
             marks["cpu"].append(time.process_time())
 
-    trainer = PPOTrainer(args=args, processing_class=_Tok(), model=policy, ref_model=ref, reward_model=reward,
-                         train_dataset=train, value_model=value, data_collator=collate, eval_dataset=evals,
-                         callbacks=[Clock()])
+    trainer = PPOTrainer(
+        args=args,
+        processing_class=_Tok(),
+        model=policy,
+        ref_model=ref,
+        reward_model=reward,
+        train_dataset=train,
+        value_model=value,
+        data_collator=collate,
+        eval_dataset=evals,
+        callbacks=[Clock()],
+    )
     setup_s = time.perf_counter() - t_import
     rss_before = rss_mb()
     trainer.train()
@@ -196,14 +241,29 @@ def main(spec_path: str, out_path: str) -> None:
     for i, row in enumerate(rows):
         g0, g1 = marks["gen"][i]
         u0, end = marks["update_start"][i], marks["end"][i]
-        row.update(iteration_s=end - starts[i], generation_s=g1 - g0, scoring_s=u0 - g1, update_s=end - u0,
-                   other_s=(g0 - starts[i]), iteration_cpu_s=marks["cpu"][i + 1] - marks["cpu"][i],
-                   generation_cpu_s=marks["gen_cpu"][i])
-    out = {"side": "trl", "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "flush_denormal": bool(spec.get("flush_denormal")), "setup_s": setup_s,
-           "rss_before_mb": rss_before, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "params": sum(p.numel() for p in policy.parameters()), "rows": rows, "spec": spec}
+        row.update(
+            iteration_s=end - starts[i],
+            generation_s=g1 - g0,
+            scoring_s=u0 - g1,
+            update_s=end - u0,
+            other_s=(g0 - starts[i]),
+            iteration_cpu_s=marks["cpu"][i + 1] - marks["cpu"][i],
+            generation_cpu_s=marks["gen_cpu"][i],
+        )
+    out = {
+        "side": "trl",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "flush_denormal": bool(spec.get("flush_denormal")),
+        "setup_s": setup_s,
+        "rss_before_mb": rss_before,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "params": sum(p.numel() for p in policy.parameters()),
+        "rows": rows,
+        "spec": spec,
+    }
     import trl
+
     out["trl"] = trl.__version__
     with open(out_path, "w") as f:
         json.dump(out, f, indent=1)

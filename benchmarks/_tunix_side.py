@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 PAD, EOS, SEP = 0, 1, 2
-NEVER = 10 ** 6  # a stop id no model emits: EOS off, every response T tokens (an empty list means the tokenizer's EOS)
+NEVER = 10**6  # a stop id no model emits: EOS off, every response T tokens (an empty list means the tokenizer's EOS)
 
 
 def rss_mb() -> float:
@@ -43,7 +43,10 @@ def build(spec):
 
     with open(os.path.join(spec["model_dir"], "config.json")) as f:
         hf = json.load(f)
-    w = {k.removeprefix("transformer."): v for k, v in load_file(os.path.join(spec["model_dir"], "model.safetensors")).items()}
+    w = {
+        k.removeprefix("transformer."): v
+        for k, v in load_file(os.path.join(spec["model_dir"], "model.safetensors")).items()
+    }
     n_layer, n_head, d, eps = hf["n_layer"], hf["n_head"], hf["n_embd"], hf.get("layer_norm_epsilon", 1e-5)
     hd = d // n_head
 
@@ -114,13 +117,22 @@ def build(spec):
 
         def init_cache(self, batch, cache_size, dtype):
             shape = (batch, cache_size, n_head, hd)
-            return {f"layer_{i}": {"k": jnp.zeros(shape, dtype or jnp.float32),
-                                   "v": jnp.zeros(shape, dtype or jnp.float32),
-                                   "end_index": jnp.zeros((batch,), jnp.int32)} for i in range(n_layer)}
+            return {
+                f"layer_{i}": {
+                    "k": jnp.zeros(shape, dtype or jnp.float32),
+                    "v": jnp.zeros(shape, dtype or jnp.float32),
+                    "end_index": jnp.zeros((batch,), jnp.int32),
+                }
+                for i in range(n_layer)
+            }
 
         def get_model_input(self):
-            return {"x": jnp.ones((1, 1), jnp.int32), "positions": jnp.zeros((1, 1), jnp.int32),
-                    "cache": None, "attention_mask": jnp.ones((1, 1, 1), bool)}
+            return {
+                "x": jnp.ones((1, 1), jnp.int32),
+                "positions": jnp.zeros((1, 1), jnp.int32),
+                "cache": None,
+                "attention_mask": jnp.ones((1, 1, 1), bool),
+            }
 
     class Critic(nnx.Module):
         def __init__(self):
@@ -200,31 +212,55 @@ def main(spec_path, out_path):
         return out
 
     def opt():
-        return optax.chain(optax.clip_by_global_norm(spec["max_grad_norm"]),
-                           optax.adam(spec["lr"], eps=spec["adam_eps"]))
+        return optax.chain(
+            optax.clip_by_global_norm(spec["max_grad_norm"]), optax.adam(spec["lr"], eps=spec["adam_eps"])
+        )
 
-    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2,
-                         devices=jax.devices()[:1])
+    mesh = jax.make_mesh(
+        (1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2, devices=jax.devices()[:1]
+    )
     roles = rl_cluster_lib.Role
-    rollout = base_rollout.RolloutConfig(max_tokens_to_generate=t, max_prompt_length=pool.shape[1],
-                                         kv_cache_size=pool.shape[1] + t + 8, temperature=spec["temperature"],
-                                         top_p=1.0, top_k=None, eos_tokens=[NEVER] if stop is None else [stop])
+    rollout = base_rollout.RolloutConfig(
+        max_tokens_to_generate=t,
+        max_prompt_length=pool.shape[1],
+        kv_cache_size=pool.shape[1] + t + 8,
+        temperature=spec["temperature"],
+        top_p=1.0,
+        top_k=None,
+        eos_tokens=[NEVER] if stop is None else [stop],
+    )
     cfg = rl_cluster_lib.ClusterConfig(
         role_to_mesh={r: mesh for r in (roles.ACTOR, roles.CRITIC, roles.REFERENCE, roles.REWARD, roles.ROLLOUT)},
-        rollout_engine="vanilla", offload_to_cpu=False,
+        rollout_engine="vanilla",
+        offload_to_cpu=False,
         training_config=rl_cluster_lib.RLTrainingConfig(
-            actor_optimizer=opt(), critic_optimizer=opt(), eval_every_n_steps=10 ** 9,
+            actor_optimizer=opt(),
+            critic_optimizer=opt(),
+            eval_every_n_steps=10**9,
             max_steps=iters * spec['update_epochs'] * spec['num_minibatches'],
-            mini_batch_size=b // spec["num_minibatches"], train_micro_batch_size=b // spec["num_minibatches"],
-            rollout_micro_batch_size=b, compute_logps_micro_batch_size=b),
-        rollout_config=rollout)
-    cluster = rl_cluster_lib.RLCluster(actor=actor, critic=critic, reference=reference, tokenizer=tok,
-                                       cluster_config=cfg)
-    algo = ppo_learner.PPOConfig(num_iterations=spec["update_epochs"], gamma=spec["gamma"],
-                                 gae_lambda=spec["gae_lambda"], beta=spec["beta"], epsilon=spec["clip_eps"],
-                                 clip_range_value=spec["vf_clip_eps"], kl_method="kl", entropy_coef=None)
-    learner = ppo_learner.PPOLearner(rl_cluster=cluster, ppo_config=algo, reward_fns=[reward_fn],
-                                     data_shuffle_seed=spec["seed"])
+            mini_batch_size=b // spec["num_minibatches"],
+            train_micro_batch_size=b // spec["num_minibatches"],
+            rollout_micro_batch_size=b,
+            compute_logps_micro_batch_size=b,
+        ),
+        rollout_config=rollout,
+    )
+    cluster = rl_cluster_lib.RLCluster(
+        actor=actor, critic=critic, reference=reference, tokenizer=tok, cluster_config=cfg
+    )
+    algo = ppo_learner.PPOConfig(
+        num_iterations=spec["update_epochs"],
+        gamma=spec["gamma"],
+        gae_lambda=spec["gae_lambda"],
+        beta=spec["beta"],
+        epsilon=spec["clip_eps"],
+        clip_range_value=spec["vf_clip_eps"],
+        kl_method="kl",
+        entropy_coef=None,
+    )
+    learner = ppo_learner.PPOLearner(
+        rl_cluster=cluster, ppo_config=algo, reward_fns=[reward_fn], data_shuffle_seed=spec["seed"]
+    )
     rows: list = []
     orig_gen, orig_adv, orig_step = cluster.generate, learner._generate_and_compute_advantage, learner._run_global_step
 
@@ -253,10 +289,19 @@ def main(spec_path, out_path):
         jax.effects_barrier()
         e = time.perf_counter() - s
         if cur["raw"]:
-            rows.append({"iteration_s": e, "generation_s": cur["gen"], "scoring_s": cur["adv"] - cur["gen"],
-                         "update_s": e - cur["adv"], "score": float(np.mean(cur["raw"])),
-                         "kl": float(np.mean(cur["kl"])), "response_length": float(np.mean(cur["len"])),
-                         "eos_rate": float(np.mean(cur["eos"])), "rows_scored": len(cur["raw"])})
+            rows.append(
+                {
+                    "iteration_s": e,
+                    "generation_s": cur["gen"],
+                    "scoring_s": cur["adv"] - cur["gen"],
+                    "update_s": e - cur["adv"],
+                    "score": float(np.mean(cur["raw"])),
+                    "kl": float(np.mean(cur["kl"])),
+                    "response_length": float(np.mean(cur["len"])),
+                    "eos_rate": float(np.mean(cur["eos"])),
+                    "rows_scored": len(cur["raw"]),
+                }
+            )
         return out
 
     cluster.generate, learner._generate_and_compute_advantage = timed_gen, timed_adv
@@ -273,9 +318,17 @@ def main(spec_path, out_path):
     learner.train(batches())
     import tunix  # noqa: F401
     from importlib.metadata import version
-    out = {"side": "tunix", "tunix": version("google-tunix"), "jax": jax.__version__, "setup_s": setup_s,
-           "rss_before_mb": rss_before, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "rows": rows, "spec": spec}
+
+    out = {
+        "side": "tunix",
+        "tunix": version("google-tunix"),
+        "jax": jax.__version__,
+        "setup_s": setup_s,
+        "rss_before_mb": rss_before,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rows": rows,
+        "spec": spec,
+    }
     with open(out_path, "w") as f:
         json.dump(out, f, indent=1)
 

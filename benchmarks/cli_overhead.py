@@ -43,18 +43,43 @@ print("BENCH " + json.dumps({"compile_s": c, "run_s": r, "steps_per_s": cfg.num_
 
 def run_cli(env: str, steps: int, cache: str, tmp: str, i, jax_cache_only: bool = False) -> dict:
     run_dir = os.path.join(tmp, f"run{i}")
-    environ = {**os.environ, "PUREJAXPPO_CACHE_DIR": cache, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    environ = {
+        **os.environ,
+        "PUREJAXPPO_CACHE_DIR": cache,
+        "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
     if jax_cache_only:
         environ["PUREJAXPPO_NO_EXECUTABLE_CACHE"] = "1"
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "purejaxppo", "train", "--env", env, "--total-timesteps", str(steps),
-                           "--quiet", "--run-dir", run_dir], env=environ, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "purejaxppo",
+            "train",
+            "--env",
+            env,
+            "--total-timesteps",
+            str(steps),
+            "--quiet",
+            "--run-dir",
+            run_dir,
+        ],
+        env=environ,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t
     if proc.returncode:
         raise SystemExit(f"the CLI failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     s = json.load(open(os.path.join(run_dir, "summary.json")))
-    return {"wall_s": wall, "compile_s": s["compile_s"], "run_s": s["run_s"], "steps_per_s": s["steps_per_s"],
-            "overhead_s": wall - s["compile_s"] - s["run_s"]}
+    return {
+        "wall_s": wall,
+        "compile_s": s["compile_s"],
+        "run_s": s["run_s"],
+        "steps_per_s": s["steps_per_s"],
+        "overhead_s": wall - s["compile_s"] - s["run_s"],
+    }
 
 
 def run_bench(env: str, steps: int) -> dict:
@@ -83,20 +108,40 @@ def main(argv=None) -> dict:
         for i in range(args.rounds):
             cli = run_cli(args.env, args.total_timesteps, cache, tmp, i)
             bench = run_bench(args.env, args.total_timesteps)
-            rows.append({"round": i + 1, "cache": "cold" if i == 0 else "warm", "cli": cli, "bench": bench,
-                         "in_run_ratio": cli["steps_per_s"] / bench["steps_per_s"]})
+            rows.append(
+                {
+                    "round": i + 1,
+                    "cache": "cold" if i == 0 else "warm",
+                    "cli": cli,
+                    "bench": bench,
+                    "in_run_ratio": cli["steps_per_s"] / bench["steps_per_s"],
+                }
+            )
             # its own folder: the whole-executable cache compiles without JAX's cache, so it fills none
-            jax_only = run_cli(args.env, args.total_timesteps, cache + "-jax-only", tmp, f"{i}-jax", jax_cache_only=True)
-            rows.append({"round": i + 1, "cache": ("cold" if i == 0 else "warm") + ", JAX's cache only", "cli": jax_only,
-                         "bench": bench, "in_run_ratio": jax_only["steps_per_s"] / bench["steps_per_s"]})
+            jax_only = run_cli(
+                args.env, args.total_timesteps, cache + "-jax-only", tmp, f"{i}-jax", jax_cache_only=True
+            )
+            rows.append(
+                {
+                    "round": i + 1,
+                    "cache": ("cold" if i == 0 else "warm") + ", JAX's cache only",
+                    "cli": jax_only,
+                    "bench": bench,
+                    "in_run_ratio": jax_only["steps_per_s"] / bench["steps_per_s"],
+                }
+            )
     print(f"{args.env}, {args.total_timesteps} steps, {args.rounds} rounds (CLI then benchmark, interleaved)")
-    print("| round | cache | CLI wall s | compile s | run s | overhead s (wall - compile - run) | CLI steps/s | "
-          "bench steps/s | CLI / bench |")
+    print(
+        "| round | cache | CLI wall s | compile s | run s | overhead s (wall - compile - run) | CLI steps/s | "
+        "bench steps/s | CLI / bench |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         c, b = r["cli"], r["bench"]
-        print(f"| {r['round']} | {r['cache']} | {c['wall_s']:.1f} | {c['compile_s']:.1f} | {c['run_s']:.1f} | "
-              f"{c['overhead_s']:.1f} | {c['steps_per_s']:,.0f} | {b['steps_per_s']:,.0f} | {r['in_run_ratio']:.3f} |")
+        print(
+            f"| {r['round']} | {r['cache']} | {c['wall_s']:.1f} | {c['compile_s']:.1f} | {c['run_s']:.1f} | "
+            f"{c['overhead_s']:.1f} | {c['steps_per_s']:,.0f} | {b['steps_per_s']:,.0f} | {r['in_run_ratio']:.3f} |"
+        )
     warm = [r for r in rows if r["cache"] == "warm"]
     jax_only = [r for r in rows if r["cache"] == "warm, JAX's cache only"]
     res = {"env": args.env, "total_timesteps": args.total_timesteps, "rows": rows, "hardware": hardware()}
@@ -106,9 +151,11 @@ def main(argv=None) -> dict:
         res["warm_jax_cache_only_compile_s_median"] = statistics.median(r["cli"]["compile_s"] for r in jax_only)
         print(f"warm compile with JAX's cache only: {res['warm_jax_cache_only_compile_s_median']:.1f} s")
         res["in_run_ratio_median"] = statistics.median(r["in_run_ratio"] for r in rows if "only" not in r["cache"])
-        print(f"warm cache: overhead {res['warm_overhead_s_median']:.1f} s (target <= 3), compile "
-              f"{res['warm_compile_s_median']:.1f} s (target <= 1); in-run CLI/bench {res['in_run_ratio_median']:.3f} "
-              "(target >= 0.95)")
+        print(
+            f"warm cache: overhead {res['warm_overhead_s_median']:.1f} s (target <= 3), compile "
+            f"{res['warm_compile_s_median']:.1f} s (target <= 1); in-run CLI/bench {res['in_run_ratio_median']:.3f} "
+            "(target >= 0.95)"
+        )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)

@@ -49,9 +49,12 @@ def main(argv=None):
         cfg, script, theirs, seeds = build_row(row, pjr, 1.0)
         keys = jax.random.split(jax.random.PRNGKey(0), seeds)
         train = make_ppo(cfg).train
-        fns = {"ours": train, "purejaxrl": getattr(pjr, script).make_train(dict(theirs)),
-               # ours returning only the final params: XLA drops the per-update metrics' code
-               "ours_nometrics": lambda key: train(key)[0].train.params}
+        fns = {
+            "ours": train,
+            "purejaxrl": getattr(pjr, script).make_train(dict(theirs)),
+            # ours returning only the final params: XLA drops the per-update metrics' code
+            "ours_nometrics": lambda key: train(key)[0].train.params,
+        }
         for _ in range(args.rounds):
             for name, f in fns.items():
                 jax.clear_caches()
@@ -64,9 +67,12 @@ def main(argv=None):
                 text = compiled.as_text()
                 hlo = len(re.findall(r"^\s+(?:ROOT )?%\S+ = ", text, re.M))
                 kernels = len(re.findall(r"= \S+ (?:fusion|dot|custom-call|convolution)\(", text))
-                print(f"{row:22s} {name:14s} lower {t1 - t0:5.2f} s   XLA compile {t2 - t1:5.2f} s   "
-                      f"StableHLO {lowered.as_text().count(chr(10)):6d} lines   optimised HLO {hlo:6d} instructions, "
-                      f"{kernels:4d} kernels", flush=True)
+                print(
+                    f"{row:22s} {name:14s} lower {t1 - t0:5.2f} s   XLA compile {t2 - t1:5.2f} s   "
+                    f"StableHLO {lowered.as_text().count(chr(10)):6d} lines   optimised HLO {hlo:6d} instructions, "
+                    f"{kernels:4d} kernels",
+                    flush=True,
+                )
         if args.phases:
             for name, f in fns.items():
                 jax.clear_caches()
@@ -83,11 +89,13 @@ def jit_over_seeds(f, keys):
 
 
 # XLA:CPU's trace events (jax 0.10 / XLA 2026) that split one compile, and how they are named here
-PHASES = {"HLO passes through layout assignment": "HLO passes (to layout)",
-          "HLO passes after layout assignment": "HLO passes (after layout)",
-          "FusionCompiler::Compile": "fusion emitters",
-          "JitCompiler::Compile": "LLVM codegen",
-          "CpuCompiler::RunBackend": "backend total"}
+PHASES = {
+    "HLO passes through layout assignment": "HLO passes (to layout)",
+    "HLO passes after layout assignment": "HLO passes (after layout)",
+    "FusionCompiler::Compile": "fusion emitters",
+    "JitCompiler::Compile": "LLVM codegen",
+    "CpuCompiler::RunBackend": "backend total",
+}
 
 
 def xla_phases(lowered) -> dict:

@@ -58,7 +58,11 @@ def main(argv=None):
         return gru_sequence(w, h0, input_projection(w, xs), reset)
 
     rows, ref = [], None
-    for name, f in (("flax cell in scan", flax_scan), ("fused, autodiff", fused_autodiff), ("purejaxppo.agents.gru", ours)):
+    for name, f in (
+        ("flax cell in scan", flax_scan),
+        ("fused, autodiff", fused_autodiff),
+        ("purejaxppo.agents.gru", ours),
+    ):
         grad = jax.jit(jax.grad(lambda p, xs: jnp.sum(f(p, xs) * out_w), argnums=(0, 1)))
         t0 = time.perf_counter()
         out = jax.block_until_ready(grad(params, x))
@@ -73,14 +77,36 @@ def main(argv=None):
         ms = statistics.median(times)
         ref = ref or (ms, out)
         diff = max(float(jnp.max(jnp.abs(a - c))) for a, c in zip(jax.tree.leaves(ref[1]), jax.tree.leaves(out)))
-        rows.append({"impl": name, "ms_per_grad": round(ms, 3), "first_call_s": round(compile_s, 2),
-                     "speedup": round(ref[0] / ms, 2), "max_grad_diff": diff})
-        print(f"{name:20s} {ms:8.3f} ms/grad  {ref[0] / ms:5.2f}x  (first call {compile_s:.2f} s; "
-              f"max grad diff {diff:.1e})", flush=True)
+        rows.append(
+            {
+                "impl": name,
+                "ms_per_grad": round(ms, 3),
+                "first_call_s": round(compile_s, 2),
+                "speedup": round(ref[0] / ms, 2),
+                "max_grad_diff": diff,
+            }
+        )
+        print(
+            f"{name:20s} {ms:8.3f} ms/grad  {ref[0] / ms:5.2f}x  (first call {compile_s:.2f} s; "
+            f"max grad diff {diff:.1e})",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"batch": b, "steps": t, "size": g, "iters": args.iters, "backend": jax.default_backend(),
-                       "device": str(jax.devices()[0].device_kind), "jax": jax.__version__, "rows": rows}, fh, indent=1)
+            json.dump(
+                {
+                    "batch": b,
+                    "steps": t,
+                    "size": g,
+                    "iters": args.iters,
+                    "backend": jax.default_backend(),
+                    "device": str(jax.devices()[0].device_kind),
+                    "jax": jax.__version__,
+                    "rows": rows,
+                },
+                fh,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

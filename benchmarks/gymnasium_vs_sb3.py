@@ -41,8 +41,13 @@ def run_pjp(task: str, total: int, native: bool) -> dict:
     ret = np.asarray(jax.block_until_ready(m["episode_return"]))
     run_s = time.perf_counter() - t
     steps = cfg.num_updates * cfg.batch_size
-    return {"compile_s": compile_s, "run_s": run_s, "env_steps": steps, "steps_per_s": steps / run_s,
-            "final_return": float(final_returns(ret[None])[0])}
+    return {
+        "compile_s": compile_s,
+        "run_s": run_s,
+        "env_steps": steps,
+        "steps_per_s": steps / run_s,
+        "final_return": float(final_returns(ret[None])[0]),
+    }
 
 
 def run_sb3(task: str, total: int, vf_coef: float) -> dict:
@@ -61,8 +66,12 @@ def run_sb3(task: str, total: int, vf_coef: float) -> dict:
     for mon in venv.envs:
         rets += mon.get_episode_rewards()
         ends += list(np.cumsum(mon.get_episode_lengths()) * 4)
-    return {"run_s": dt, "env_steps": int(model.num_timesteps), "steps_per_s": model.num_timesteps / dt,
-            "final_return": final_window_return(rets, ends, model.num_timesteps)}
+    return {
+        "run_s": dt,
+        "env_steps": int(model.num_timesteps),
+        "steps_per_s": model.num_timesteps / dt,
+        "final_return": final_window_return(rets, ends, model.num_timesteps),
+    }
 
 
 def main(argv=None):
@@ -80,8 +89,12 @@ def main(argv=None):
     from purejaxppo.envs import registered_envs
 
     res = {"total_timesteps": args.total_timesteps, "hardware": hardware(), "tasks": {}}
-    md = [f"# Gymnasium tasks: purejaxppo bridge (slow path) vs SB3, {args.total_timesteps} steps, 1 seed", "",
-          "| task | runner | env-steps/s | run s | compile s | final return |", "|---|---|---|---|---|---|"]
+    md = [
+        f"# Gymnasium tasks: purejaxppo bridge (slow path) vs SB3, {args.total_timesteps} steps, 1 seed",
+        "",
+        "| task | runner | env-steps/s | run s | compile s | final return |",
+        "|---|---|---|---|---|---|",
+    ]
     for task in args.tasks.split(","):
         r = {"bridge": run_pjp(task, args.total_timesteps, native=False)}
         if task in registered_envs():
@@ -95,16 +108,27 @@ def main(argv=None):
         for name in ("bridge", "native_gymnax", "sb3"):
             if name in r:
                 x = r[name]
-                md.append(f"| {task} | {name} | {x['steps_per_s']:.0f} | {x['run_s']:.1f} | "
-                          f"{x.get('compile_s', float('nan')):.1f} | {x['final_return']:.1f} |")
+                md.append(
+                    f"| {task} | {name} | {x['steps_per_s']:.0f} | {x['run_s']:.1f} | "
+                    f"{x.get('compile_s', float('nan')):.1f} | {x['final_return']:.1f} |"
+                )
     md.append("")
     for task, r in res["tasks"].items():
-        md.append(f"- {task}: bridge / SB3 steps/s = {r['ratio_bridge_to_sb3']:.2f}x"
-                  + (f"; native gymnax / bridge = {r['ratio_native_to_bridge']:.0f}x" if "ratio_native_to_bridge" in r
-                     else ""))
+        md.append(
+            f"- {task}: bridge / SB3 steps/s = {r['ratio_bridge_to_sb3']:.2f}x"
+            + (
+                f"; native gymnax / bridge = {r['ratio_native_to_bridge']:.0f}x"
+                if "ratio_native_to_bridge" in r
+                else ""
+            )
+        )
     hw = res["hardware"]
-    md += ["", f"Hardware: {hw['cpu']}, {hw['cpu_count']} cores, load at start {hw.get('loadavg_at_start')}; "
-           f"jax {hw['jax']}. One seed each: final returns after this short budget are indicative only.", ""]
+    md += [
+        "",
+        f"Hardware: {hw['cpu']}, {hw['cpu_count']} cores, load at start {hw.get('loadavg_at_start')}; "
+        f"jax {hw['jax']}. One seed each: final returns after this short budget are indicative only.",
+        "",
+    ]
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".json", "w") as f:
         json.dump(res, f, indent=2)

@@ -67,8 +67,10 @@ def main(argv=None) -> dict:
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
     sides = {"cached": FlaxLM(model), "full": FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])}
     sides = {k: v for k, v in sides.items() if k in args.sides.split(",")}
-    print(f"TinyLM {n_params / 1e6:.2f}M params (vocab {VOCAB}, d {D_MODEL}, {LAYERS} layers, {HEADS} heads), "
-          f"batch {args.batch}, prompts <= {PROMPT} tokens, {jax.default_backend()}")
+    print(
+        f"TinyLM {n_params / 1e6:.2f}M params (vocab {VOCAB}, d {D_MODEL}, {LAYERS} layers, {HEADS} heads), "
+        f"batch {args.batch}, prompts <= {PROMPT} tokens, {jax.default_backend()}"
+    )
     print(f"{'T':>5} {'side':>7} {'compile s':>10} {'ms/token':>10} {'speedup':>8}")
     rows = []
     for t in lengths:

@@ -60,10 +60,18 @@ def stages(model, params, prompt, valid, cfg):
     state = tp.init(jax.random.PRNGKey(0), params, params)
     row_keys = jax.random.split(jax.random.PRNGKey(1), cfg.batch_size)
     fns = {
-        "generation": (jax.jit(lambda p, k: experience.sample(models, p, k, prompt, valid, cfg)),
-                       (state.train.params, row_keys)),
-        "scoring": (jax.jit(lambda p, ref, resp: experience.finish(
-            experience.score(models, p, ref, None, prompt, valid, *resp, cfg), state.beta, cfg)[0]), None),
+        "generation": (
+            jax.jit(lambda p, k: experience.sample(models, p, k, prompt, valid, cfg)),
+            (state.train.params, row_keys),
+        ),
+        "scoring": (
+            jax.jit(
+                lambda p, ref, resp: experience.finish(
+                    experience.score(models, p, ref, None, prompt, valid, *resp, cfg), state.beta, cfg
+                )[0]
+            ),
+            None,
+        ),
         "update": (jax.jit(tp.update), None),
         "iteration": (jax.jit(tp.iteration), (state, (prompt, valid))),
     }
@@ -95,13 +103,21 @@ def main(argv=None) -> dict:
         raise SystemExit(f"lengths up to {MAX_LONG} (the model's position table)")
     model, params, prompt, valid = setup(args.batch)
     n_params = sum(x.size for x in jax.tree_util.tree_leaves(params))
-    print(f"TinyLM {n_params / 1e6:.2f}M params, batch {args.batch}, prompts <= {prompt.shape[1]} tokens, "
-          f"{args.epochs} epochs x {args.minibatches} minibatches, separate critic, {jax.default_backend()}")
+    print(
+        f"TinyLM {n_params / 1e6:.2f}M params, batch {args.batch}, prompts <= {prompt.shape[1]} tokens, "
+        f"{args.epochs} epochs x {args.minibatches} minibatches, separate critic, {jax.default_backend()}"
+    )
     print(f"{'T':>5} {'stage':>11} {'compile s':>10} {'run s':>8} {'share':>6}")
     rows = []
     for t in lengths:
-        cfg = TokenPPOConfig(batch_size=args.batch, update_epochs=args.epochs, num_minibatches=args.minibatches,
-                             max_new_tokens=t, stop_ids=(), pad_id=0)
+        cfg = TokenPPOConfig(
+            batch_size=args.batch,
+            update_epochs=args.epochs,
+            num_minibatches=args.minibatches,
+            max_new_tokens=t,
+            stop_ids=(),
+            pad_id=0,
+        )
         runs = stages(model, params, prompt, valid, cfg)
         best = dict.fromkeys(STAGES, float("inf"))
         for _ in range(args.rounds):  # interleaved; the first round also warms up
@@ -115,8 +131,14 @@ def main(argv=None) -> dict:
             print(f"{t:>5} {name:>11} {runs[name][1]:>10.2f} {best[name]:>8.3f} {share:>6.1%}")
             rows.append({"T": t, "stage": name, "compile_s": runs[name][1], "best_s": best[name]})
         print(f"{t:>5} {'sum of 3':>11} {'':>10} {parts:>8.3f}")
-    out = {"hardware": hardware(), "params": int(n_params), "batch": args.batch, "epochs": args.epochs,
-           "minibatches": args.minibatches, "rows": rows}
+    out = {
+        "hardware": hardware(),
+        "params": int(n_params),
+        "batch": args.batch,
+        "epochs": args.epochs,
+        "minibatches": args.minibatches,
+        "rows": rows,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -42,10 +42,16 @@ def one(mode: str, d: int, layers: int, vocab: int, batch: int, prompt: int, res
     def reward(_, p, pv, r, m):
         return jnp.sum((r == 3) & m, axis=1).astype(jnp.float32)
 
-    lora_kw = {} if mode == "full" else dict(lora_rank=rank, lora_alpha=2.0 * rank,
-                                             lora_base_dtype="bfloat16" if mode == "lora-bf16" else "float32")
-    cfg = TokenPPOConfig(batch_size=batch, num_minibatches=2, update_epochs=1, max_new_tokens=response,
-                         stop_ids=(1,), **lora_kw)
+    lora_kw = (
+        {}
+        if mode == "full"
+        else dict(
+            lora_rank=rank, lora_alpha=2.0 * rank, lora_base_dtype="bfloat16" if mode == "lora-bf16" else "float32"
+        )
+    )
+    cfg = TokenPPOConfig(
+        batch_size=batch, num_minibatches=2, update_epochs=1, max_new_tokens=response, stop_ids=(1,), **lora_kw
+    )
     tp = make_token_ppo(cfg, FlaxLM(module), reward, prompts=prompts)
     state = jax.jit(lambda k, p: tp.init(k, p, p))(jax.random.PRNGKey(1), params)
     del params  # the state holds what the run needs (full: policy, critic, reference; LoRA: the base once)
@@ -58,11 +64,16 @@ def one(mode: str, d: int, layers: int, vocab: int, batch: int, prompt: int, res
         state, metrics = compiled(state)
     jax.block_until_ready(metrics)
     trainable = lora.count(state.train.params)
-    return {"mode": mode, "state_MiB": round(sum(x.nbytes for x in jax.tree.leaves(state)) / 2**20, 1),
-            "trainable": trainable, "arguments_MiB": round(mem.argument_size_in_bytes / 2**20, 1),
-            "temp_MiB": round(mem.temp_size_in_bytes / 2**20, 1), "compile_s": round(compile_s, 1),
-            "iteration_s": round((time.perf_counter() - t) / 2, 2),
-            "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    return {
+        "mode": mode,
+        "state_MiB": round(sum(x.nbytes for x in jax.tree.leaves(state)) / 2**20, 1),
+        "trainable": trainable,
+        "arguments_MiB": round(mem.argument_size_in_bytes / 2**20, 1),
+        "temp_MiB": round(mem.temp_size_in_bytes / 2**20, 1),
+        "compile_s": round(compile_s, 1),
+        "iteration_s": round((time.perf_counter() - t) / 2, 2),
+        "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
 
 
 def main(argv=None) -> None:
@@ -76,16 +87,18 @@ def main(argv=None) -> None:
     p.add_argument("--response", type=int, default=32)
     p.add_argument("--rank", type=int, default=8)
     a = p.parse_args(argv)
-    sizes = dict(d=a.d, layers=a.layers, vocab=a.vocab, batch=a.batch, prompt=a.prompt, response=a.response,
-                 rank=a.rank)
+    sizes = dict(
+        d=a.d, layers=a.layers, vocab=a.vocab, batch=a.batch, prompt=a.prompt, response=a.response, rank=a.rank
+    )
     if a.mode:
         print(json.dumps(one(a.mode, **sizes)), flush=True)
         return
     print(json.dumps(sizes))
     for mode in MODES:
         flags = [f"--{k}={v}" for k, v in sizes.items()]
-        out = subprocess.run([sys.executable, __file__, "--mode", mode, *flags], capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--mode", mode, *flags], capture_output=True, text=True, check=True
+        ).stdout
         print(out.strip().splitlines()[-1], flush=True)
 
 

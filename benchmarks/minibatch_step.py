@@ -50,12 +50,17 @@ def hlo_counts(compiled) -> dict:
     def opcode(ln):
         m = re.search(r" = [^(]*?([a-z][\w\-]*)\(", ln)
         return m.group(1) if m else "?"
+
     step = max(bodies, key=lambda b: sum(opcode(ln) == "dot" for ln in comps[b]))
     ops = [opcode(ln) for ln in comps[step]]
     kernels = [o for o in ops if o not in ("parameter", "get-tuple-element", "tuple", "constant", "bitcast")]
     by_op = {o: kernels.count(o) for o in sorted(set(kernels))}
-    return {"step_instructions": len(ops), "step_kernels": len(kernels), "step_kernels_by_op": by_op,
-            "module_instructions": sum(len(v) for v in comps.values())}
+    return {
+        "step_instructions": len(ops),
+        "step_kernels": len(kernels),
+        "step_kernels_by_op": by_op,
+        "module_instructions": sum(len(v) for v in comps.values()),
+    }
 
 
 def main(argv=None):
@@ -64,8 +69,12 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=400, help="updates per timed program")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--sweep", type=int, default=0, help="vmap both sides over this many learning rates")
-    p.add_argument("--ours-keys", default="shared", choices=("shared", "per-run"),
-                   help="sweep: ours with one unbatched key (as rejax) or a key per run (the CLI's layout)")
+    p.add_argument(
+        "--ours-keys",
+        default="shared",
+        choices=("shared", "per-run"),
+        help="sweep: ours with one unbatched key (as rejax) or a key per run (the CLI's layout)",
+    )
     p.add_argument("--hlo-out", default=None, help="write both optimized HLO modules to this prefix")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -85,8 +94,9 @@ def main(argv=None):
     s = rejax_settings(args.row)
     cfg = ours_config(s)
     venv = make_env(cfg, None, 1)
-    parts = phases.StepParts(cfg, venv, build_agent(cfg, venv.spec), phases.ppo_loss_fn,
-                             DeviceSplit(None, 1, venv.num_envs, cfg.num_envs))
+    parts = phases.StepParts(
+        cfg, venv, build_agent(cfg, venv.spec), phases.ppo_loss_fn, DeviceSplit(None, 1, venv.num_envs, cfg.num_envs)
+    )
     algo = make_rejax(s)
     key = jax.random.PRNGKey(0)
 
@@ -99,6 +109,7 @@ def main(argv=None):
         def body(train, k):
             train, m = phases.update_params(parts, runner._replace(train=train), batch, resets, k, c)
             return train, m["actor_loss"]
+
         return jax.lax.scan(body, runner.train, jax.random.split(key, args.iters))
 
     def theirs(key, al):
@@ -117,24 +128,33 @@ def main(argv=None):
 
         def body(ts, _):
             return jax.lax.scan(epoch, ts, None, al.num_epochs)[0], None
+
         return jax.lax.scan(body, ts, None, args.iters)[0]
 
     if args.sweep:
-        lrs = SWEEP_LRS[:args.sweep]
+        lrs = SWEEP_LRS[: args.sweep]
         algos = [algo.replace(learning_rate=lr) for lr in lrs]
         stacked = jax.tree.map(lambda *x: jnp.stack(x), *algos)
         _, configs = runs(cfg, [{"lr": lr} for lr in lrs], 1, 0)
         ours_keys = jnp.broadcast_to(key, (len(lrs),) + key.shape)
-        sides = {"ours": ((jax.vmap(ours, in_axes=(None, 0)), (key, configs)) if args.ours_keys == "shared"
-                          else (jax.vmap(ours), (ours_keys, configs))),
-                 "rejax": (jax.vmap(theirs, in_axes=(None, 0)), (key, stacked))}
+        sides = {
+            "ours": (
+                (jax.vmap(ours, in_axes=(None, 0)), (key, configs))
+                if args.ours_keys == "shared"
+                else (jax.vmap(ours), (ours_keys, configs))
+            ),
+            "rejax": (jax.vmap(theirs, in_axes=(None, 0)), (key, stacked)),
+        }
     else:
         sides = {"ours": (ours, (key, cfg)), "rejax": (theirs, (key, algo))}
     steps = args.iters * cfg.update_epochs * cfg.num_minibatches * max(1, args.sweep)
     hw = hardware()
-    print(f"{args.row}: {args.iters} updates x {cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches of "
-          f"{cfg.minibatch_size}" + (f", vmapped over {args.sweep} lrs" if args.sweep else "")
-          + f"; load {hw.get('loadavg_at_start')}")
+    print(
+        f"{args.row}: {args.iters} updates x {cfg.update_epochs} epochs x {cfg.num_minibatches} minibatches of "
+        f"{cfg.minibatch_size}"
+        + (f", vmapped over {args.sweep} lrs" if args.sweep else "")
+        + f"; load {hw.get('loadavg_at_start')}"
+    )
     rec = {}
     for label, (fn, a) in sides.items():
         c, seconds = compile_timed(jax.jit(fn), *a, clear=True)
@@ -146,16 +166,30 @@ def main(argv=None):
     calls = {label: functools.partial(v["compiled"], *v["args"]) for label, v in rec.items()}
     for label, t in interleaved_rounds(calls, args.rounds).items():
         rec[label]["times"], rec[label]["cores"] = t.times, t.cores
-    out = {"row": args.row, "iters": args.iters, "sweep": args.sweep, "minibatch_steps": steps, "hardware": hw,
-           "loadavg_after": loadavg_now()}
+    out = {
+        "row": args.row,
+        "iters": args.iters,
+        "sweep": args.sweep,
+        "minibatch_steps": steps,
+        "hardware": hw,
+        "loadavg_after": loadavg_now(),
+    }
     for label, v in rec.items():
         med = statistics.median(v["times"])
-        out[label] = {"compile_s": v["compile_s"], "run_s": [round(t, 3) for t in v["times"]],
-                      "ms_per_minibatch_step": round(1e3 * med / steps, 4),
-                      "cores": round(statistics.median(v["cores"]), 2), "hlo": v["hlo"]}
-        print(f"  {label:<6} {out[label]['ms_per_minibatch_step']:.4f} ms per minibatch step (median of "
-              f"{[round(t, 2) for t in v['times']]} s), {out[label]['cores']} cores")
-    out["ratio_rejax_over_ours_time"] = round(out["rejax"]["ms_per_minibatch_step"] / out["ours"]["ms_per_minibatch_step"], 3)
+        out[label] = {
+            "compile_s": v["compile_s"],
+            "run_s": [round(t, 3) for t in v["times"]],
+            "ms_per_minibatch_step": round(1e3 * med / steps, 4),
+            "cores": round(statistics.median(v["cores"]), 2),
+            "hlo": v["hlo"],
+        }
+        print(
+            f"  {label:<6} {out[label]['ms_per_minibatch_step']:.4f} ms per minibatch step (median of "
+            f"{[round(t, 2) for t in v['times']]} s), {out[label]['cores']} cores"
+        )
+    out["ratio_rejax_over_ours_time"] = round(
+        out["rejax"]["ms_per_minibatch_step"] / out["ours"]["ms_per_minibatch_step"], 3
+    )
     print(f"  speed ours / rejax: {out['ratio_rejax_over_ours_time']:.3f}x; load after {out['loadavg_after']}")
     if args.json:
         with open(args.json, "w") as f:

@@ -70,10 +70,17 @@ def main(argv=None):
             return ppo_loss_fn(agent, p, mb._replace(advantage=losses.normalize(mb.advantage)), cfg)
 
         def body(state, key):
-            state, m = update_epochs(key, state, data, loss_fn=loss,
-                                     optimizer=make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.lr),
-                                     num_epochs=cfg.update_epochs, num_minibatches=cfg.num_minibatches)
+            state, m = update_epochs(
+                key,
+                state,
+                data,
+                loss_fn=loss,
+                optimizer=make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.lr),
+                num_epochs=cfg.update_epochs,
+                num_minibatches=cfg.num_minibatches,
+            )
             return state, m["grad_norm"]
+
         return jax.lax.scan(body, runner.train, jax.random.split(runner.rng, cfg.num_updates))
 
     steps = cfg.num_updates * cfg.update_epochs * cfg.num_minibatches  # minibatch gradient steps per seed
@@ -82,10 +89,15 @@ def main(argv=None):
         """The update's matrix products alone, at its shapes (see the module docstring)."""
         # actor and critic: each a chain of Dense layers (torso in key order, then its head)
         p = runner.train.params["params"]
-        kernels = lambda sub: [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(sub)
-                               if getattr(path[-1], "key", None) == "kernel"]
-        chains = [kernels(p["actor_torso"]) + kernels(p["policy_head"]),
-                  kernels(p["critic_torso"]) + kernels(p["value_head"])]
+        kernels = lambda sub: [
+            leaf
+            for path, leaf in jax.tree_util.tree_leaves_with_path(sub)
+            if getattr(path[-1], "key", None) == "kernel"
+        ]
+        chains = [
+            kernels(p["actor_torso"]) + kernels(p["policy_head"]),
+            kernels(p["critic_torso"]) + kernels(p["value_head"]),
+        ]
         x0 = runner.obs.reshape(-1, runner.obs.shape[-1])[:1].repeat(cfg.minibatch_size, 0)
 
         def body(chains, _):
@@ -108,14 +120,20 @@ def main(argv=None):
     programs = {"whole_run": lambda r: ppo.run(r), "rollout_targets": rollout_part, "update": update_part}
     if args.network == "mlp" and not cfg.shared_torso:
         programs["update_matmuls"] = update_matmuls
-    res = {"env": args.env, "network": args.network, "seeds": args.seeds, "num_updates": cfg.num_updates,
-           "batch": cfg.batch_size}
+    res = {
+        "env": args.env,
+        "network": args.network,
+        "seeds": args.seeds,
+        "num_updates": cfg.num_updates,
+        "batch": cfg.batch_size,
+    }
     for name, fn in programs.items():
         compiled, seconds = compile_timed(jax.jit(jax.vmap(fn) if args.seeds > 1 else fn), runner)
         res[f"{name}_compile_s"] = round(seconds, 2)
         last = {}
-        rounds = interleaved_rounds({name: functools.partial(compiled, runner)}, args.repeats,
-                                    lambda r, label, t: last.update(out=t.out))[name]
+        rounds = interleaved_rounds(
+            {name: functools.partial(compiled, runner)}, args.repeats, lambda r, label, t: last.update(out=t.out)
+        )[name]
         times, cores, out = rounds.times, rounds.cores, last["out"]
         if name == "update_matmuls":  # its weights must stay finite and normal, or it times other arithmetic
             mags = [float(abs(w).max()) for w in jax.tree.leaves(out)]

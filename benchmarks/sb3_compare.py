@@ -43,13 +43,22 @@ def run_purejaxppo(total: int, seeds: int, vmapped_seeds: int) -> dict:
         _, metrics = compiled(jax.random.PRNGKey(s))
         ret = np.asarray(jax.block_until_ready(metrics["episode_return"]))
         dt = time.perf_counter() - t
-        runs.append({"seed": s, "run_s": dt, "steps_per_s": cfg.num_updates * cfg.batch_size / dt,
-                     "final_return": float(final_returns(ret[None])[0])})
-    out = {"compile_s": compile_s, "runs": runs,
-           "run_s_mean": float(np.mean([r["run_s"] for r in runs])),
-           "steps_per_s_mean": float(np.mean([r["steps_per_s"] for r in runs])),
-           "final_return_mean": float(np.mean([r["final_return"] for r in runs])),
-           "wall_s_first_run_incl_compile": compile_s + runs[0]["run_s"]}
+        runs.append(
+            {
+                "seed": s,
+                "run_s": dt,
+                "steps_per_s": cfg.num_updates * cfg.batch_size / dt,
+                "final_return": float(final_returns(ret[None])[0]),
+            }
+        )
+    out = {
+        "compile_s": compile_s,
+        "runs": runs,
+        "run_s_mean": float(np.mean([r["run_s"] for r in runs])),
+        "steps_per_s_mean": float(np.mean([r["steps_per_s"] for r in runs])),
+        "final_return_mean": float(np.mean([r["final_return"] for r in runs])),
+        "wall_s_first_run_incl_compile": compile_s + runs[0]["run_s"],
+    }
     if vmapped_seeds > 1:
         keys = jax.random.split(jax.random.PRNGKey(100), vmapped_seeds)
         many = jax.jit(jax.vmap(ppo.train)).lower(keys).compile()
@@ -57,9 +66,12 @@ def run_purejaxppo(total: int, seeds: int, vmapped_seeds: int) -> dict:
         _, m = many(keys)
         ret = np.asarray(jax.block_until_ready(m["episode_return"]))
         dt = time.perf_counter() - t
-        out["vmapped"] = {"seeds": vmapped_seeds, "run_s": dt,
-                          "aggregate_steps_per_s": vmapped_seeds * cfg.num_updates * cfg.batch_size / dt,
-                          "final_return_mean": float(np.nanmean(final_returns(ret)))}
+        out["vmapped"] = {
+            "seeds": vmapped_seeds,
+            "run_s": dt,
+            "aggregate_steps_per_s": vmapped_seeds * cfg.num_updates * cfg.batch_size / dt,
+            "final_return_mean": float(np.nanmean(final_returns(ret))),
+        }
     return out
 
 
@@ -83,13 +95,24 @@ def run_sb3(total: int, seeds: int, vf_coef: float) -> dict:
             r, l = mon.get_episode_rewards(), mon.get_episode_lengths()
             rets += r
             ends += list(np.cumsum(l) * 4)  # env steps of the whole vector env when it ended
-        runs.append({"seed": s, "run_s": dt, "steps_per_s": model.num_timesteps / dt,
-                     "env_steps": int(model.num_timesteps),
-                     "final_return": final_window_return(rets, ends, model.num_timesteps)})
-    return {"torch": torch.__version__, "torch_threads": torch.get_num_threads(), "vf_coef": vf_coef, "runs": runs,
-            "run_s_mean": float(np.mean([r["run_s"] for r in runs])),
-            "steps_per_s_mean": float(np.mean([r["steps_per_s"] for r in runs])),
-            "final_return_mean": float(np.mean([r["final_return"] for r in runs]))}
+        runs.append(
+            {
+                "seed": s,
+                "run_s": dt,
+                "steps_per_s": model.num_timesteps / dt,
+                "env_steps": int(model.num_timesteps),
+                "final_return": final_window_return(rets, ends, model.num_timesteps),
+            }
+        )
+    return {
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "vf_coef": vf_coef,
+        "runs": runs,
+        "run_s_mean": float(np.mean([r["run_s"] for r in runs])),
+        "steps_per_s_mean": float(np.mean([r["steps_per_s"] for r in runs])),
+        "final_return_mean": float(np.mean([r["final_return"] for r in runs])),
+    }
 
 
 def main(argv=None):
@@ -120,21 +143,33 @@ def main(argv=None):
     with open(args.out + ".json", "w") as f:
         json.dump(res, f, indent=2)
     hw = res["hardware"]
-    md = [f"# purejaxppo vs SB3 PPO, CartPole-v1, {args.total_timesteps} steps, {args.seeds} seed(s)", "",
-          f"Hardware: {hw['cpu']}, {hw['cpu_count']} cores, load at start {hw.get('loadavg_at_start')}; "
-          f"jax {hw['jax']} ({hw['backend']}), torch {s['torch']} ({s['torch_threads']} threads).", "",
-          "| | wall s | env-steps/s | final return |", "|---|---|---|---|",
-          f"| purejaxppo (1 run) | {j['run_s_mean']:.1f} + compile {j['compile_s']:.1f} | {j['steps_per_s_mean']:.0f} | "
-          f"{j['final_return_mean']:.1f} |",
-          f"| SB3 PPO (1 run) | {s['run_s_mean']:.1f} | {s['steps_per_s_mean']:.0f} | {s['final_return_mean']:.1f} |"]
+    md = [
+        f"# purejaxppo vs SB3 PPO, CartPole-v1, {args.total_timesteps} steps, {args.seeds} seed(s)",
+        "",
+        f"Hardware: {hw['cpu']}, {hw['cpu_count']} cores, load at start {hw.get('loadavg_at_start')}; "
+        f"jax {hw['jax']} ({hw['backend']}), torch {s['torch']} ({s['torch_threads']} threads).",
+        "",
+        "| | wall s | env-steps/s | final return |",
+        "|---|---|---|---|",
+        f"| purejaxppo (1 run) | {j['run_s_mean']:.1f} + compile {j['compile_s']:.1f} | {j['steps_per_s_mean']:.0f} | "
+        f"{j['final_return_mean']:.1f} |",
+        f"| SB3 PPO (1 run) | {s['run_s_mean']:.1f} | {s['steps_per_s_mean']:.0f} | {s['final_return_mean']:.1f} |",
+    ]
     if "vmapped" in j:
         v = j["vmapped"]
-        md.append(f"| purejaxppo ({v['seeds']} vmapped seeds) | {v['run_s']:.1f} | {v['aggregate_steps_per_s']:.0f} "
-                  f"(aggregate) | {v['final_return_mean']:.1f} |")
-    md += ["", f"Speedup (steps/s, 1 run): **{res['speedup_steps_per_s']:.1f}x**; wall incl. compile: "
-           f"{res['speedup_wall_incl_compile']:.1f}x"
-           + (f"; vmapped aggregate: {res['speedup_vmapped_aggregate']:.0f}x" if "vmapped" in j else "") + ".",
-           "Final return = mean return of training episodes ending in the last 5% of env steps.", ""]
+        md.append(
+            f"| purejaxppo ({v['seeds']} vmapped seeds) | {v['run_s']:.1f} | {v['aggregate_steps_per_s']:.0f} "
+            f"(aggregate) | {v['final_return_mean']:.1f} |"
+        )
+    md += [
+        "",
+        f"Speedup (steps/s, 1 run): **{res['speedup_steps_per_s']:.1f}x**; wall incl. compile: "
+        f"{res['speedup_wall_incl_compile']:.1f}x"
+        + (f"; vmapped aggregate: {res['speedup_vmapped_aggregate']:.0f}x" if "vmapped" in j else "")
+        + ".",
+        "Final return = mean return of training episodes ending in the last 5% of env steps.",
+        "",
+    ]
     with open(args.out + ".md", "w") as f:
         f.write("\n".join(md))
     print("\n".join(md))

@@ -25,8 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ENV_DEFAULTS = {"CartPole-v1": dict(network="mlp"), "Breakout-MinAtar": dict(network="mlp")}
 
 
-def measure(env: str, num_envs: int, seeds: int, num_steps: int, updates: int, repeats: int, network: str,
-            min_steps: int = 0) -> dict:
+def measure(
+    env: str, num_envs: int, seeds: int, num_steps: int, updates: int, repeats: int, network: str, min_steps: int = 0
+) -> dict:
     import jax
     from _common import compile_timed, interleaved_rounds
 
@@ -35,8 +36,15 @@ def measure(env: str, num_envs: int, seeds: int, num_steps: int, updates: int, r
     # enough updates that a point moves >= min_steps env steps: tiny points are otherwise
     # all dispatch overhead, and their steps/s says nothing about training
     updates = max(updates, -(-min_steps // (num_envs * num_steps * seeds)))
-    cfg = PPOConfig(env_name=env, num_envs=num_envs, num_steps=num_steps, network=network,
-                    total_timesteps=num_envs * num_steps * updates, num_minibatches=4, update_epochs=4)
+    cfg = PPOConfig(
+        env_name=env,
+        num_envs=num_envs,
+        num_steps=num_steps,
+        network=network,
+        total_timesteps=num_envs * num_steps * updates,
+        num_minibatches=4,
+        update_epochs=4,
+    )
     ppo = make_ppo(cfg)
     keys = jax.random.split(jax.random.PRNGKey(0), seeds)
     fn = jax.jit(jax.vmap(ppo.train)) if seeds > 1 else jax.jit(lambda k: ppo.train(k[0]))
@@ -44,9 +52,18 @@ def measure(env: str, num_envs: int, seeds: int, num_steps: int, updates: int, r
     jax.block_until_ready(compiled(keys))  # warm-up: the first call also starts the CPU thread pool
     run_s = statistics.median(interleaved_rounds({"run": functools.partial(compiled, keys)}, repeats)["run"].times)
     steps = cfg.num_updates * cfg.batch_size * seeds
-    return {"env": env, "num_envs": num_envs, "seeds": seeds, "num_steps": num_steps, "updates": cfg.num_updates,
-            "network": network, "compile_s": round(compile_s, 3), "run_s": round(run_s, 4),
-            "env_steps": steps, "steps_per_s": steps / run_s}
+    return {
+        "env": env,
+        "num_envs": num_envs,
+        "seeds": seeds,
+        "num_steps": num_steps,
+        "updates": cfg.num_updates,
+        "network": network,
+        "compile_s": round(compile_s, 3),
+        "run_s": round(run_s, 4),
+        "env_steps": steps,
+        "steps_per_s": steps / run_s,
+    }
 
 
 def plot(results: list, path: str):
@@ -63,10 +80,12 @@ def plot(results: list, path: str):
         axes[1].plot([r["seeds"] for r in sv], [r["steps_per_s"] for r in sv], "o-", label=env)
         axes[2].plot([r["num_envs"] for r in ev], [r["compile_s"] for r in ev], "o-", label=f"{env} (envs)")
         axes[2].plot([r["seeds"] for r in sv], [r["compile_s"] for r in sv], "s--", label=f"{env} (seeds)")
-    axes[0].set(xscale="log", yscale="log", xlabel="envs (1 seed)", ylabel="training env-steps/s",
-                title="throughput vs envs")
-    axes[1].set(xscale="log", yscale="log", xlabel="vmapped seeds", ylabel="aggregate env-steps/s",
-                title="throughput vs seeds")
+    axes[0].set(
+        xscale="log", yscale="log", xlabel="envs (1 seed)", ylabel="training env-steps/s", title="throughput vs envs"
+    )
+    axes[1].set(
+        xscale="log", yscale="log", xlabel="vmapped seeds", ylabel="aggregate env-steps/s", title="throughput vs seeds"
+    )
     axes[2].set(xscale="log", xlabel="envs or seeds", ylabel="compile s", title="compile time")
     for a in axes:
         a.grid(True, which="both", alpha=0.3)

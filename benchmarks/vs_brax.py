@@ -89,23 +89,68 @@ BRAX_NOTEBOOK = "google/brax notebooks/training.ipynb (train_fn)"
 PLAYGROUND_PARAMS = "mujoco_playground config/dm_control_suite_params.py (brax_ppo_config)"
 ROWS = {
     "inverted_pendulum": dict(
-        env="brax:inverted_pendulum", source=BRAX_NOTEBOOK,
-        published=dict(num_timesteps=2_000_000, num_evals=20, reward_scaling=10, episode_length=1000,
-                       normalize_observations=True, action_repeat=1, unroll_length=5, num_minibatches=32,
-                       num_updates_per_batch=4, discounting=0.97, learning_rate=3e-4, entropy_cost=1e-2,
-                       num_envs=2048, batch_size=1024, seed=1)),
+        env="brax:inverted_pendulum",
+        source=BRAX_NOTEBOOK,
+        published=dict(
+            num_timesteps=2_000_000,
+            num_evals=20,
+            reward_scaling=10,
+            episode_length=1000,
+            normalize_observations=True,
+            action_repeat=1,
+            unroll_length=5,
+            num_minibatches=32,
+            num_updates_per_batch=4,
+            discounting=0.97,
+            learning_rate=3e-4,
+            entropy_cost=1e-2,
+            num_envs=2048,
+            batch_size=1024,
+            seed=1,
+        ),
+    ),
     "cartpole_balance": dict(
-        env="playground:CartpoleBalance", source=PLAYGROUND_PARAMS,
-        published=dict(num_timesteps=60_000_000, num_evals=10, reward_scaling=10.0, episode_length=1000,
-                       normalize_observations=True, action_repeat=1, unroll_length=30, num_minibatches=32,
-                       num_updates_per_batch=16, discounting=0.995, learning_rate=1e-3, entropy_cost=1e-2,
-                       num_envs=2048, batch_size=1024, num_resets_per_eval=10)),
+        env="playground:CartpoleBalance",
+        source=PLAYGROUND_PARAMS,
+        published=dict(
+            num_timesteps=60_000_000,
+            num_evals=10,
+            reward_scaling=10.0,
+            episode_length=1000,
+            normalize_observations=True,
+            action_repeat=1,
+            unroll_length=30,
+            num_minibatches=32,
+            num_updates_per_batch=16,
+            discounting=0.995,
+            learning_rate=1e-3,
+            entropy_cost=1e-2,
+            num_envs=2048,
+            batch_size=1024,
+            num_resets_per_eval=10,
+        ),
+    ),
     "halfcheetah": dict(
-        env="brax:halfcheetah", source=BRAX_NOTEBOOK,
-        published=dict(num_timesteps=50_000_000, num_evals=20, reward_scaling=1, episode_length=1000,
-                       normalize_observations=True, action_repeat=1, unroll_length=20, num_minibatches=32,
-                       num_updates_per_batch=8, discounting=0.95, learning_rate=3e-4, entropy_cost=0.001,
-                       num_envs=2048, batch_size=512, seed=3)),
+        env="brax:halfcheetah",
+        source=BRAX_NOTEBOOK,
+        published=dict(
+            num_timesteps=50_000_000,
+            num_evals=20,
+            reward_scaling=1,
+            episode_length=1000,
+            normalize_observations=True,
+            action_repeat=1,
+            unroll_length=20,
+            num_minibatches=32,
+            num_updates_per_batch=8,
+            discounting=0.95,
+            learning_rate=3e-4,
+            entropy_cost=0.001,
+            num_envs=2048,
+            batch_size=512,
+            seed=3,
+        ),
+    ),
 }
 # --size cpu: envs and minibatch size divided by ``div`` (the same unrolls per env per update),
 # ``updates`` training steps (Brax's) = updates (ours)
@@ -115,8 +160,7 @@ CPU = {
     "halfcheetah": dict(div=32, updates=2),
 }
 
-BRAX_DEFAULT_NET = dict(policy_hidden_layer_sizes=(32,) * 4, value_hidden_layer_sizes=(256,) * 5,
-                        activation="swish")
+BRAX_DEFAULT_NET = dict(policy_hidden_layer_sizes=(32,) * 4, value_hidden_layer_sizes=(256,) * 5, activation="swish")
 
 NOTES_ALL = [
     "truncation: ours bootstraps V(final observation); Brax (bootstrap_on_timeout=False) zeroes the truncated "
@@ -182,10 +226,15 @@ def register_brax_sizes():
                 self.log_std = self.param("log_std", nn.initializers.zeros, (self.num_actions,))
 
     def build(config, spec):
-        module = SizedActorCritic(num_actions=spec.num_actions, discrete=spec.discrete,
-                                  hidden_sizes=tuple(config.hidden_sizes), activation=config.activation,
-                                  obs_ndim=len(spec.obs_shape), action_std=config.action_std,
-                                  critic_hidden_sizes=tuple(BRAX_DEFAULT_NET["value_hidden_layer_sizes"]))
+        module = SizedActorCritic(
+            num_actions=spec.num_actions,
+            discrete=spec.discrete,
+            hidden_sizes=tuple(config.hidden_sizes),
+            activation=config.activation,
+            obs_ndim=len(spec.obs_shape),
+            action_std=config.action_std,
+            critic_hidden_sizes=tuple(BRAX_DEFAULT_NET["value_hidden_layer_sizes"]),
+        )
         dummy = N.dummy_observation(spec)
 
         def actor(params, obs):
@@ -194,9 +243,15 @@ def register_brax_sizes():
         def critic(params, obs):
             return module.apply(params, obs, method=N.ActorCritic.critic)
 
-        return feed_forward(N.Network(init=lambda k: module.init(k, dummy), actor=actor, critic=critic,
-                                      apply=lambda p, o: (actor(p, o), critic(p, o)),
-                                      dist=N.distribution_for(spec)))
+        return feed_forward(
+            N.Network(
+                init=lambda k: module.init(k, dummy),
+                actor=actor,
+                critic=critic,
+                apply=lambda p, o: (actor(p, o), critic(p, o)),
+                dist=N.distribution_for(spec),
+            )
+        )
 
     register_agent("brax_sizes", build, fields=FF_FIELDS)
 
@@ -208,15 +263,31 @@ def ours_config(env: str, s: dict):
     num_steps = s["unroll_length"] * rollouts_per_env
     updates, _ = brax_training_steps(s)
     return PPOConfig(
-        env_name=env, num_envs=s["num_envs"], num_steps=num_steps,
-        total_timesteps=updates * s["num_envs"] * num_steps, update_epochs=s["num_updates_per_batch"],
-        num_minibatches=s["num_minibatches"], network="brax_sizes",
-        hidden_sizes=BRAX_DEFAULT_NET["policy_hidden_layer_sizes"], activation=BRAX_DEFAULT_NET["activation"],
-        action_std="softplus", anneal_lr=False, clip_value=False, adv_norm="minibatch",
-        normalize_obs=bool(s["normalize_observations"]), normalize_reward=False,
-        max_episode_steps=s["episode_length"], lr=s["learning_rate"], clip_eps=s.get("clipping_epsilon", 0.3),
-        vf_coef=s.get("vf_loss_coefficient", 0.5), ent_coef=s["entropy_cost"], gamma=s["discounting"],
-        gae_lambda=s.get("gae_lambda", 0.95), max_grad_norm=1e9, adam_eps=1e-8)
+        env_name=env,
+        num_envs=s["num_envs"],
+        num_steps=num_steps,
+        total_timesteps=updates * s["num_envs"] * num_steps,
+        update_epochs=s["num_updates_per_batch"],
+        num_minibatches=s["num_minibatches"],
+        network="brax_sizes",
+        hidden_sizes=BRAX_DEFAULT_NET["policy_hidden_layer_sizes"],
+        activation=BRAX_DEFAULT_NET["activation"],
+        action_std="softplus",
+        anneal_lr=False,
+        clip_value=False,
+        adv_norm="minibatch",
+        normalize_obs=bool(s["normalize_observations"]),
+        normalize_reward=False,
+        max_episode_steps=s["episode_length"],
+        lr=s["learning_rate"],
+        clip_eps=s.get("clipping_epsilon", 0.3),
+        vf_coef=s.get("vf_loss_coefficient", 0.5),
+        ent_coef=s["entropy_cost"],
+        gamma=s["discounting"],
+        gae_lambda=s.get("gae_lambda", 0.95),
+        max_grad_norm=1e9,
+        adam_eps=1e-8,
+    )
 
 
 def config_differences(cfg, s: dict) -> list[str]:
@@ -225,12 +296,16 @@ def config_differences(cfg, s: dict) -> list[str]:
     if s.get("action_repeat", 1) != 1:
         out.append(f"action_repeat={s['action_repeat']}: both sides use the env's EpisodeWrapper repeat")
     if s.get("num_resets_per_eval", 0) > 1:
-        out.append(f"num_resets_per_eval={s['num_resets_per_eval']}: Brax resets every env "
-                   f"{s['num_resets_per_eval']} times during training (between its epochs); ours never forces a reset")
+        out.append(
+            f"num_resets_per_eval={s['num_resets_per_eval']}: Brax resets every env "
+            f"{s['num_resets_per_eval']} times during training (between its epochs); ours never forces a reset"
+        )
     rollouts_per_env = s["batch_size"] * s["num_minibatches"] // s["num_envs"]
     if rollouts_per_env > 1:
-        out.append(f"Brax's update = {rollouts_per_env} unrolls of {s['unroll_length']} steps per env (GAE per "
-                   f"unroll); ours = one window of {cfg.num_steps} steps per env")
+        out.append(
+            f"Brax's update = {rollouts_per_env} unrolls of {s['unroll_length']} steps per env (GAE per "
+            f"unroll); ours = one window of {cfg.num_steps} steps per env"
+        )
     if s.get("reward_scaling", 1) != 1:
         out.append(f"reward_scaling={s['reward_scaling']} on Brax's side only (see notes)")
     return out
@@ -264,12 +339,20 @@ def brax_eval(env_name: str, s: dict, policy_fn, params, seed: int = 0, num_eval
     import jax
     from brax.training import acting
 
-    ev = acting.Evaluator(eval_env_for(env_name, s), policy_fn, num_eval_envs=num_eval_envs,
-                          episode_length=s["episode_length"], action_repeat=s.get("action_repeat", 1),
-                          key=jax.random.PRNGKey(seed))
+    ev = acting.Evaluator(
+        eval_env_for(env_name, s),
+        policy_fn,
+        num_eval_envs=num_eval_envs,
+        episode_length=s["episode_length"],
+        action_repeat=s.get("action_repeat", 1),
+        key=jax.random.PRNGKey(seed),
+    )
     m = ev.run_evaluation(params, training_metrics={})
-    return {"episode_reward": float(m["eval/episode_reward"]), "episode_reward_std": float(m["eval/episode_reward_std"]),
-            "avg_episode_length": float(m["eval/avg_episode_length"])}
+    return {
+        "episode_reward": float(m["eval/episode_reward"]),
+        "episode_reward_std": float(m["eval/episode_reward_std"]),
+        "avg_episode_length": float(m["eval/avg_episode_length"]),
+    }
 
 
 def ours_policy_fn(ppo):
@@ -316,6 +399,7 @@ def env_only(env_name: str, s: dict, cfg, steps: int, seed: int = 0) -> dict:
         def body(st, k):
             st = benv.step(st, jax.random.uniform(k, (n, a_dim), minval=-1.0, maxval=1.0))
             return st, st.obs.sum() + st.reward.sum()  # the obs: a constant reward would let XLA drop the physics
+
         return jax.lax.scan(body, state, jax.random.split(key, steps))[1].sum()
 
     def ours_roll(key):
@@ -325,6 +409,7 @@ def env_only(env_name: str, s: dict, cfg, steps: int, seed: int = 0) -> dict:
             k1, k2 = jax.random.split(k)
             out = venv.step(k2, st, jax.random.uniform(k1, (n, a_dim), minval=-1.0, maxval=1.0))
             return out[1], jnp.sum(out[0]) + jnp.sum(out[2])
+
         return jax.lax.scan(body, state, jax.random.split(key, steps))[1].sum()
 
     out = {}
@@ -332,29 +417,48 @@ def env_only(env_name: str, s: dict, cfg, steps: int, seed: int = 0) -> dict:
     for label, fn in (("brax", brax_roll), ("ours", ours_roll)):
         c, comp = compile_timed(jax.jit(fn), key, clear=True)
         dt = timed(c, key).wall_s
-        out[label] = {"compile_s": round(comp, 2), "run_s": round(dt, 3), "env_steps": n * steps,
-                      "steps_per_s": round(n * steps / dt, 1)}
-        print(f"  env alone ({label}, {n} envs x {steps} steps, random actions): compile {comp:.1f} s, run {dt:.2f} s, "
-              f"{fmt_k(n * steps / dt)} steps/s", flush=True)
+        out[label] = {
+            "compile_s": round(comp, 2),
+            "run_s": round(dt, 3),
+            "env_steps": n * steps,
+            "steps_per_s": round(n * steps / dt, 1),
+        }
+        print(
+            f"  env alone ({label}, {n} envs x {steps} steps, random actions): compile {comp:.1f} s, run {dt:.2f} s, "
+            f"{fmt_k(n * steps / dt)} steps/s",
+            flush=True,
+        )
     return out
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of: {', '.join(ROWS)}")
-    p.add_argument("--size", choices=("cpu", "published"), default="cpu",
-                   help="published: Brax's/Playground's numbers (GPU-sized); cpu: envs and minibatch size / div, "
-                        "fewer updates (see CPU)")
+    p.add_argument(
+        "--size",
+        choices=("cpu", "published"),
+        default="cpu",
+        help="published: Brax's/Playground's numbers (GPU-sized); cpu: envs and minibatch size / div, "
+        "fewer updates (see CPU)",
+    )
     p.add_argument("--updates", type=int, default=None, help="override the number of updates (training steps)")
     p.add_argument("--rounds", type=int, default=2, help="timed runs per side (median reported)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--profile", action="store_true",
-                   help="also time each side's env alone over the row's steps (where the run's time goes)")
-    p.add_argument("--env-only", action="store_true",
-                   help="only time each side's env alone over each row's steps (no training)")
-    p.add_argument("--host-devices", type=int, default=1,
-                   help="force this many host CPU devices (before JAX starts): Brax's train pmaps over all of them, "
-                        "ours splits the run's envs over them (parallel.split_envs); both sides data-parallel")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time each side's env alone over the row's steps (where the run's time goes)",
+    )
+    p.add_argument(
+        "--env-only", action="store_true", help="only time each side's env alone over each row's steps (no training)"
+    )
+    p.add_argument(
+        "--host-devices",
+        type=int,
+        default=1,
+        help="force this many host CPU devices (before JAX starts): Brax's train pmaps over all of them, "
+        "ours splits the run's envs over them (parallel.split_envs); both sides data-parallel",
+    )
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = p.parse_args(argv)
     if args.host_devices > 1:
@@ -386,8 +490,10 @@ def main(argv=None):
 
     register_brax_sizes()
     hw = hardware()
-    print(f"Brax {brax.__version__} PPO; jax {jax.__version__} on {hw['device_kind']} ({hw['jax_devices']} device(s)), "
-          f"{hw['cpu_count']} CPUs, load {hw.get('loadavg_at_start')}")
+    print(
+        f"Brax {brax.__version__} PPO; jax {jax.__version__} on {hw['device_kind']} ({hw['jax_devices']} device(s)), "
+        f"{hw['cpu_count']} CPUs, load {hw.get('loadavg_at_start')}"
+    )
     for sh in shims:
         print(f"  shim: {sh}")
     warm_up()
@@ -406,18 +512,27 @@ def main(argv=None):
         cfg = ours_config(row["env"], s)
         ours_steps = cfg.num_updates * cfg.batch_size * s.get("action_repeat", 1)
         diffs = config_differences(cfg, s)
-        print(f"\n[{name}] {row['env']} ({args.size}): {s['num_envs']} envs, batch {s['batch_size']} x "
-              f"{s['num_minibatches']} minibatches x unroll {s['unroll_length']}, {s['num_updates_per_batch']} epochs, "
-              f"{n_updates} updates = {brax_steps} env steps; ours {cfg.num_envs} envs x {cfg.num_steps} steps, "
-              f"{cfg.num_updates} updates = {ours_steps} env steps")
+        print(
+            f"\n[{name}] {row['env']} ({args.size}): {s['num_envs']} envs, batch {s['batch_size']} x "
+            f"{s['num_minibatches']} minibatches x unroll {s['unroll_length']}, {s['num_updates_per_batch']} epochs, "
+            f"{n_updates} updates = {brax_steps} env steps; ours {cfg.num_envs} envs x {cfg.num_steps} steps, "
+            f"{cfg.num_updates} updates = {ours_steps} env steps"
+        )
         print(f"  published in: {row['source']}")
         for d in diffs:
             print(f"  difference: {d}")
 
         if args.env_only:
-            results.append({"row": name, "env": row["env"], "size": args.size, "brax_settings": s,
-                            "env_alone": env_only(row["env"], s, cfg, cfg.num_steps * cfg.num_updates, seed=args.seed),
-                            "loadavg_after": loadavg_now()})
+            results.append(
+                {
+                    "row": name,
+                    "env": row["env"],
+                    "size": args.size,
+                    "brax_settings": s,
+                    "env_alone": env_only(row["env"], s, cfg, cfg.num_steps * cfg.num_updates, seed=args.seed),
+                    "loadavg_after": loadavg_now(),
+                }
+            )
             continue
         env, wrap_fn = make_env(row["env"])
         brax_kwargs = {k: v for k, v in s.items() if k not in ("num_evals",)}
@@ -431,8 +546,10 @@ def main(argv=None):
         ours_compiled, ours_compile = compile_timed(jax.jit(ppo.train), key, clear=True)
         print(f"  compiled ours        {ours_compile:.2f} s", flush=True)
 
-        rec = {"ours": {"times": [], "cores": []}, "brax": {"times": [], "cores": [], "train_wall": None,
-                                                            "compile": None}}
+        rec = {
+            "ours": {"times": [], "cores": []},
+            "brax": {"times": [], "cores": [], "train_wall": None, "compile": None},
+        }
         ours_out = brax_out = None
         for r in range(args.rounds):
             t = timed(ours_compiled, key)  # interleaved by hand: Brax's side is its train(), then replays
@@ -442,8 +559,11 @@ def main(argv=None):
             if r == 0:
                 ours_out = t.out
             del t
-            print(f"  round {r + 1} ours   run {dt:.2f} s  {fmt_k(ours_steps / dt)} steps/s  "
-                  f"{rec['ours']['cores'][-1]:.2f} cores", flush=True)
+            print(
+                f"  round {r + 1} ours   run {dt:.2f} s  {fmt_k(ours_steps / dt)} steps/s  "
+                f"{rec['ours']['cores'][-1]:.2f} cores",
+                flush=True,
+            )
 
             if r == 0:  # Brax's train() once; later rounds replay its compiled training epoch(s)
                 _brax_shims.STATE["epochs"], _brax_shims.STATE["saved"] = [], []
@@ -455,14 +575,20 @@ def main(argv=None):
                 rec["brax"]["compile"] = sum(e["compile_s"] for e in epochs if e["compile_s"] is not None)
                 rec["brax"]["train_wall"] = wall
                 rec["brax"]["cores"].append((cpu_seconds() - c0) / wall)
-                print(f"  round 1 brax   run {run_s:.2f} s  {fmt_k(brax_steps / run_s)} steps/s  (train() {wall:.2f} s "
-                      f"incl. {rec['brax']['compile']:.2f} s epoch compile; {len(epochs)} epoch call(s))", flush=True)
+                print(
+                    f"  round 1 brax   run {run_s:.2f} s  {fmt_k(brax_steps / run_s)} steps/s  (train() {wall:.2f} s "
+                    f"incl. {rec['brax']['compile']:.2f} s epoch compile; {len(epochs)} epoch call(s))",
+                    flush=True,
+                )
             else:
                 c0 = cpu_seconds()
                 run_s = _brax_shims.replay()
                 rec["brax"]["cores"].append((cpu_seconds() - c0) / run_s)
-                print(f"  round {r + 1} brax   run {run_s:.2f} s  {fmt_k(brax_steps / run_s)} steps/s  (replay)  "
-                      f"{rec['brax']['cores'][-1]:.2f} cores", flush=True)
+                print(
+                    f"  round {r + 1} brax   run {run_s:.2f} s  {fmt_k(brax_steps / run_s)} steps/s  (replay)  "
+                    f"{rec['brax']['cores'][-1]:.2f} cores",
+                    flush=True,
+                )
             rec["brax"]["times"].append(run_s)
 
         # --- final evaluation, Brax's protocol, both sides ---------------------------------------
@@ -470,18 +596,26 @@ def main(argv=None):
         t0 = time.perf_counter()
         ev_brax = brax_eval(row["env"], s, make_policy, brax_params, seed=args.seed)
         ev_ours = brax_eval(row["env"], s, ours_policy_fn(ppo), ours_out[0], seed=args.seed)
-        print(f"  eval (Brax's Evaluator, 128 envs): brax {ev_brax['episode_reward']:.1f}  ours "
-              f"{ev_ours['episode_reward']:.1f}  ({time.perf_counter() - t0:.1f} s)", flush=True)
+        print(
+            f"  eval (Brax's Evaluator, 128 envs): brax {ev_brax['episode_reward']:.1f}  ours "
+            f"{ev_ours['episode_reward']:.1f}  ({time.perf_counter() - t0:.1f} s)",
+            flush=True,
+        )
         prof = None
         if args.profile:
             prof = env_only(row["env"], s, cfg, cfg.num_steps * cfg.num_updates, seed=args.seed)
-            for label, run_s in (("brax", statistics.median(rec["brax"]["times"])),
-                                 ("ours", statistics.median(rec["ours"]["times"]))):
+            for label, run_s in (
+                ("brax", statistics.median(rec["brax"]["times"])),
+                ("ours", statistics.median(rec["ours"]["times"])),
+            ):
                 prof[label]["share_of_run"] = round(prof[label]["run_s"] / run_s, 3)
                 prof[label]["rest_of_run_s"] = round(run_s - prof[label]["run_s"], 3)
-                print(f"  {label}: env {prof[label]['run_s']:.2f} s of its {run_s:.2f} s run "
-                      f"({100 * prof[label]['share_of_run']:.0f}%); agent + update the other "
-                      f"{prof[label]['rest_of_run_s']:.2f} s", flush=True)
+                print(
+                    f"  {label}: env {prof[label]['run_s']:.2f} s of its {run_s:.2f} s run "
+                    f"({100 * prof[label]['share_of_run']:.0f}%); agent + update the other "
+                    f"{prof[label]['rest_of_run_s']:.2f} s",
+                    flush=True,
+                )
         train_ret = np.asarray(ours_out[1]["episode_return"], np.float64)
         k = max(1, int(round(0.1 * train_ret.size)))
         with warnings.catch_warnings():
@@ -492,22 +626,39 @@ def main(argv=None):
         b_med = statistics.median(rec["brax"]["times"])
         o_sps, b_sps = ours_steps / o_med, brax_steps / b_med
         out_row = {
-            "row": name, "env": row["env"], "size": args.size, "host_devices": args.host_devices, "published_in": row["source"],
-            "brax_settings": {k: v for k, v in s.items()}, "ours_config": cfg.to_dict(),
-            "config_differences": diffs, "notes": NOTES_ALL,
+            "row": name,
+            "env": row["env"],
+            "size": args.size,
+            "host_devices": args.host_devices,
+            "published_in": row["source"],
+            "brax_settings": {k: v for k, v in s.items()},
+            "ours_config": cfg.to_dict(),
+            "config_differences": diffs,
+            "notes": NOTES_ALL,
             "bootstraps_truncation": {"ours": True, "brax": False},
             "results": {
-                "brax": {"compile_s": round(rec["brax"]["compile"], 3), "run_s": [round(t, 3) for t in rec["brax"]["times"]],
-                         "run_s_median": round(b_med, 3), "train_call_s_round1": round(rec["brax"]["train_wall"], 3),
-                         "env_steps": brax_steps, "steps_per_s": round(b_sps, 1),
-                         "cores_used": round(statistics.median(rec["brax"]["cores"]), 2),
-                         "eval": ev_brax},
-                "ours": {"compile_s": round(ours_compile, 3), "run_s": [round(t, 3) for t in rec["ours"]["times"]],
-                         "run_s_median": round(o_med, 3), "env_steps": ours_steps, "steps_per_s": round(o_sps, 1),
-                         "cores_used": round(statistics.median(rec["ours"]["cores"]), 2), "eval": ev_ours,
-                         "train_return_last10pct": ours_train_final,
-                         "speed_ratio": round(o_sps / b_sps, 3),
-                         "compile_ratio": round(rec["brax"]["compile"] / ours_compile, 3)},
+                "brax": {
+                    "compile_s": round(rec["brax"]["compile"], 3),
+                    "run_s": [round(t, 3) for t in rec["brax"]["times"]],
+                    "run_s_median": round(b_med, 3),
+                    "train_call_s_round1": round(rec["brax"]["train_wall"], 3),
+                    "env_steps": brax_steps,
+                    "steps_per_s": round(b_sps, 1),
+                    "cores_used": round(statistics.median(rec["brax"]["cores"]), 2),
+                    "eval": ev_brax,
+                },
+                "ours": {
+                    "compile_s": round(ours_compile, 3),
+                    "run_s": [round(t, 3) for t in rec["ours"]["times"]],
+                    "run_s_median": round(o_med, 3),
+                    "env_steps": ours_steps,
+                    "steps_per_s": round(o_sps, 1),
+                    "cores_used": round(statistics.median(rec["ours"]["cores"]), 2),
+                    "eval": ev_ours,
+                    "train_return_last10pct": ours_train_final,
+                    "speed_ratio": round(o_sps / b_sps, 3),
+                    "compile_ratio": round(rec["brax"]["compile"] / ours_compile, 3),
+                },
             },
             "profile_env_alone": prof,
             "loadavg_after": loadavg_now(),
@@ -518,27 +669,49 @@ def main(argv=None):
     if args.env_only:
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"rows": results, "hardware": hw, "jax": jax.__version__, "brax": brax.__version__,
-                           "args": vars(args)}, f, indent=2, default=str)
+                json.dump(
+                    {
+                        "rows": results,
+                        "hardware": hw,
+                        "jax": jax.__version__,
+                        "brax": brax.__version__,
+                        "args": vars(args),
+                    },
+                    f,
+                    indent=2,
+                    default=str,
+                )
             print(f"wrote {args.json}")
         return results
-    head = (f"{'row':<19}{'impl':<6}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'eval ret':>10}{'(std)':>8}"
-            f"{'speed x':>9}{'compile x':>11}")
+    head = (
+        f"{'row':<19}{'impl':<6}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'eval ret':>10}{'(std)':>8}"
+        f"{'speed x':>9}{'compile x':>11}"
+    )
     print("\n" + head + "\n" + "-" * len(head))
     for row in results:
         for label in ("brax", "ours"):
             v = row["results"][label]
             ratio = f"{v['speed_ratio']:.2f}x" if "speed_ratio" in v else ""
             cratio = f"{v['compile_ratio']:.2f}x" if "compile_ratio" in v else ""
-            print(f"{row['row'] if label == 'brax' else '':<19}{label:<6}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
-                  f"{fmt_k(v['steps_per_s']):>10}{v['eval']['episode_reward']:>10.1f}"
-                  f"{v['eval']['episode_reward_std']:>8.1f}{ratio:>9}{cratio:>11}")
-    print("run s: the training program alone (median of rounds); eval ret: Brax's Evaluator (128 envs, one "
-          "episode each, sampled actions)\nspeed x = ours / Brax env-steps/s; compile x = Brax / ours compile "
-          "seconds; truncations: ours bootstraps, Brax does not")
+            print(
+                f"{row['row'] if label == 'brax' else '':<19}{label:<6}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
+                f"{fmt_k(v['steps_per_s']):>10}{v['eval']['episode_reward']:>10.1f}"
+                f"{v['eval']['episode_reward_std']:>8.1f}{ratio:>9}{cratio:>11}"
+            )
+    print(
+        "run s: the training program alone (median of rounds); eval ret: Brax's Evaluator (128 envs, one "
+        "episode each, sampled actions)\nspeed x = ours / Brax env-steps/s; compile x = Brax / ours compile "
+        "seconds; truncations: ours bootstraps, Brax does not"
+    )
     if args.json:
-        out = {"rows": results, "hardware": hw, "jax": jax.__version__, "brax": brax.__version__,
-               "shims": shims, "args": vars(args)}
+        out = {
+            "rows": results,
+            "hardware": hw,
+            "jax": jax.__version__,
+            "brax": brax.__version__,
+            "shims": shims,
+            "args": vars(args),
+        }
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=str)
         print(f"wrote {args.json}")
@@ -552,10 +725,12 @@ def _brax_net_factory(brax_ppo):
     import flax.linen as nn
     from brax.training.agents.ppo import networks as ppo_networks
 
-    return functools.partial(ppo_networks.make_ppo_networks,
-                             policy_hidden_layer_sizes=BRAX_DEFAULT_NET["policy_hidden_layer_sizes"],
-                             value_hidden_layer_sizes=BRAX_DEFAULT_NET["value_hidden_layer_sizes"],
-                             activation=getattr(nn, BRAX_DEFAULT_NET["activation"]))
+    return functools.partial(
+        ppo_networks.make_ppo_networks,
+        policy_hidden_layer_sizes=BRAX_DEFAULT_NET["policy_hidden_layer_sizes"],
+        value_hidden_layer_sizes=BRAX_DEFAULT_NET["value_hidden_layer_sizes"],
+        activation=getattr(nn, BRAX_DEFAULT_NET["activation"]),
+    )
 
 
 if __name__ == "__main__":

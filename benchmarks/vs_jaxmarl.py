@@ -47,7 +47,7 @@ def _stub(name, **attrs):
 
 
 def load_their_make_train(path):
-    _stub("hydra", main=lambda **kw: (lambda f: f))
+    _stub("hydra", main=lambda **kw: lambda f: f)
     _stub("omegaconf", OmegaConf=types.SimpleNamespace(to_container=lambda c: c))
     _stub("wandb", log=lambda *a, **k: None, init=lambda *a, **k: None)
     spec = importlib.util.spec_from_file_location("jaxmarl_ippo_ff_mpe", path)
@@ -57,10 +57,23 @@ def load_their_make_train(path):
     return mod.make_train
 
 
-THEIR_CONFIG = {"LR": 2.5e-4, "NUM_ENVS": 16, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4,
-                "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5,
-                "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "MPE_simple_spread_v3", "ENV_KWARGS": {},
-                "ANNEAL_LR": True}
+THEIR_CONFIG = {
+    "LR": 2.5e-4,
+    "NUM_ENVS": 16,
+    "NUM_STEPS": 128,
+    "UPDATE_EPOCHS": 4,
+    "NUM_MINIBATCHES": 4,
+    "GAMMA": 0.99,
+    "GAE_LAMBDA": 0.95,
+    "CLIP_EPS": 0.2,
+    "ENT_COEF": 0.01,
+    "VF_COEF": 0.5,
+    "MAX_GRAD_NORM": 0.5,
+    "ACTIVATION": "tanh",
+    "ENV_NAME": "MPE_simple_spread_v3",
+    "ENV_KWARGS": {},
+    "ANNEAL_LR": True,
+}
 
 
 def main():
@@ -77,15 +90,32 @@ def main():
     cfg_theirs = dict(THEIR_CONFIG, TOTAL_TIMESTEPS=a.env_steps)
     their_train = load_their_make_train(a.script)(cfg_theirs)
     n_agents = 3
-    ours_cfg = PPOConfig(env_name="jaxmarl:MPE_simple_spread_v3", num_envs=16 * n_agents, num_steps=128,
-                         total_timesteps=a.env_steps * n_agents, update_epochs=4, num_minibatches=4, lr=2.5e-4,
-                         anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, vf_clip_eps=0.2, ent_coef=0.01,
-                         vf_coef=0.5, max_grad_norm=0.5, activation="tanh", hidden_sizes=(64, 64))
+    ours_cfg = PPOConfig(
+        env_name="jaxmarl:MPE_simple_spread_v3",
+        num_envs=16 * n_agents,
+        num_steps=128,
+        total_timesteps=a.env_steps * n_agents,
+        update_epochs=4,
+        num_minibatches=4,
+        lr=2.5e-4,
+        anneal_lr=True,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_eps=0.2,
+        vf_clip_eps=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        activation="tanh",
+        hidden_sizes=(64, 64),
+    )
     sides = {
         "jaxmarl_ippo_ff_mpe": (their_train, lambda out: np.asarray(out["metrics"]["returned_episode_returns"])),
         "ours": (make_ppo(ours_cfg).train, lambda out: np.asarray(out[1]["episode_return"])),
-        "ours_noboot": (make_ppo(ours_cfg.replace(bootstrap_truncated=False)).train,
-                        lambda out: np.asarray(out[1]["episode_return"])),
+        "ours_noboot": (
+            make_ppo(ours_cfg.replace(bootstrap_truncated=False)).train,
+            lambda out: np.asarray(out[1]["episode_return"]),
+        ),
     }
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
     compiled, rows = {}, {}
@@ -111,12 +141,17 @@ def main():
     base = rows["jaxmarl_ippo_ff_mpe"]["env_steps_per_s"]
     for name, r in rows.items():
         r["speed_vs_jaxmarl"] = r["env_steps_per_s"] / base
-        print(f"{name:22s} compile {r['compile_s']:6.1f}s  run {r['run_s_median']:7.1f}s  "
-              f"{r['env_steps_per_s']:9,.0f} env-steps/s ({r['speed_vs_jaxmarl']:.2f}x)  "
-              f"final team return {r['final_return_mean']:.2f} {np.round(r['final_return_per_seed'], 2).tolist()}")
+        print(
+            f"{name:22s} compile {r['compile_s']:6.1f}s  run {r['run_s_median']:7.1f}s  "
+            f"{r['env_steps_per_s']:9,.0f} env-steps/s ({r['speed_vs_jaxmarl']:.2f}x)  "
+            f"final team return {r['final_return_mean']:.2f} {np.round(r['final_return_per_seed'], 2).tolist()}"
+        )
     if a.json:
-        json.dump({"env_steps_per_seed": updates * 16 * 128, "seeds": a.seeds, "rows": rows,
-                   "jax": jax.__version__}, open(a.json, "w"), indent=1)
+        json.dump(
+            {"env_steps_per_seed": updates * 16 * 128, "seeds": a.seeds, "rows": rows, "jax": jax.__version__},
+            open(a.json, "w"),
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

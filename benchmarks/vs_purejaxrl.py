@@ -67,37 +67,65 @@ from _common import fmt_k  # noqa: E402  (this folder, on the path above)
 ROWS = ("cartpole_1seed", "cartpole_16seeds", "cartpole_64seeds", "gru_cartpole", "pendulum", "breakout_minatar_mlp")
 
 # PureJaxRL config key -> PPOConfig field
-KEY_TO_FIELD = {"ENV_NAME": "env_name", "NUM_ENVS": "num_envs", "NUM_STEPS": "num_steps",
-                "TOTAL_TIMESTEPS": "total_timesteps", "UPDATE_EPOCHS": "update_epochs",
-                "NUM_MINIBATCHES": "num_minibatches", "LR": "lr", "ANNEAL_LR": "anneal_lr", "GAMMA": "gamma",
-                "GAE_LAMBDA": "gae_lambda", "CLIP_EPS": "clip_eps", "ENT_COEF": "ent_coef", "VF_COEF": "vf_coef",
-                "MAX_GRAD_NORM": "max_grad_norm", "ACTIVATION": "activation"}
+KEY_TO_FIELD = {
+    "ENV_NAME": "env_name",
+    "NUM_ENVS": "num_envs",
+    "NUM_STEPS": "num_steps",
+    "TOTAL_TIMESTEPS": "total_timesteps",
+    "UPDATE_EPOCHS": "update_epochs",
+    "NUM_MINIBATCHES": "num_minibatches",
+    "LR": "lr",
+    "ANNEAL_LR": "anneal_lr",
+    "GAMMA": "gamma",
+    "GAE_LAMBDA": "gae_lambda",
+    "CLIP_EPS": "clip_eps",
+    "ENT_COEF": "ent_coef",
+    "VF_COEF": "vf_coef",
+    "MAX_GRAD_NORM": "max_grad_norm",
+    "ACTIVATION": "activation",
+}
 
 # what each PureJaxRL script fixes in code, as PPOConfig fields
 SCRIPT_FIXED = {
     "ppo": dict(network="mlp", hidden_sizes=(64, 64), normalize_obs=False, normalize_reward=False),
-    "ppo_rnn": dict(network="gru", gru_size=128, hidden_sizes=(128,), activation="relu", normalize_obs=False,
-                    normalize_reward=False),
+    "ppo_rnn": dict(
+        network="gru", gru_size=128, hidden_sizes=(128,), activation="relu", normalize_obs=False, normalize_reward=False
+    ),
     "ppo_continuous_action": dict(network="mlp", hidden_sizes=(256, 256)),
 }
-COMMON_FIXED = dict(clip_value=True, adam_eps=1e-5, adv_norm="minibatch", shared_torso=False, critic_lr=None,
-                    target_kl=None, max_episode_steps=None, obs_keep=None, freeze_obs_norm=False,
-                    rollout_rng="threefry", rollout_unroll=1)
+COMMON_FIXED = dict(
+    clip_value=True,
+    adam_eps=1e-5,
+    adv_norm="minibatch",
+    shared_torso=False,
+    critic_lr=None,
+    target_kl=None,
+    max_episode_steps=None,
+    obs_keep=None,
+    freeze_obs_norm=False,
+    rollout_rng="threefry",
+    rollout_unroll=1,
+)
 
 NOTES_ALL = [
     "time limits: ours bootstraps V(final observation) at truncation; PureJaxRL treats done = terminated | "
     "truncated as terminal",
-    "PureJaxRL's train returns every step's info as metrics ([updates, steps, envs] arrays); ours per-update "
-    "scalars",
+    "PureJaxRL's train returns every step's info as metrics ([updates, steps, envs] arrays); ours per-update scalars",
 ]
 NOTES = {
-    "gru_cartpole": ["PureJaxRL's actor/critic hidden layers use orthogonal(2) init (ours sqrt(2)); its GRU uses "
-                     "flax's default kernel inits (ours: our own orthogonal recurrent init)"],
-    "pendulum": ["observation normalisation: ours clips to +-10, PureJaxRL does not; reward scaling by the running "
-                 "std of the discounted return in both (PureJaxRL inside the env step, ours after the rollout)",
-                 "PureJaxRL's ClipAction clips to [-1, 1]; shimmed to the env's bounds [-2, 2] like ours"],
-    "breakout_minatar_mlp": ["PureJaxRL's ActorCritic is a fixed 64x64 MLP with separate actor/critic; our preset "
-                             "is matched to it (any difference is listed above)"],
+    "gru_cartpole": [
+        "PureJaxRL's actor/critic hidden layers use orthogonal(2) init (ours sqrt(2)); its GRU uses "
+        "flax's default kernel inits (ours: our own orthogonal recurrent init)"
+    ],
+    "pendulum": [
+        "observation normalisation: ours clips to +-10, PureJaxRL does not; reward scaling by the running "
+        "std of the discounted return in both (PureJaxRL inside the env step, ours after the rollout)",
+        "PureJaxRL's ClipAction clips to [-1, 1]; shimmed to the env's bounds [-2, 2] like ours",
+    ],
+    "breakout_minatar_mlp": [
+        "PureJaxRL's ActorCritic is a fixed 64x64 MLP with separate actor/critic; our preset "
+        "is matched to it (any difference is listed above)"
+    ],
 }
 
 
@@ -108,8 +136,11 @@ def script_defaults(path: str) -> dict:
     for node in tree.body:
         if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
             for stmt in ast.walk(node):
-                if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict)
-                        and any(isinstance(t, ast.Name) and t.id == "config" for t in stmt.targets)):
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and isinstance(stmt.value, ast.Dict)
+                    and any(isinstance(t, ast.Name) and t.id == "config" for t in stmt.targets)
+                ):
                     return ast.literal_eval(stmt.value)
     raise ValueError(f"no `config = {{...}}` in the __main__ block of {path}")
 
@@ -161,8 +192,11 @@ def build_row(name: str, pjr, scale: float, seeds_override=None, num_envs=None):
     elif name == "pendulum":
         script = "ppo_continuous_action"
         cfg = preset_config("Pendulum-v1", hidden_sizes=(256, 256), activation="tanh")
-        theirs = {**script_defaults(path(script)), **fields_as_theirs(cfg),
-                  "NORMALIZE_ENV": bool(cfg.normalize_obs and cfg.normalize_reward)}
+        theirs = {
+            **script_defaults(path(script)),
+            **fields_as_theirs(cfg),
+            "NORMALIZE_ENV": bool(cfg.normalize_obs and cfg.normalize_reward),
+        }
     elif name == "breakout_minatar_mlp":
         script = "ppo"
         cfg = preset_config("Breakout-MinAtar", total_timesteps=1_000_000)
@@ -179,7 +213,9 @@ def build_row(name: str, pjr, scale: float, seeds_override=None, num_envs=None):
     if scale != 1.0:
         total = max(cfg.batch_size, int(cfg.total_timesteps * scale))
         cfg = cfg.replace(total_timesteps=total)
-        theirs["TOTAL_TIMESTEPS"] = max(theirs["NUM_ENVS"] * theirs["NUM_STEPS"], int(theirs["TOTAL_TIMESTEPS"] * scale))
+        theirs["TOTAL_TIMESTEPS"] = max(
+            theirs["NUM_ENVS"] * theirs["NUM_STEPS"], int(theirs["TOTAL_TIMESTEPS"] * scale)
+        )
     return cfg, script, theirs, seeds
 
 
@@ -205,6 +241,7 @@ def warm_up():
             x = jax.random.normal(k, (4, 8))
             g = jax.grad(lambda w: jnp.tanh(x @ w).sum())(c)
             return c - 1e-3 * g, jax.random.categorical(k, x)
+
         return jax.lax.scan(body, w, jax.random.split(key, 4))
 
     jax.jit(f).lower(jax.random.PRNGKey(0), jnp.ones((8, 8))).compile()
@@ -217,10 +254,16 @@ def hang_warning(what: str, after_s: float):
     XLA:CPU (jax 0.10.2) has been seen to hang PureJaxRL's vmapped 16-seed program at a tiny budget
     (``--total-timesteps-scale 0.02``: in 3 of 6 runs ``block_until_ready`` never returned, at 0% CPU,
     with 1 or 2 host devices; ours ran 40 of 40 at that config), never at the table's budgets."""
-    timer = threading.Timer(after_s, lambda: print(
-        f"  WARNING: {what} has not returned after {after_s:.0f} s and uses no CPU if it hangs; XLA:CPU has "
-        "hung PureJaxRL's vmapped program at tiny budgets: interrupt it and use a larger "
-        "--total-timesteps-scale", file=sys.stderr, flush=True))
+    timer = threading.Timer(
+        after_s,
+        lambda: print(
+            f"  WARNING: {what} has not returned after {after_s:.0f} s and uses no CPU if it hangs; XLA:CPU has "
+            "hung PureJaxRL's vmapped program at tiny budgets: interrupt it and use a larger "
+            "--total-timesteps-scale",
+            file=sys.stderr,
+            flush=True,
+        ),
+    )
     timer.daemon = True
     timer.start()
     try:
@@ -249,17 +292,33 @@ def main(argv=None):
     p.add_argument("--purejaxrl-dir", required=True, help="a checkout of luchris429/purejaxrl (repo root)")
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of: {', '.join(ROWS)}")
     p.add_argument("--rounds", type=int, default=3, help="timed runs per side (median reported)")
-    p.add_argument("--total-timesteps-scale", type=float, default=1.0,
-                   help="multiply every row's budget (both sides), e.g. 0.05 for a quick check")
-    p.add_argument("--compile-rounds", type=int, default=1,
-                   help="fresh compiles per side (median reported; in-memory caches cleared before each)")
+    p.add_argument(
+        "--total-timesteps-scale",
+        type=float,
+        default=1.0,
+        help="multiply every row's budget (both sides), e.g. 0.05 for a quick check",
+    )
+    p.add_argument(
+        "--compile-rounds",
+        type=int,
+        default=1,
+        help="fresh compiles per side (median reported; in-memory caches cleared before each)",
+    )
     p.add_argument("--devices", type=int, default=2, help="host devices for ours' sharded seed variant")
     p.add_argument("--seeds", type=int, default=None, help="override every row's number of vmapped seeds")
-    p.add_argument("--num-envs", type=int, default=None,
-                   help="override every row's envs per seed, both sides (the budget is raised to >= 1 update)")
+    p.add_argument(
+        "--num-envs",
+        type=int,
+        default=None,
+        help="override every row's envs per seed, both sides (the budget is raised to >= 1 update)",
+    )
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
-    p.add_argument("--hang-warning-s", type=float, default=600.0,
-                   help="warn on stderr when one timed run has not returned after this many seconds")
+    p.add_argument(
+        "--hang-warning-s",
+        type=float,
+        default=600.0,
+        help="warn on stderr when one timed run has not returned after this many seconds",
+    )
     args = p.parse_args(argv)
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -281,13 +340,16 @@ def main(argv=None):
 
     pjr = _purejaxrl_shims.load(args.purejaxrl_dir)
     try:
-        commit = subprocess.run(["git", "-C", pjr.path, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", pjr.path, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
     except Exception:  # noqa: BLE001
         commit = None
     hw = hardware()
-    print(f"PureJaxRL {pjr.path} @ {commit or '?'}; jax {jax.__version__} on {hw['device_kind']} "
-          f"({hw['jax_devices']} device(s)), {hw['cpu_count']} CPUs")
+    print(
+        f"PureJaxRL {pjr.path} @ {commit or '?'}; jax {jax.__version__} on {hw['device_kind']} "
+        f"({hw['jax_devices']} device(s)), {hw['cpu_count']} CPUs"
+    )
     for s in pjr.shims:
         print(f"  shim: {s}")
     for k, e in pjr.errors.items():
@@ -303,8 +365,10 @@ def main(argv=None):
             continue
         diffs = config_differences(cfg, script, theirs)
         notes = NOTES_ALL + NOTES.get(name, [])
-        print(f"\n[{name}] {cfg.env_name}: {seeds} seed(s), {cfg.num_envs} envs x {cfg.num_steps} steps, "
-              f"{cfg.total_timesteps} steps/seed; PureJaxRL {script}.py")
+        print(
+            f"\n[{name}] {cfg.env_name}: {seeds} seed(s), {cfg.num_envs} envs x {cfg.num_steps} steps, "
+            f"{cfg.total_timesteps} steps/seed; PureJaxRL {script}.py"
+        )
         print("  config differences (ours vs PureJaxRL): " + ("none" if not diffs else ""))
         for d in diffs:
             print(f"    {d}")
@@ -323,16 +387,22 @@ def main(argv=None):
             variants.append(("purejaxrl", jax.jit(theirs_train), (keys[0],), theirs_steps, theirs_per_update))
         else:
             variants.append(("ours", jax.jit(jax.vmap(ppo.train)), (keys,), ours_steps, ours_per_update))
-            variants.append(("purejaxrl", jax.jit(jax.vmap(theirs_train)), (keys,), theirs_steps,
-                             theirs_per_update))
+            variants.append(("purejaxrl", jax.jit(jax.vmap(theirs_train)), (keys,), theirs_steps, theirs_per_update))
             if len(jax.devices()) >= args.devices > 1 and seeds % args.devices == 0:
                 runs = shard_runs(ppo.train, args.devices)
                 variants.append((f"ours_{args.devices}dev", runs, runs.place(keys), ours_steps, ours_per_update))
                 # one device's share of that run, alone: t(share, 1 device) / t(all, D devices) is how
                 # well D devices share the CPU (1.0 = perfectly), apart from how fast ours is per seed
                 share = seeds // args.devices
-                variants.append((f"ours_{share}seeds", jax.jit(jax.vmap(ppo.train)), (keys[:share],),
-                                 ours_steps // args.devices, ours_per_update))
+                variants.append(
+                    (
+                        f"ours_{share}seeds",
+                        jax.jit(jax.vmap(ppo.train)),
+                        (keys[:share],),
+                        ours_steps // args.devices,
+                        ours_per_update,
+                    )
+                )
 
         rec = {label: {"compiles": [], "times": [], "cores": [], "steps": steps} for label, _, _, steps, _ in variants}
         for _ in range(max(1, args.compile_rounds)):
@@ -347,18 +417,30 @@ def main(argv=None):
         def each(r, label, t):
             if r == 0:
                 rec[label]["first"], rec[label]["final"] = window_returns(per_update[label](t.out))
-            print(f"  round {r + 1} {label:<12} {t.wall_s:.2f} s  {fmt_k(rec[label]['steps'] / t.wall_s)} steps/s  "
-                  f"{t.cores:.2f} cores", flush=True)
+            print(
+                f"  round {r + 1} {label:<12} {t.wall_s:.2f} s  {fmt_k(rec[label]['steps'] / t.wall_s)} steps/s  "
+                f"{t.cores:.2f} cores",
+                flush=True,
+            )
 
         calls = {label: functools.partial(rec[label]["compiled"], *a) for label, _, a, _, _ in variants}
-        timings = interleaved_rounds(calls, args.rounds, each,
-                                     lambda r, label: hang_warning(f"round {r + 1} of {label}", args.hang_warning_s))
+        timings = interleaved_rounds(
+            calls, args.rounds, each, lambda r, label: hang_warning(f"round {r + 1} of {label}", args.hang_warning_s)
+        )
         for label, t in timings.items():
             rec[label]["times"], rec[label]["cores"] = t.times, t.cores
 
-        row = {"row": name, "env": cfg.env_name, "seeds": seeds, "script": script,
-               "ours_config": cfg.to_dict(), "purejaxrl_config": theirs, "config_differences": diffs,
-               "notes": notes, "results": {}}
+        row = {
+            "row": name,
+            "env": cfg.env_name,
+            "seeds": seeds,
+            "script": script,
+            "ours_config": cfg.to_dict(),
+            "purejaxrl_config": theirs,
+            "config_differences": diffs,
+            "notes": notes,
+            "results": {},
+        }
         base = rec["purejaxrl"]
         base_sps = base["steps"] / statistics.median(base["times"])
         for label, _, _, steps, _ in variants:
@@ -366,13 +448,19 @@ def main(argv=None):
             med = statistics.median(v["times"])
             sps = steps / med
             fin = v["final"]
-            res = {"compile_s": round(v["compile_s"], 3), "compile_s_all": [round(t, 3) for t in v["compiles"]],
-                   "run_s": [round(t, 3) for t in v["times"]],
-                   "run_s_median": round(med, 3), "env_steps": steps, "steps_per_s": round(sps, 1),
-                   "cores_used": round(statistics.median(v["cores"]), 2),
-                   "final_return_mean": float(np.nanmean(fin)), "final_return_min": float(np.nanmin(fin)),
-                   "final_return_per_seed": [round(float(x), 2) for x in fin],
-                   "first_return_mean": float(np.nanmean(v["first"]))}
+            res = {
+                "compile_s": round(v["compile_s"], 3),
+                "compile_s_all": [round(t, 3) for t in v["compiles"]],
+                "run_s": [round(t, 3) for t in v["times"]],
+                "run_s_median": round(med, 3),
+                "env_steps": steps,
+                "steps_per_s": round(sps, 1),
+                "cores_used": round(statistics.median(v["cores"]), 2),
+                "final_return_mean": float(np.nanmean(fin)),
+                "final_return_min": float(np.nanmin(fin)),
+                "final_return_per_seed": [round(float(x), 2) for x in fin],
+                "first_return_mean": float(np.nanmean(v["first"])),
+            }
             if label != "purejaxrl":
                 res["speed_ratio"] = round(sps / base_sps, 3)
                 res["compile_ratio"] = round(base["compile_s"] / v["compile_s"], 3)
@@ -380,8 +468,10 @@ def main(argv=None):
         results.append(row)
 
     # --- table -------------------------------------------------------------------------------------
-    head = (f"{'row':<22}{'impl':<14}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'cores':>7}{'first ret':>10}"
-            f"{'final ret':>10}{'(min)':>9}{'speed x':>9}{'compile x':>11}")
+    head = (
+        f"{'row':<22}{'impl':<14}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'cores':>7}{'first ret':>10}"
+        f"{'final ret':>10}{'(min)':>9}{'speed x':>9}{'compile x':>11}"
+    )
     print("\n" + head + "\n" + "-" * len(head))
     for row in results:
         first = True
@@ -390,21 +480,31 @@ def main(argv=None):
             v = row["results"][label]
             ratio = f"{v['speed_ratio']:.2f}x" if "speed_ratio" in v else ""
             cratio = f"{v['compile_ratio']:.2f}x" if "compile_ratio" in v else ""
-            print(f"{row['row'] if first else '':<22}{label:<14}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
-                  f"{fmt_k(v['steps_per_s']):>10}{v['cores_used']:>7.2f}{v['first_return_mean']:>10.1f}{v['final_return_mean']:>10.1f}{v['final_return_min']:>9.1f}"
-                  f"{ratio:>9}{cratio:>11}")
+            print(
+                f"{row['row'] if first else '':<22}{label:<14}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
+                f"{fmt_k(v['steps_per_s']):>10}{v['cores_used']:>7.2f}{v['first_return_mean']:>10.1f}{v['final_return_mean']:>10.1f}{v['final_return_min']:>9.1f}"
+                f"{ratio:>9}{cratio:>11}"
+            )
             first = False
-    print("first/final ret: mean over seeds of the first/last 5% of updates' mean episode return; (min): worst "
-          "seed's final\nspeed x = ours / PureJaxRL env-steps/s; compile x = PureJaxRL / ours compile seconds; "
-          "cores: process CPU seconds / wall seconds of the run\nours_Nseeds: one device's share of the "
-          "sharded run, alone on one device (its run s next to ours_Ddev's is how well the devices share the CPU)")
+    print(
+        "first/final ret: mean over seeds of the first/last 5% of updates' mean episode return; (min): worst "
+        "seed's final\nspeed x = ours / PureJaxRL env-steps/s; compile x = PureJaxRL / ours compile seconds; "
+        "cores: process CPU seconds / wall seconds of the run\nours_Nseeds: one device's share of the "
+        "sharded run, alone on one device (its run s next to ours_Ddev's is how well the devices share the CPU)"
+    )
 
     if args.json:
-        out = {"rows": results, "device_kind": hw["device_kind"], "jax": jax.__version__,
-               "cpu_count": os.cpu_count(), "jax_devices": len(jax.devices()), "hardware": hw,
-               "xla_flags": os.environ.get("XLA_FLAGS", ""),
-               "purejaxrl": {"dir": pjr.path, "commit": commit, "shims": pjr.shims},
-               "args": vars(args)}
+        out = {
+            "rows": results,
+            "device_kind": hw["device_kind"],
+            "jax": jax.__version__,
+            "cpu_count": os.cpu_count(),
+            "jax_devices": len(jax.devices()),
+            "hardware": hw,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "purejaxrl": {"dir": pjr.path, "commit": commit, "shims": pjr.shims},
+            "args": vars(args),
+        }
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=str)
         print(f"wrote {args.json}")

@@ -63,10 +63,23 @@ sys.path.insert(0, HERE)
 
 from _common import fmt_k, loadavg_now  # noqa: E402  (this folder, on the path above)
 
-REJAX_CARTPOLE = dict(env="CartPole-v1", agent_kwargs=dict(activation="tanh"), num_envs=5, num_steps=100,
-                      num_epochs=5, num_minibatches=5, learning_rate=0.00075, max_grad_norm=0.5,
-                      total_timesteps=100_000, eval_freq=1000, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
-                      ent_coef=0.01, vf_coef=0.5)
+REJAX_CARTPOLE = dict(
+    env="CartPole-v1",
+    agent_kwargs=dict(activation="tanh"),
+    num_envs=5,
+    num_steps=100,
+    num_epochs=5,
+    num_minibatches=5,
+    learning_rate=0.00075,
+    max_grad_norm=0.5,
+    total_timesteps=100_000,
+    eval_freq=1000,
+    gamma=0.99,
+    gae_lambda=0.95,
+    clip_eps=0.2,
+    ent_coef=0.01,
+    vf_coef=0.5,
+)
 SWEEP_LRS = (1e-4, 2e-4, 3e-4, 5e-4, 7.5e-4, 1e-3, 2e-3, 3e-3)
 ROWS = ("cartpole", "breakout_minatar", "cartpole_lr_sweep")
 
@@ -87,12 +100,23 @@ def rejax_settings(name: str, scale: float = 1.0) -> dict:
         from purejaxppo.config.presets import preset_config
 
         c = preset_config("Breakout-MinAtar")
-        s = dict(env="Breakout-MinAtar", agent_kwargs=dict(activation=c.activation,
-                                                            hidden_layer_sizes=tuple(c.hidden_sizes)),
-                 num_envs=c.num_envs, num_steps=c.num_steps, num_epochs=c.update_epochs,
-                 num_minibatches=c.num_minibatches, learning_rate=c.lr, max_grad_norm=c.max_grad_norm,
-                 total_timesteps=500_000, eval_freq=c.num_envs * c.num_steps * 8, gamma=c.gamma,
-                 gae_lambda=c.gae_lambda, clip_eps=c.clip_eps, ent_coef=c.ent_coef, vf_coef=c.vf_coef)
+        s = dict(
+            env="Breakout-MinAtar",
+            agent_kwargs=dict(activation=c.activation, hidden_layer_sizes=tuple(c.hidden_sizes)),
+            num_envs=c.num_envs,
+            num_steps=c.num_steps,
+            num_epochs=c.update_epochs,
+            num_minibatches=c.num_minibatches,
+            learning_rate=c.lr,
+            max_grad_norm=c.max_grad_norm,
+            total_timesteps=500_000,
+            eval_freq=c.num_envs * c.num_steps * 8,
+            gamma=c.gamma,
+            gae_lambda=c.gae_lambda,
+            clip_eps=c.clip_eps,
+            ent_coef=c.ent_coef,
+            vf_coef=c.vf_coef,
+        )
     else:
         raise SystemExit(f"unknown row {name!r}; rows: {', '.join(ROWS)}")
     if scale != 1.0:
@@ -113,12 +137,27 @@ def ours_config(s: dict):
 
     kw = s.get("agent_kwargs", {})
     return PPOConfig(
-        env_name=s["env"], num_envs=s["num_envs"], num_steps=s["num_steps"], total_timesteps=rejax_env_steps(s),
-        update_epochs=s["num_epochs"], num_minibatches=s["num_minibatches"],
-        hidden_sizes=tuple(kw.get("hidden_layer_sizes", (64, 64))), activation=kw.get("activation", "swish"),
-        anneal_lr=False, clip_value=True, vf_clip_eps=s["clip_eps"], adv_norm="minibatch", lr=s["learning_rate"],
-        clip_eps=s["clip_eps"], vf_coef=s["vf_coef"], ent_coef=s["ent_coef"], gamma=s["gamma"],
-        gae_lambda=s["gae_lambda"], max_grad_norm=s["max_grad_norm"], adam_eps=1e-8)
+        env_name=s["env"],
+        num_envs=s["num_envs"],
+        num_steps=s["num_steps"],
+        total_timesteps=rejax_env_steps(s),
+        update_epochs=s["num_epochs"],
+        num_minibatches=s["num_minibatches"],
+        hidden_sizes=tuple(kw.get("hidden_layer_sizes", (64, 64))),
+        activation=kw.get("activation", "swish"),
+        anneal_lr=False,
+        clip_value=True,
+        vf_clip_eps=s["clip_eps"],
+        adv_norm="minibatch",
+        lr=s["learning_rate"],
+        clip_eps=s["clip_eps"],
+        vf_coef=s["vf_coef"],
+        ent_coef=s["ent_coef"],
+        gamma=s["gamma"],
+        gae_lambda=s["gae_lambda"],
+        max_grad_norm=s["max_grad_norm"],
+        adam_eps=1e-8,
+    )
 
 
 def make_rejax(s: dict):
@@ -170,6 +209,7 @@ def rollout_only(ppo, algo, n_iters: int):
             last_val = algo.critic.apply(ts.critic_ts.params, ts.last_obs)
             adv, tgt = algo.calculate_gae(traj, last_val)
             return ts, adv.sum() + tgt.sum()
+
         return jax.lax.scan(body, ts, None, length=n_iters)[1].sum()
 
     out, key = {}, jax.random.PRNGKey(0)
@@ -188,10 +228,17 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=3, help="timed runs per side (median reported)")
     p.add_argument("--total-timesteps-scale", type=float, default=1.0, help="multiply every row's budget")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", action="store_true",
-                   help="also time each side's rollout (+ values, GAE) alone: the rest of its run is the update")
-    p.add_argument("--host-devices", type=int, default=1,
-                   help="force this many host CPU devices (before JAX starts); > 1 adds the sweep row's ours_cli")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also time each side's rollout (+ values, GAE) alone: the rest of its run is the update",
+    )
+    p.add_argument(
+        "--host-devices",
+        type=int,
+        default=1,
+        help="force this many host CPU devices (before JAX starts); > 1 adds the sweep row's ours_cli",
+    )
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.host_devices > 1:
@@ -214,7 +261,9 @@ def main(argv=None):
     try:
         import rejax
     except ImportError:
-        raise SystemExit("rejax is not installed: pip install --no-deps rejax==0.1.3 (see this script's docstring)") from None
+        raise SystemExit(
+            "rejax is not installed: pip install --no-deps rejax==0.1.3 (see this script's docstring)"
+        ) from None
     import _rejax_shims
     from _common import compile_timed, hardware, interleaved_rounds
     from purejaxppo import make_ppo
@@ -228,8 +277,10 @@ def main(argv=None):
 
         ver = version("rejax")
     hw = hardware()
-    print(f"rejax {ver} PPO; jax {jax.__version__} on {hw['device_kind']} ({hw['jax_devices']} device(s)), "
-          f"{hw['cpu_count']} CPUs, load {hw.get('loadavg_at_start')}")
+    print(
+        f"rejax {ver} PPO; jax {jax.__version__} on {hw['device_kind']} ({hw['jax_devices']} device(s)), "
+        f"{hw['cpu_count']} CPUs, load {hw.get('loadavg_at_start')}"
+    )
     for sh in _rejax_shims.APPLIED:
         print(f"  shim: {sh}")
     warm_up()
@@ -245,8 +296,10 @@ def main(argv=None):
         sweep = name.endswith("_sweep")
         notes = list(NOTES_ALL)
         if name == "breakout_minatar":
-            notes.append("rejax publishes no MinAtar config: both use purejaxppo's Breakout-MinAtar preset with a "
-                         "constant lr (rejax has no lr annealing)")
+            notes.append(
+                "rejax publishes no MinAtar config: both use purejaxppo's Breakout-MinAtar preset with a "
+                "constant lr (rejax has no lr annealing)"
+            )
         if sweep:
             algos = [algo.replace(learning_rate=lr) for lr in SWEEP_LRS]
             stacked = jax.tree.map(lambda *x: jnp.stack(x), *algos)
@@ -273,8 +326,10 @@ def main(argv=None):
         sides = [("ours", o_fn, o_args), ("rejax", r_fn, r_args)] + extra
         labels = [lab for lab, _, _ in sides]
         total = steps * n
-        print(f"\n[{name}] {s['env']}: {n} run(s) x {s['num_envs']} envs x {s['num_steps']} steps, {steps} steps each"
-              + (f", lr in {SWEEP_LRS}" if sweep else ""))
+        print(
+            f"\n[{name}] {s['env']}: {n} run(s) x {s['num_envs']} envs x {s['num_steps']} steps, {steps} steps each"
+            + (f", lr in {SWEEP_LRS}" if sweep else "")
+        )
         for nte in notes:
             print(f"  note: {nte}")
 
@@ -287,8 +342,10 @@ def main(argv=None):
         def each(r, label, t):
             if r == 0:
                 rec[label]["out"] = t.out
-            print(f"  round {r + 1} {label:<12} {t.wall_s:.2f} s  {fmt_k(total / t.wall_s)} steps/s  {t.cores:.2f} cores",
-                  flush=True)
+            print(
+                f"  round {r + 1} {label:<12} {t.wall_s:.2f} s  {fmt_k(total / t.wall_s)} steps/s  {t.cores:.2f} cores",
+                flush=True,
+            )
 
         calls = {label: functools.partial(rec[label]["compiled"], *rec[label]["args"]) for label in labels}
         for label, t in interleaved_rounds(calls, args.rounds, each).items():
@@ -297,19 +354,28 @@ def main(argv=None):
 
         # final evaluation: rejax's protocol on both sides
         ekey = jax.random.PRNGKey(args.seed + 1)
+
         def ours_returns(p, final):  # rejax's evaluation of each of our runs' final policy
             finals = [jax.tree.map(lambda x: x[i], final) for i in range(n)] if sweep else [final]
-            return np.asarray([float(_rejax_shims.final_eval(algo, None, ekey, act=ours_act(p, f))[1].mean())
-                               for f in finals])
+            return np.asarray(
+                [float(_rejax_shims.final_eval(algo, None, ekey, act=ours_act(p, f))[1].mean()) for f in finals]
+            )
 
         if sweep:
-            r_ret = np.asarray(jax.vmap(lambda al, ts: _rejax_shims.final_eval(al, ts, ekey)[1].mean())(
-                stacked, outs["rejax"][0]))
+            r_ret = np.asarray(
+                jax.vmap(lambda al, ts: _rejax_shims.final_eval(al, ts, ekey)[1].mean())(stacked, outs["rejax"][0])
+            )
         else:
             r_ret = np.asarray([float(_rejax_shims.final_eval(algo, outs["rejax"][0], ekey)[1].mean())])
-        o_rets = {"ours": ours_returns(ppo, outs["ours"][0]), "ours_noboot": ours_returns(ppo_nb, outs["ours_noboot"][0])}
-        print(f"  eval (rejax.evaluate, 128 episodes): rejax {np.round(r_ret, 1).tolist()}  "
-              + "  ".join(f"{k} {np.round(v, 1).tolist()}" for k, v in o_rets.items()), flush=True)
+        o_rets = {
+            "ours": ours_returns(ppo, outs["ours"][0]),
+            "ours_noboot": ours_returns(ppo_nb, outs["ours_noboot"][0]),
+        }
+        print(
+            f"  eval (rejax.evaluate, 128 episodes): rejax {np.round(r_ret, 1).tolist()}  "
+            + "  ".join(f"{k} {np.round(v, 1).tolist()}" for k, v in o_rets.items()),
+            flush=True,
+        )
 
         prof = None
         if args.profile and not sweep:
@@ -319,24 +385,40 @@ def main(argv=None):
                 run_s = statistics.median(rec[label]["times"])
                 roll = prof["rollout_alone_s"][label]
                 prof[label] = {"run_s": round(run_s, 3), "rollout_s": roll, "update_and_rest_s": round(run_s - roll, 3)}
-                print(f"  {label}: rollout + values + GAE alone {roll:.2f} s of its {run_s:.2f} s run; update and the "
-                      f"rest {run_s - roll:.2f} s", flush=True)
-        row = {"row": name, "env": s["env"], "runs": n, "rejax_settings": s, "ours_config": cfg.to_dict(),
-               "profile": prof,
-               "sweep_lrs": list(SWEEP_LRS) if sweep else None, "notes": notes,
-               "bootstraps_truncation": {"ours": True, "rejax": False}, "results": {},
-               "loadavg_after": loadavg_now()}
+                print(
+                    f"  {label}: rollout + values + GAE alone {roll:.2f} s of its {run_s:.2f} s run; update and the "
+                    f"rest {run_s - roll:.2f} s",
+                    flush=True,
+                )
+        row = {
+            "row": name,
+            "env": s["env"],
+            "runs": n,
+            "rejax_settings": s,
+            "ours_config": cfg.to_dict(),
+            "profile": prof,
+            "sweep_lrs": list(SWEEP_LRS) if sweep else None,
+            "notes": notes,
+            "bootstraps_truncation": {"ours": True, "rejax": False},
+            "results": {},
+            "loadavg_after": loadavg_now(),
+        }
         base_sps = total / statistics.median(rec["rejax"]["times"])
         for label in ["rejax"] + [lab for lab in labels if lab != "rejax"]:
             ret = r_ret if label == "rejax" else o_rets.get(label, o_rets["ours"])  # layouts of ours: not evaluated
             v = rec[label]
             med = statistics.median(v["times"])
-            res = {"compile_s": round(v["compile_s"], 3), "run_s": [round(t, 3) for t in v["times"]],
-                   "run_s_median": round(med, 3), "env_steps": total, "steps_per_s": round(total / med, 1),
-                   "cores_used": round(statistics.median(v["cores"]), 2),
-                   "eval_return_per_run": [round(float(x), 2) for x in ret],
-                   "eval_return": float(np.max(ret) if sweep else ret[0]),
-                   "eval_return_median": float(np.median(ret))}
+            res = {
+                "compile_s": round(v["compile_s"], 3),
+                "run_s": [round(t, 3) for t in v["times"]],
+                "run_s_median": round(med, 3),
+                "env_steps": total,
+                "steps_per_s": round(total / med, 1),
+                "cores_used": round(statistics.median(v["cores"]), 2),
+                "eval_return_per_run": [round(float(x), 2) for x in ret],
+                "eval_return": float(np.max(ret) if sweep else ret[0]),
+                "eval_return_median": float(np.median(ret)),
+            }
             if label not in ("rejax", *o_rets):
                 res["eval_return_per_run"] = res["eval_return"] = res["eval_return_median"] = None
             if label != "rejax":
@@ -346,24 +428,39 @@ def main(argv=None):
         results.append(row)
         del outs
 
-    head = (f"{'row':<19}{'impl':<13}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'cores':>7}{'eval ret':>10}"
-            f"{'(median)':>10}{'speed x':>9}{'compile x':>11}")
+    head = (
+        f"{'row':<19}{'impl':<13}{'compile s':>10}{'run s':>9}{'steps/s':>10}{'cores':>7}{'eval ret':>10}"
+        f"{'(median)':>10}{'speed x':>9}{'compile x':>11}"
+    )
     print("\n" + head + "\n" + "-" * len(head))
     for row in results:
         for label, v in row["results"].items():
             ratio = f"{v['speed_ratio']:.2f}x" if "speed_ratio" in v else ""
             cratio = f"{v['compile_ratio']:.2f}x" if "compile_ratio" in v else ""
-            ev = (f"{v['eval_return']:>10.1f}{v['eval_return_median']:>10.1f}" if v["eval_return"] is not None
-                  else f"{'-':>10}{'-':>10}")
-            print(f"{row['row'] if label == 'rejax' else '':<19}{label:<13}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
-                  f"{fmt_k(v['steps_per_s']):>10}{v['cores_used']:>7.2f}{ev}{ratio:>9}{cratio:>11}")
-    print("eval ret: rejax.evaluate (128 episodes, sampled actions) of the final policy; on the sweep row the best "
-          "member, (median) the median member\nspeed x = ours / rejax env-steps/s; compile x = rejax / ours compile "
-          "seconds; truncations: ours bootstraps, rejax does not; ours_noboot: ours with bootstrap_truncated=False, "
-          "rejax's semantics (every end terminal), which skips the critic's pass over the final states")
+            ev = (
+                f"{v['eval_return']:>10.1f}{v['eval_return_median']:>10.1f}"
+                if v["eval_return"] is not None
+                else f"{'-':>10}{'-':>10}"
+            )
+            print(
+                f"{row['row'] if label == 'rejax' else '':<19}{label:<13}{v['compile_s']:>10.2f}{v['run_s_median']:>9.2f}"
+                f"{fmt_k(v['steps_per_s']):>10}{v['cores_used']:>7.2f}{ev}{ratio:>9}{cratio:>11}"
+            )
+    print(
+        "eval ret: rejax.evaluate (128 episodes, sampled actions) of the final policy; on the sweep row the best "
+        "member, (median) the median member\nspeed x = ours / rejax env-steps/s; compile x = rejax / ours compile "
+        "seconds; truncations: ours bootstraps, rejax does not; ours_noboot: ours with bootstrap_truncated=False, "
+        "rejax's semantics (every end terminal), which skips the critic's pass over the final states"
+    )
     if args.json:
-        out = {"rows": results, "hardware": hw, "jax": jax.__version__, "rejax": ver,
-               "shims": _rejax_shims.APPLIED, "args": vars(args)}
+        out = {
+            "rows": results,
+            "hardware": hw,
+            "jax": jax.__version__,
+            "rejax": ver,
+            "shims": _rejax_shims.APPLIED,
+            "args": vars(args),
+        }
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=str)
         print(f"wrote {args.json}")

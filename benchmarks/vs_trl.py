@@ -83,9 +83,21 @@ WORK = "/tmp/purejaxppo-vs-trl"
 MODEL = dict(n_embd=64, n_layer=2, n_head=2, n_positions=288)
 TASK = dict(max_len=6, max_new=8)
 SFT_STEPS, POOL = 40, 4096
-HYPER = dict(batch_size=64, update_epochs=4, num_minibatches=4, lr=1e-3, adam_eps=1e-8, max_grad_norm=1.0,
-             temperature=1.0, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.5, gamma=1.0, gae_lambda=0.95,
-             missing_eos_penalty=1.0)
+HYPER = dict(
+    batch_size=64,
+    update_epochs=4,
+    num_minibatches=4,
+    lr=1e-3,
+    adam_eps=1e-8,
+    max_grad_norm=1.0,
+    temperature=1.0,
+    clip_eps=0.2,
+    vf_clip_eps=0.2,
+    vf_coef=0.5,
+    gamma=1.0,
+    gae_lambda=0.95,
+    missing_eos_penalty=1.0,
+)
 TRL_PYTHON = "/tmp/trl-venv/bin/python"
 
 
@@ -126,10 +138,17 @@ def prepare(work: str = WORK) -> dict:
     pool, _ = task.prompts(jax.random.PRNGKey(2), POOL)
     os.makedirs(work, exist_ok=True)
     np.save(prompts, np.asarray(pool, np.int64))
-    info = {"model": MODEL, "task": TASK, "sft_steps": SFT_STEPS, "model_dir": model_dir, "prompts": prompts,
-            "sft_s": time.perf_counter() - t0, "params": int(sum(x.size for x in jax.tree.leaves(params))),
-            "sft_greedy": {k: float(v) for k, v in ev_greedy.items()},
-            "sft_sampled": {k: float(v) for k, v in ev_sampled.items()}}
+    info = {
+        "model": MODEL,
+        "task": TASK,
+        "sft_steps": SFT_STEPS,
+        "model_dir": model_dir,
+        "prompts": prompts,
+        "sft_s": time.perf_counter() - t0,
+        "params": int(sum(x.size for x in jax.tree.leaves(params))),
+        "sft_greedy": {k: float(v) for k, v in ev_greedy.items()},
+        "sft_sampled": {k: float(v) for k, v in ev_sampled.items()},
+    }
     with open(info_path, "w") as f:
         json.dump(info, f, indent=1)
     return info
@@ -170,10 +189,12 @@ def _split_programs(cfg, models, devices: int):
         return jax.tree.map(lambda x: jax.lax.all_gather(x, AXIS, axis=0, tiled=True), tree)
 
     mesh, rep = prompt_mesh(devices), jax.sharding.PartitionSpec()
-    gen = jax.shard_map(lambda s, b: gather(gen_part(s, b, share)), mesh=mesh, in_specs=(rep, rep), out_specs=rep,
-                        check_vma=False)
-    gen_score = jax.shard_map(lambda s, b: score_part(s, b, share, gather), mesh=mesh, in_specs=(rep, rep),
-                              out_specs=rep, check_vma=False)
+    gen = jax.shard_map(
+        lambda s, b: gather(gen_part(s, b, share)), mesh=mesh, in_specs=(rep, rep), out_specs=rep, check_vma=False
+    )
+    gen_score = jax.shard_map(
+        lambda s, b: score_part(s, b, share, gather), mesh=mesh, in_specs=(rep, rep), out_specs=rep, check_vma=False
+    )
     return gen, gen_score
 
 
@@ -211,12 +232,27 @@ def _ours(spec: dict) -> dict:
 
     stop = () if spec["stop"] is None else (spec["stop"],)
     h = spec
-    cfg = TokenPPOConfig(batch_size=h["batch_size"], num_iterations=h["iterations"], update_epochs=h["update_epochs"],
-                         num_minibatches=h["num_minibatches"], max_new_tokens=h["response_length"], stop_ids=stop,
-                         pad_id=task.pad_id, actor_lr=h["lr"], critic_lr=h["lr"], max_grad_norm=h["max_grad_norm"],
-                         adam_eps=h["adam_eps"], clip_eps=h["clip_eps"], vf_clip_eps=h["vf_clip_eps"],
-                         vf_coef=h["vf_coef"], gamma=h["gamma"], gae_lambda=h["gae_lambda"], beta=h["beta"],
-                         temperature=h["temperature"], missing_eos_penalty=h["missing_eos_penalty"])
+    cfg = TokenPPOConfig(
+        batch_size=h["batch_size"],
+        num_iterations=h["iterations"],
+        update_epochs=h["update_epochs"],
+        num_minibatches=h["num_minibatches"],
+        max_new_tokens=h["response_length"],
+        stop_ids=stop,
+        pad_id=task.pad_id,
+        actor_lr=h["lr"],
+        critic_lr=h["lr"],
+        max_grad_norm=h["max_grad_norm"],
+        adam_eps=h["adam_eps"],
+        clip_eps=h["clip_eps"],
+        vf_clip_eps=h["vf_clip_eps"],
+        vf_coef=h["vf_coef"],
+        gamma=h["gamma"],
+        gae_lambda=h["gae_lambda"],
+        beta=h["beta"],
+        temperature=h["temperature"],
+        missing_eos_penalty=h["missing_eos_penalty"],
+    )
     if spec["mode"] == "learning":  # the members vmapped over "runs" agree on one response width (length_buckets)
         ppo = make_token_ppo(cfg, lm, reward, prompts=prompts, runs_axis="runs")
     elif devices == 1:
@@ -226,8 +262,13 @@ def _ours(spec: dict) -> dict:
 
         ppo = data_parallel(functools.partial(make_token_ppo, cfg, lm, reward, prompts=prompts), devices)
     rss_before = _rss_mb()
-    out = {"side": "ours", "jax": jax.__version__, "backend": jax.default_backend(), "rss_before_mb": rss_before,
-           "params": int(sum(x.size for x in jax.tree.leaves(params)))}
+    out = {
+        "side": "ours",
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "rss_before_mb": rss_before,
+        "params": int(sum(x.size for x in jax.tree.leaves(params))),
+    }
     if spec["mode"] == "learning":
         betas, seeds = spec["betas"], spec["seeds"]
         members = [(b, s) for b in betas for s in seeds]
@@ -240,8 +281,15 @@ def _ours(spec: dict) -> dict:
         t0 = time.perf_counter()
         metrics = jax.block_until_ready(exe(keys, cfgs))
         out["run_s"] = time.perf_counter() - t0
-        out["runs"] = [{"beta": b, "seed": s, "score": np.asarray(metrics["score"][i]).tolist(),
-                        "kl": np.asarray(metrics["kl"][i]).tolist()} for i, (b, s) in enumerate(members)]
+        out["runs"] = [
+            {
+                "beta": b,
+                "seed": s,
+                "score": np.asarray(metrics["score"][i]).tolist(),
+                "kl": np.asarray(metrics["kl"][i]).tolist(),
+            }
+            for i, (b, s) in enumerate(members)
+        ]
     else:
         models = experience.Models(lm, lm, lm, reward)
         state = ppo.init(jax.random.PRNGKey(spec["seed"]), params, params)
@@ -268,7 +316,9 @@ def _ours(spec: dict) -> dict:
             jax.block_until_ready(m)
             times["iteration"].append(time.perf_counter() - t0)
             cpu["iteration"].append(time.process_time() - c0)
-            rows.append({"score": float(m["score"]), "kl": float(m["kl"]), "response_length": float(m["response_length"])})
+            rows.append(
+                {"score": float(m["score"]), "kl": float(m["kl"]), "response_length": float(m["response_length"])}
+            )
         out["times"], out["cpu"] = times, cpu
         out["rows"] = rows
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -284,8 +334,10 @@ def _rss_mb() -> float:
 
 
 # --- our side alone at scale (benchmarks/gpu_figures.sh) ---------------------------------------
-SIZES = {"small": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12),  # GPT-2 small
-         "tiny": dict(vocab_size=64, n_positions=320, n_embd=32, n_layer=2, n_head=2)}  # a CPU smoke size
+SIZES = {
+    "small": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12),  # GPT-2 small
+    "tiny": dict(vocab_size=64, n_positions=320, n_embd=32, n_layer=2, n_head=2),
+}  # a CPU smoke size
 
 
 def scale_rows(size: str, lengths, batch: int, layouts, iterations: int, bf16: bool) -> dict:
@@ -317,12 +369,28 @@ def scale_rows(size: str, lengths, batch: int, layouts, iterations: int, bf16: b
         return jnp.sum((response % 2 == 0) & mask, axis=1) / jnp.maximum(jnp.sum(mask, axis=1), 1)
 
     dev = jax.devices()[0]
-    out = {"size": size, "shape": shape, "params": int(sum(x.size for x in jax.tree.leaves(params))),
-           "device_kind": dev.device_kind, "platform": dev.platform, "device_count": n_dev, "batch": batch,
-           "prompt_len": p_len, "dtype": "bfloat16" if bf16 else "float32", "rows": []}
+    out = {
+        "size": size,
+        "shape": shape,
+        "params": int(sum(x.size for x in jax.tree.leaves(params))),
+        "device_kind": dev.device_kind,
+        "platform": dev.platform,
+        "device_count": n_dev,
+        "batch": batch,
+        "prompt_len": p_len,
+        "dtype": "bfloat16" if bf16 else "float32",
+        "rows": [],
+    }
     for t in lengths:
-        cfg = TokenPPOConfig(batch_size=batch, num_iterations=iterations, max_new_tokens=t, stop_ids=(),
-                             actor_lr=1e-5, critic_lr=1e-5, beta=0.05)
+        cfg = TokenPPOConfig(
+            batch_size=batch,
+            num_iterations=iterations,
+            max_new_tokens=t,
+            stop_ids=(),
+            actor_lr=1e-5,
+            critic_lr=1e-5,
+            beta=0.05,
+        )
         for layout in layouts:
             build = functools.partial(make_token_ppo, cfg, lm, reward, prompts=prompts)
             tp = data_parallel(build, n_dev) if layout == "data-parallel" else build()
@@ -330,7 +398,7 @@ def scale_rows(size: str, lengths, batch: int, layouts, iterations: int, bf16: b
             if layout == "fsdp":
                 state = jax.device_put(state, fsdp_sharding(state, prompt_mesh(n_dev)))
             step = jax.jit(tp.iteration)  # called, not AOT: under fsdp the output layout XLA picks
-            t0 = time.perf_counter()      # may differ from the input's (then one more compile)
+            t0 = time.perf_counter()  # may differ from the input's (then one more compile)
             step.lower(state).compile()
             compile_s = time.perf_counter() - t0
             times = []
@@ -341,14 +409,25 @@ def scale_rows(size: str, lengths, batch: int, layouts, iterations: int, bf16: b
                 times.append(time.perf_counter() - t0)
             it = _median(times[2:] or times)  # the first two may compile
             stats = dev.memory_stats() or {}
-            row = {"T": t, "layout": layout, "devices": 1 if layout == "single" else n_dev, "compile_s": compile_s,
-                   "iteration_s": it, "times": times, "tokens_per_s": batch * t / it,
-                   "peak_bytes_in_use": stats.get("peak_bytes_in_use"), "score": float(m["score"]),
-                   "loadavg": loadavg()}
+            row = {
+                "T": t,
+                "layout": layout,
+                "devices": 1 if layout == "single" else n_dev,
+                "compile_s": compile_s,
+                "iteration_s": it,
+                "times": times,
+                "tokens_per_s": batch * t / it,
+                "peak_bytes_in_use": stats.get("peak_bytes_in_use"),
+                "score": float(m["score"]),
+                "loadavg": loadavg(),
+            }
             out["rows"].append(row)
-            print(f"{size} T={t} {layout:>13} on {row['devices']}x {dev.device_kind}: compile {compile_s:.1f}s, "
-                  f"{it:.3f}s/iteration, {row['tokens_per_s']:.0f} tok/s, peak "
-                  f"{(row['peak_bytes_in_use'] or 0) / 2**30:.2f} GiB", flush=True)
+            print(
+                f"{size} T={t} {layout:>13} on {row['devices']}x {dev.device_kind}: compile {compile_s:.1f}s, "
+                f"{it:.3f}s/iteration, {row['tokens_per_s']:.0f} tok/s, peak "
+                f"{(row['peak_bytes_in_use'] or 0) / 2**30:.2f} GiB",
+                flush=True,
+            )
     return out
 
 
@@ -389,24 +468,42 @@ def throughput_row(t: int, ours: dict, trl: dict) -> dict:
     b = ours["spec_batch"] if "spec_batch" in ours else HYPER["batch_size"]
     tm = {k: v[1:] for k, v in ours["times"].items()}  # drop the warm-up round
     it, g, gs = _median(tm["iteration"]), _median(tm["gen"]), _median(tm["gen_score"])
-    o = dict(iteration_s=it, generation_s=g, scoring_s=max(gs - g, 0.0), update_s=max(it - gs, 0.0),
-             first_s=sum(ours["compile_s"].values()), peak_rss_mb=ours["peak_rss_mb"], tokens_per_s=b * t / it,
-             best_iteration_s=min(tm["iteration"]),
-             response_length=_median([r["response_length"] for r in ours["rows"][1:]]))
+    o = dict(
+        iteration_s=it,
+        generation_s=g,
+        scoring_s=max(gs - g, 0.0),
+        update_s=max(it - gs, 0.0),
+        first_s=sum(ours["compile_s"].values()),
+        peak_rss_mb=ours["peak_rss_mb"],
+        tokens_per_s=b * t / it,
+        best_iteration_s=min(tm["iteration"]),
+        response_length=_median([r["response_length"] for r in ours["rows"][1:]]),
+    )
     if "cpu" in ours:
         o["cores"] = sum(ours["cpu"]["iteration"][1:]) / sum(tm["iteration"])
         o["gen_cores"] = sum(ours["cpu"]["gen"][1:]) / sum(tm["gen"])
     rows = trl["rows"][1:]
     med = lambda k: _median([r[k] for r in rows])  # noqa: E731
-    r = dict(iteration_s=med("iteration_s"), generation_s=med("generation_s"), scoring_s=med("scoring_s"),
-             update_s=med("update_s"), first_s=trl["rows"][0]["iteration_s"], peak_rss_mb=trl["peak_rss_mb"])
+    r = dict(
+        iteration_s=med("iteration_s"),
+        generation_s=med("generation_s"),
+        scoring_s=med("scoring_s"),
+        update_s=med("update_s"),
+        first_s=trl["rows"][0]["iteration_s"],
+        peak_rss_mb=trl["peak_rss_mb"],
+    )
     r["tokens_per_s"] = b * t / r["iteration_s"]
     r["best_iteration_s"] = min(x["iteration_s"] for x in rows)
     if "iteration_cpu_s" in rows[0]:
         r["cores"] = sum(x["iteration_cpu_s"] for x in rows) / sum(x["iteration_s"] for x in rows)
         r["gen_cores"] = sum(x["generation_cpu_s"] for x in rows) / sum(x["generation_s"] for x in rows)
-    return {"T": t, "ours": o, "trl": r, "ratio": o["tokens_per_s"] / r["tokens_per_s"],
-            "loadavg": [ours["loadavg_before"], trl["loadavg_after"]]}
+    return {
+        "T": t,
+        "ours": o,
+        "trl": r,
+        "ratio": o["tokens_per_s"] / r["tokens_per_s"],
+        "loadavg": [ours["loadavg_before"], trl["loadavg_after"]],
+    }
 
 
 def _interval(xs):
@@ -431,11 +528,21 @@ def peer_grid(name: str, run_peer, spec: dict, betas, seeds, args, t_start: floa
                 not_run.append(f"{name} beta={beta} seed={seed} (past --budget-s {args.budget_s:.0f})")
                 continue
             peer = run_peer({**spec, "beta": beta, "seed": seed}, f"{name.lower()}_learn_b{beta}_s{seed}")
-            runs.append({"beta": beta, "seed": seed, "score": [r["score"] for r in peer["rows"]],
-                         "kl": [r["kl"] for r in peer["rows"]], "wall_s": peer["wall_s"]})
-            print(f"{name} beta={beta} seed={seed}: score {runs[-1]['score'][0]:.3f} -> "
-                  f"{sum(runs[-1]['score'][-args.tail:]) / args.tail:.3f}, "
-                  f"KL {sum(runs[-1]['kl'][-args.tail:]) / args.tail:.3f} ({peer['wall_s']:.0f}s)", flush=True)
+            runs.append(
+                {
+                    "beta": beta,
+                    "seed": seed,
+                    "score": [r["score"] for r in peer["rows"]],
+                    "kl": [r["kl"] for r in peer["rows"]],
+                    "wall_s": peer["wall_s"],
+                }
+            )
+            print(
+                f"{name} beta={beta} seed={seed}: score {runs[-1]['score'][0]:.3f} -> "
+                f"{sum(runs[-1]['score'][-args.tail :]) / args.tail:.3f}, "
+                f"KL {sum(runs[-1]['kl'][-args.tail :]) / args.tail:.3f} ({peer['wall_s']:.0f}s)",
+                flush=True,
+            )
     return runs
 
 
@@ -461,21 +568,27 @@ def print_tables(result: dict) -> None:
     eos = result.get("eos", False)
     what = "EOS on: ratio = TRL's iteration time / ours" if eos else "EOS off: every response is T tokens"
     print(f"\nthroughput (batch {HYPER['batch_size']}, {what}; medians; load avg before/after)")
-    print(f"{'T':>4} {'side':>5} {'first s':>8} {'iter s':>8} {'best s':>7} {'gen s':>7} {'score s':>8} "
-          f"{'update s':>9} {'cores':>5} {'tok/s':>8} {'peak MB':>8} {'ours/TRL':>9}  load")
+    print(
+        f"{'T':>4} {'side':>5} {'first s':>8} {'iter s':>8} {'best s':>7} {'gen s':>7} {'score s':>8} "
+        f"{'update s':>9} {'cores':>5} {'tok/s':>8} {'peak MB':>8} {'ours/TRL':>9}  load"
+    )
     for row in result["throughput"]:
         for side in ("ours", "trl"):
             s = row[side]
             ratio = f"{row['ratio']:9.2f}" if side == "ours" else " " * 9
-            print(f"{row['T']:>4} {side:>5} {s['first_s']:8.2f} {s['iteration_s']:8.3f} "
-                  f"{s.get('best_iteration_s', float('nan')):7.3f} {s['generation_s']:7.3f} "
-                  f"{s['scoring_s']:8.3f} {s['update_s']:9.3f} {s.get('cores', float('nan')):5.2f} "
-                  f"{s['tokens_per_s']:8.0f} {s['peak_rss_mb']:8.0f} "
-                  f"{ratio}  {' / '.join(row['loadavg']) if side == 'ours' else ''}")
+            print(
+                f"{row['T']:>4} {side:>5} {s['first_s']:8.2f} {s['iteration_s']:8.3f} "
+                f"{s.get('best_iteration_s', float('nan')):7.3f} {s['generation_s']:7.3f} "
+                f"{s['scoring_s']:8.3f} {s['update_s']:9.3f} {s.get('cores', float('nan')):5.2f} "
+                f"{s['tokens_per_s']:8.0f} {s['peak_rss_mb']:8.0f} "
+                f"{ratio}  {' / '.join(row['loadavg']) if side == 'ours' else ''}"
+            )
     if result.get("learning"):
         n = result["learning_iterations"]
-        print(f"\nlearning (T=16, EOS on, {n} iterations; mean of the last {result['tail']} iterations per seed, "
-              f"mean +- 95% t-interval over seeds)")
+        print(
+            f"\nlearning (T=16, EOS on, {n} iterations; mean of the last {result['tail']} iterations per seed, "
+            f"mean +- 95% t-interval over seeds)"
+        )
         print(f"{'beta':>5} {'side':>5} {'seeds':>5} {'score it1':>9} {'score':>15} {'KL/seq':>15}")
         for row in result["learning"]:
             for side in ("ours", "trl"):
@@ -483,8 +596,10 @@ def print_tables(result: dict) -> None:
                     print(f"{row['beta']:>5} {side:>5} {0:>5}  (not run)")
                     continue
                 sc, kl = row[f"{side}_score"], row[f"{side}_kl"]
-                print(f"{row['beta']:>5} {side:>5} {row[f'{side}_seeds']:>5} {row[f'{side}_score_first']:9.3f} "
-                      f"{sc[0]:7.3f} +- {sc[1]:5.3f} {kl[0]:7.3f} +- {kl[1]:5.3f}")
+                print(
+                    f"{row['beta']:>5} {side:>5} {row[f'{side}_seeds']:>5} {row[f'{side}_score_first']:9.3f} "
+                    f"{sc[0]:7.3f} +- {sc[1]:5.3f} {kl[0]:7.3f} +- {kl[1]:5.3f}"
+                )
     for note in result.get("not_run", []):
         print("not run:", note)
 
@@ -501,16 +616,30 @@ def main(argv=None) -> dict:
     ap.add_argument("--budget-s", type=float, default=2400, help="stop starting TRL learning runs past this")
     ap.add_argument("--skip-learning", action="store_true")
     ap.add_argument("--trl-threads", type=int, default=2, help="torch.set_num_threads on TRL's side (default 2)")
-    ap.add_argument("--eos", action="store_true",
-                    help="throughput rows with EOS on (both sides stop at it: real use); tok/s then counts batch x T "
-                         "response slots, so the ratio is the ratio of iteration times")
-    ap.add_argument("--devices", type=int, default=1,
-                    help="throughput rows: our side data-parallel over N host devices (the rlhf CLI's --devices)")
-    ap.add_argument("--trl-flush-denormal", action="store_true",
-                    help="a lever on TRL's side: torch.set_flush_denormal(True) (XLA:CPU flushes denormals already)")
+    ap.add_argument(
+        "--eos",
+        action="store_true",
+        help="throughput rows with EOS on (both sides stop at it: real use); tok/s then counts batch x T "
+        "response slots, so the ratio is the ratio of iteration times",
+    )
+    ap.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="throughput rows: our side data-parallel over N host devices (the rlhf CLI's --devices)",
+    )
+    ap.add_argument(
+        "--trl-flush-denormal",
+        action="store_true",
+        help="a lever on TRL's side: torch.set_flush_denormal(True) (XLA:CPU flushes denormals already)",
+    )
     ap.add_argument("--json", default=os.path.join(HERE, "results", "vs_trl.json"))
-    ap.add_argument("--ours-only", choices=sorted(SIZES), default=None,
-                    help="our side alone at this model size (random init, EOS off; the GPU rows), no TRL")
+    ap.add_argument(
+        "--ours-only",
+        choices=sorted(SIZES),
+        default=None,
+        help="our side alone at this model size (random init, EOS off; the GPU rows), no TRL",
+    )
     ap.add_argument("--batch", type=int, default=64, help="--ours-only: prompts per iteration")
     ap.add_argument("--layouts", default="single,data-parallel,fsdp", help="--ours-only: device layouts")
     ap.add_argument("--bf16", action="store_true", help="--ours-only: compute in bfloat16")
@@ -529,55 +658,108 @@ def main(argv=None) -> dict:
         print_tables(saved)
         return saved
     if args.ours_only:
-        res = scale_rows(args.ours_only, [int(x) for x in args.lengths.split(",")], args.batch,
-                         args.layouts.split(","), args.iterations, args.bf16)
+        res = scale_rows(
+            args.ours_only,
+            [int(x) for x in args.lengths.split(",")],
+            args.batch,
+            args.layouts.split(","),
+            args.iterations,
+            args.bf16,
+        )
         from _common import hardware
 
-        res.update(benchmark="vs_trl --ours-only", hardware=hardware(),
-                   command="python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]))
+        res.update(
+            benchmark="vs_trl --ours-only",
+            hardware=hardware(),
+            command="python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]),
+        )
         _write(args.json, res)
         return res
     if not os.path.exists(args.trl_python):
-        sys.exit(f"no TRL environment at {args.trl_python}; install it once with:\n  python3 -m venv /tmp/trl-venv && "
-                 "/tmp/trl-venv/bin/pip install torch==2.13.0 && /tmp/trl-venv/bin/pip install trl==1.12.0")
+        sys.exit(
+            f"no TRL environment at {args.trl_python}; install it once with:\n  python3 -m venv /tmp/trl-venv && "
+            "/tmp/trl-venv/bin/pip install torch==2.13.0 && /tmp/trl-venv/bin/pip install trl==1.12.0"
+        )
     t_start = time.perf_counter()
     info = prepare()
     from _common import hardware
 
-    result = {"benchmark": "vs_trl", "hardware": hardware(), "sft": info, "hyper": HYPER, "model": MODEL,
-              "task": TASK, "command": "python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]),
-              "loadavg_start": loadavg(), "throughput": [], "not_run": [], "eos": args.eos,
-              "devices": args.devices}
-    base = {**HYPER, "model_dir": info["model_dir"], "prompts": info["prompts"], "threads": args.trl_threads, "seed": 0,
-            "devices": args.devices,
-            "flush_denormal": args.trl_flush_denormal}
-    print(f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "
-          f"sampled {info['sft_sampled']['exact_match']:.3f}; load avg {loadavg()}", flush=True)
+    result = {
+        "benchmark": "vs_trl",
+        "hardware": hardware(),
+        "sft": info,
+        "hyper": HYPER,
+        "model": MODEL,
+        "task": TASK,
+        "command": "python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]),
+        "loadavg_start": loadavg(),
+        "throughput": [],
+        "not_run": [],
+        "eos": args.eos,
+        "devices": args.devices,
+    }
+    base = {
+        **HYPER,
+        "model_dir": info["model_dir"],
+        "prompts": info["prompts"],
+        "threads": args.trl_threads,
+        "seed": 0,
+        "devices": args.devices,
+        "flush_denormal": args.trl_flush_denormal,
+    }
+    print(
+        f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "
+        f"sampled {info['sft_sampled']['exact_match']:.3f}; load avg {loadavg()}",
+        flush=True,
+    )
     for t in [int(x) for x in args.lengths.split(",") if x]:  # --lengths "": the learning grid alone
-        spec = {**base, "mode": "throughput", "iterations": args.iterations, "response_length": t,
-                "stop": 1 if args.eos else None,
-                "beta": 0.1}
+        spec = {
+            **base,
+            "mode": "throughput",
+            "iterations": args.iterations,
+            "response_length": t,
+            "stop": 1 if args.eos else None,
+            "beta": 0.1,
+        }
         ours = run_ours(spec, f"ours_T{t}")
         trl = run_trl(args.trl_python, spec, f"trl_T{t}")
         row = throughput_row(t, ours, trl)
         row["raw"] = {"ours": ours, "trl": trl}
         result["throughput"].append(row)
-        print(f"T={t}: ours {row['ours']['tokens_per_s']:.0f} tok/s (response {row['ours']['response_length']:.1f}), "
-              f"TRL {row['trl']['tokens_per_s']:.0f} tok/s, "
-              f"ratio {row['ratio']:.2f} (load {loadavg()})", flush=True)
+        print(
+            f"T={t}: ours {row['ours']['tokens_per_s']:.0f} tok/s (response {row['ours']['response_length']:.1f}), "
+            f"TRL {row['trl']['tokens_per_s']:.0f} tok/s, "
+            f"ratio {row['ratio']:.2f} (load {loadavg()})",
+            flush=True,
+        )
         _write(args.json, result)
     if not args.skip_learning:
         betas, seeds = [float(x) for x in args.betas.split(",")], list(range(args.seeds))
-        spec = {**base, "mode": "learning", "iterations": args.learning_iterations, "response_length": 16,
-                "stop": 1, "beta": betas[0], "betas": betas, "seeds": seeds}
+        spec = {
+            **base,
+            "mode": "learning",
+            "iterations": args.learning_iterations,
+            "response_length": 16,
+            "stop": 1,
+            "beta": betas[0],
+            "betas": betas,
+            "seeds": seeds,
+        }
         ours = run_ours(spec, "ours_learning")
-        print(f"ours learning: {len(ours['runs'])} runs vmapped, compile {ours['compile_s']:.1f}s, "
-              f"run {ours['run_s']:.1f}s", flush=True)
-        trl_runs = peer_grid("TRL", lambda s, tag: run_trl(args.trl_python, s, tag), spec, betas, seeds, args,
-                             t_start, result["not_run"])
-        result.update(learning_iterations=args.learning_iterations, tail=args.tail,
-                      learning=learning_rows(ours["runs"], trl_runs, args.tail),
-                      learning_raw={"ours": ours, "trl": trl_runs})
+        print(
+            f"ours learning: {len(ours['runs'])} runs vmapped, compile {ours['compile_s']:.1f}s, "
+            f"run {ours['run_s']:.1f}s",
+            flush=True,
+        )
+        trl_runs = peer_grid(
+            "TRL", lambda s, tag: run_trl(args.trl_python, s, tag), spec, betas, seeds, args, t_start, result["not_run"]
+        )
+        result.update(
+            learning_iterations=args.learning_iterations,
+            tail=args.tail,
+            learning=learning_rows(ours["runs"], trl_runs, args.tail),
+            learning_raw={"ours": ours, "trl": trl_runs},
+        )
     result["loadavg_end"] = loadavg()
     result["wall_s"] = time.perf_counter() - t_start
     _write(args.json, result)

@@ -47,12 +47,19 @@ def main():
         for s in range(pop.num_seeds):
             jax.block_until_ready(single(keys[i * S + s], cfg)[1])
     seq_run = time.perf_counter() - t
-    res = {"members": len(pop.members), "seeds": pop.num_seeds, "total_timesteps": a.total_timesteps,
-           "population_compile_s": round(pop_compile, 2), "population_run_s": round(pop_run, 2),
-           "sequential_compile_s": round(seq_compile, 2), "sequential_run_s": round(seq_run, 2),
-           "speedup_run": round(seq_run / pop_run, 2),
-           "speedup_total": round((seq_run + seq_compile) / (pop_run + pop_compile), 2),
-           "cpu_count": os.cpu_count(), "jax": jax.__version__}
+    res = {
+        "members": len(pop.members),
+        "seeds": pop.num_seeds,
+        "total_timesteps": a.total_timesteps,
+        "population_compile_s": round(pop_compile, 2),
+        "population_run_s": round(pop_run, 2),
+        "sequential_compile_s": round(seq_compile, 2),
+        "sequential_run_s": round(seq_run, 2),
+        "speedup_run": round(seq_run / pop_run, 2),
+        "speedup_total": round((seq_run + seq_compile) / (pop_run + pop_compile), 2),
+        "cpu_count": os.cpu_count(),
+        "jax": jax.__version__,
+    }
     print(results_table(pop, fr))
     for k, v in res.items():
         print(f"{k:<22} {v}")

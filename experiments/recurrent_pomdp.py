@@ -34,11 +34,14 @@ TASKS = {
     "CartPole-v1 (position only)": dict(env_name="CartPole-v1", obs_keep=(0, 2), total_timesteps=500_000),
     "MemoryChain-bsuite": dict(env_name="MemoryChain-bsuite", total_timesteps=200_000),
 }
-NOTE = ('Note: `gru_size=32` because on this machine (jax 0.10.2, CPU) the vmapped GRU program with `gru_size'
-        '=64, hidden_sizes=(64,)` (also 128/64, 2 or 3 seeds) hangs at run time (threads asleep on a futex, n'
-        'o CPU); unvmapped it runs. Not investigated further.')
-COMMON = dict(num_envs=16, num_steps=64, update_epochs=4, num_minibatches=4, hidden_sizes=(64,), gru_size=32,
-              ent_coef=0.01)
+NOTE = (
+    'Note: `gru_size=32` because on this machine (jax 0.10.2, CPU) the vmapped GRU program with `gru_size'
+    '=64, hidden_sizes=(64,)` (also 128/64, 2 or 3 seeds) hangs at run time (threads asleep on a futex, n'
+    'o CPU); unvmapped it runs. Not investigated further.'
+)
+COMMON = dict(
+    num_envs=16, num_steps=64, update_epochs=4, num_minibatches=4, hidden_sizes=(64,), gru_size=32, ent_coef=0.01
+)
 
 
 def run_setting(task_kw: dict, network: str, lr: float, seeds: int, scale: float):
@@ -58,7 +61,7 @@ def nan_smooth(ret: np.ndarray, k: int) -> np.ndarray:
     out = np.full_like(ret, np.nan)
     for u in range(ret.shape[1]):
         with np.errstate(all="ignore"):
-            out[:, u] = np.nanmean(ret[:, max(0, u - k + 1): u + 1], axis=1)
+            out[:, u] = np.nanmean(ret[:, max(0, u - k + 1) : u + 1], axis=1)
     return out
 
 
@@ -81,13 +84,24 @@ def main():
             for lr in lrs:
                 cfg, ret, steps, secs = run_setting(task_kw, network, lr, args.seeds, args.scale)
                 final = final_returns(ret)
-                row = dict(task=task, network=network, lr=lr, steps=int(cfg.num_updates * cfg.batch_size),
-                           mean=float(np.mean(final)), min=float(np.min(final)), max=float(np.max(final)),
-                           per_seed=[float(x) for x in final], seconds=round(secs, 1))
+                row = dict(
+                    task=task,
+                    network=network,
+                    lr=lr,
+                    steps=int(cfg.num_updates * cfg.batch_size),
+                    mean=float(np.mean(final)),
+                    min=float(np.min(final)),
+                    max=float(np.max(final)),
+                    per_seed=[float(x) for x in final],
+                    seconds=round(secs, 1),
+                )
                 rows.append(row)
                 curves[(task, network, lr)] = (steps, ret)
-                print(f"{task:28s} {network:4s} lr={lr:<7g} final return mean {row['mean']:8.2f}  "
-                      f"min {row['min']:8.2f}  max {row['max']:8.2f}  ({secs:.0f} s)", flush=True)
+                print(
+                    f"{task:28s} {network:4s} lr={lr:<7g} final return mean {row['mean']:8.2f}  "
+                    f"min {row['min']:8.2f}  max {row['max']:8.2f}  ({secs:.0f} s)",
+                    flush=True,
+                )
 
     best = {}
     for r in rows:
@@ -99,7 +113,8 @@ def main():
         "# Recurrent PPO (GRU) vs feed-forward (MLP) on partially observable tasks",
         "",
         f"Command: `python experiments/recurrent_pomdp.py --seeds {args.seeds} --lrs {args.lrs}"
-        + (f" --scale {args.scale}" if args.scale != 1.0 else "") + "`",
+        + (f" --scale {args.scale}" if args.scale != 1.0 else "")
+        + "`",
         "",
         f"Common settings: {', '.join(f'{k}={v}' for k, v in COMMON.items())}; everything else at the "
         "PPOConfig defaults (gamma 0.99, lambda 0.95, clip 0.2, LR annealed, adv. norm per minibatch). "
@@ -114,11 +129,20 @@ def main():
     ]
     for r in rows:
         mark = " **(best)**" if best[(r["task"], r["network"])] is r else ""
-        lines.append(f"| {r['task']} | {r['network']}{mark} | {r['lr']:g} | {r['steps']:,} | {r['mean']:.2f} | "
-                     f"{r['min']:.2f} | {r['max']:.2f} | {r['seconds']} |")
-    lines += ["", "Reference points: position-only CartPole caps at 500 (time limit); MemoryChain returns +1 "
-              "(right bit) or -1, so a memoryless policy scores 0 in expectation.", "",
-              NOTE, "", "![learning curves](curves.png)", ""]
+        lines.append(
+            f"| {r['task']} | {r['network']}{mark} | {r['lr']:g} | {r['steps']:,} | {r['mean']:.2f} | "
+            f"{r['min']:.2f} | {r['max']:.2f} | {r['seconds']} |"
+        )
+    lines += [
+        "",
+        "Reference points: position-only CartPole caps at 500 (time limit); MemoryChain returns +1 "
+        "(right bit) or -1, so a memoryless policy scores 0 in expectation.",
+        "",
+        NOTE,
+        "",
+        "![learning curves](curves.png)",
+        "",
+    ]
     with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
         f.write("\n".join(lines))
     with open(os.path.join(args.out, "results.json"), "w") as f:

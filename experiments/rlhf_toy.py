@@ -64,11 +64,21 @@ class ToyConfig:
 
     def ppo(self, task) -> TokenPPOConfig:
         return TokenPPOConfig(
-            batch_size=self.batch, num_iterations=self.iters, update_epochs=self.epochs,
-            num_minibatches=self.minibatches, max_new_tokens=task.max_new, stop_ids=task.stop_ids,
-            pad_id=task.pad_id, kl_estimator=self.kl_kind, adaptive_kl=self.adaptive_target is not None,
-            kl_target=self.adaptive_target or 1.0, kl_horizon=self.adaptive_horizon, actor_lr=self.lr,
-            critic_lr=self.lr, missing_eos_penalty=self.no_eos_penalty)
+            batch_size=self.batch,
+            num_iterations=self.iters,
+            update_epochs=self.epochs,
+            num_minibatches=self.minibatches,
+            max_new_tokens=task.max_new,
+            stop_ids=task.stop_ids,
+            pad_id=task.pad_id,
+            kl_estimator=self.kl_kind,
+            adaptive_kl=self.adaptive_target is not None,
+            kl_target=self.adaptive_target or 1.0,
+            kl_horizon=self.adaptive_horizon,
+            actor_lr=self.lr,
+            critic_lr=self.lr,
+            missing_eos_penalty=self.no_eos_penalty,
+        )
 
 
 # what the per-iteration table shows: the library's metrics, the task's grammaticality
@@ -86,14 +96,22 @@ def run_toy(cfg: ToyConfig, betas, log=print):
     task = GrammarTask(seed=cfg.seed)
     t0 = time.time()
     lm, params = init_tiny_lm(task, jax.random.PRNGKey(cfg.seed), cfg.d_model, cfg.n_layers, cfg.n_heads)
-    params, losses = train_sft(lm, params, task, jax.random.PRNGKey(cfg.seed + 1), steps=cfg.sft_steps,
-                               batch=cfg.sft_batch, learning_rate=cfg.sft_lr)
+    params, losses = train_sft(
+        lm,
+        params,
+        task,
+        jax.random.PRNGKey(cfg.seed + 1),
+        steps=cfg.sft_steps,
+        batch=cfg.sft_batch,
+        learning_rate=cfg.sft_lr,
+    )
     sft_nll = float(np.mean(np.asarray(losses)[-20:]))
     log(f"SFT: {cfg.sft_steps} steps, final NLL/token {sft_nll:.3f} ({time.time() - t0:.1f}s)")
     config = cfg.ppo(task)
     tp = make_token_ppo(config, lm, lambda _, *b: task.score(*b), prompts=task.prompts, diagnostics=task.diagnostics)
     configs = jax.tree.map(lambda x: jnp.full((len(betas),), x, jnp.float32), config).replace(
-        beta=jnp.asarray(betas, jnp.float32))
+        beta=jnp.asarray(betas, jnp.float32)
+    )
     t0 = time.time()
     train = jax.jit(jax.vmap(tp.train, in_axes=(None, None, None, None, None, 0)))
     _, metrics = jax.device_get(train(jax.random.PRNGKey(cfg.seed + 2), params, params, None, None, configs))
@@ -228,12 +246,29 @@ def run_tabular(cfg: TabularConfig):
         def loss_fn(params, mb):
             logits, values = forward(params, mb)
             logp = tk.token_logprobs(logits, mb["toks"])
-            return tk.token_ppo_loss(logp, tk.token_entropy(logits), values, mb["logp_old"], mb["values_old"],
-                                     tk.masked_whiten(mb["adv"], mb["mask"]), mb["ret"], mb["mask"],
-                                     clip_eps=cfg.clip_eps, vf_coef=0.5, ent_coef=0.0)
+            return tk.token_ppo_loss(
+                logp,
+                tk.token_entropy(logits),
+                values,
+                mb["logp_old"],
+                mb["values_old"],
+                tk.masked_whiten(mb["adv"], mb["mask"]),
+                mb["ret"],
+                mb["mask"],
+                clip_eps=cfg.clip_eps,
+                vf_coef=0.5,
+                ent_coef=0.0,
+            )
 
-        state, _ = update_epochs(k_upd, TrainState(params, opt_state), data, loss_fn=loss_fn, optimizer=opt,
-                                 num_epochs=cfg.epochs, num_minibatches=m)
+        state, _ = update_epochs(
+            k_upd,
+            TrainState(params, opt_state),
+            data,
+            loss_fn=loss_fn,
+            optimizer=opt,
+            num_epochs=cfg.epochs,
+            num_minibatches=m,
+        )
         params, opt_state = state
         return (params, opt_state), exact_j(params["policy"])
 
@@ -244,9 +279,19 @@ def run_tabular(cfg: TabularConfig):
     j_ref = float(exact_j(ref)[0])
     js = np.asarray(js)
     gap = lambda j: (j - j_ref) / (j_star - j_ref)  # noqa: E731
-    return dict(j_star=j_star, j_ref=j_ref, j=js, score=np.asarray(scores), kl=np.asarray(kls),
-                j_final=float(js[-1]), gap_closed_final=float(gap(js[-1])), gap_closed_best=float(gap(js.max())),
-                max_excess=float(js.max() - j_star), n_states=n_states, n_sequences=len(sc))
+    return dict(
+        j_star=j_star,
+        j_ref=j_ref,
+        j=js,
+        score=np.asarray(scores),
+        kl=np.asarray(kls),
+        j_final=float(js[-1]),
+        gap_closed_final=float(gap(js[-1])),
+        gap_closed_best=float(gap(js.max())),
+        max_excess=float(js.max() - j_star),
+        n_states=n_states,
+        n_sequences=len(sc),
+    )
 
 
 # --- driver --------------------------------------------------------------------------------
@@ -267,15 +312,22 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--betas", default=None, help="comma-separated beta sweep (first = main run)")
     ap.add_argument("--iters", type=int, default=None)
-    ap.add_argument("--adaptive-target", type=float, default=None,
-                    help="adaptive KL controller: target KL per sequence (betas become initial values)")
+    ap.add_argument(
+        "--adaptive-target",
+        type=float,
+        default=None,
+        help="adaptive KL controller: target KL per sequence (betas become initial values)",
+    )
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     kw = dict(seed=args.seed, adaptive_target=args.adaptive_target) | ({"iters": args.iters} if args.iters else {})
     cfg = quick_config(**kw) if args.quick else ToyConfig(**kw)
-    betas = ([float(x) for x in args.betas.split(",")] if args.betas
-             else ([0.1] if args.quick else [0.3, 0.003, 0.03, 0.1, 1.0]))
+    betas = (
+        [float(x) for x in args.betas.split(",")]
+        if args.betas
+        else ([0.1] if args.quick else [0.3, 0.003, 0.03, 0.1, 1.0])
+    )
     t_start = time.time()
     sft_nll, tables, _ = run_toy(cfg, betas)
     main_beta = betas[0]
@@ -300,15 +352,25 @@ def main(argv=None):
     sweep_rows = []
     for beta in sorted(tables):
         t = tables[beta]
-        sweep_rows.append([beta, f"{t['score'][0]:.2f}", f"{t['score'][-tail:].mean():.2f}",
-                           f"{t['kl'][-tail:].mean():.2f}", f"{t['task_grammatical'][-tail:].mean():.3f}",
-                           f"{t['eos_rate'][-tail:].mean():.2f}", f"{t['response_length'][-tail:].mean():.1f}"])
-    sweep_md = markdown_table(["beta", "score (SFT)", "score (final)", "KL/seq", "grammatical", "EOS rate",
-                               "resp len"], sweep_rows)
+        sweep_rows.append(
+            [
+                beta,
+                f"{t['score'][0]:.2f}",
+                f"{t['score'][-tail:].mean():.2f}",
+                f"{t['kl'][-tail:].mean():.2f}",
+                f"{t['task_grammatical'][-tail:].mean():.3f}",
+                f"{t['eos_rate'][-tail:].mean():.2f}",
+                f"{t['response_length'][-tail:].mean():.1f}",
+            ]
+        )
+    sweep_md = markdown_table(
+        ["beta", "score (SFT)", "score (final)", "KL/seq", "grammatical", "EOS rate", "resp len"], sweep_rows
+    )
     print(f"\nbeta sweep (final = mean of last {tail} iterations):\n" + sweep_md)
     with open(os.path.join(args.out, "beta_sweep.csv"), "w", newline="") as f:
-        csv.writer(f).writerows([["beta", "score_sft", "score_final", "kl_seq", "grammatical", "eos_rate",
-                                  "resp_len"], *sweep_rows])
+        csv.writer(f).writerows(
+            [["beta", "score_sft", "score_final", "kl_seq", "grammatical", "eos_rate", "resp_len"], *sweep_rows]
+        )
 
     # exact tabular check
     tcfg = TabularConfig(seed=args.seed, iters=100 if args.quick else 300)
@@ -316,10 +378,22 @@ def main(argv=None):
     tres = run_tabular(tcfg)
     tab_md = markdown_table(
         ["beta", "J(ref)", "J* (DP)", "J(PPO, final)", "max J - J*", "gap closed (final)", "gap closed (best)"],
-        [[tcfg.beta, f"{tres['j_ref']:.4f}", f"{tres['j_star']:.4f}", f"{tres['j_final']:.4f}",
-          f"{tres['max_excess']:.2e}", f"{tres['gap_closed_final']:.3f}", f"{tres['gap_closed_best']:.3f}"]])
-    print(f"\ntabular check ({tres['n_states']} states, {tres['n_sequences']} sequences, {tcfg.iters} iters, "
-          f"{time.time() - t0:.1f}s):\n" + tab_md)
+        [
+            [
+                tcfg.beta,
+                f"{tres['j_ref']:.4f}",
+                f"{tres['j_star']:.4f}",
+                f"{tres['j_final']:.4f}",
+                f"{tres['max_excess']:.2e}",
+                f"{tres['gap_closed_final']:.3f}",
+                f"{tres['gap_closed_best']:.3f}",
+            ]
+        ],
+    )
+    print(
+        f"\ntabular check ({tres['n_states']} states, {tres['n_sequences']} sequences, {tcfg.iters} iters, "
+        f"{time.time() - t0:.1f}s):\n" + tab_md
+    )
 
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(f"# rlhf_toy results ({'quick' if args.quick else 'full'} run, seed {args.seed})\n\n")
@@ -328,11 +402,18 @@ def main(argv=None):
         f.write(f"## tabular exact check\n\n{tab_md}\n\n")
         f.write(f"total wall time: {time.time() - t_start:.0f}s\n")
     with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump({"sft_nll": sft_nll, "betas": betas,
-                   "sweep": {str(b): {k: [float(x) for x in v] for k, v in tables[b].items()
-                                      if k in SUMMARY_KEYS} for b in tables},
-                   "tabular": {k: (float(v) if np.ndim(v) == 0 else [float(x) for x in v]) for k, v in tres.items()}},
-                  f)
+        json.dump(
+            {
+                "sft_nll": sft_nll,
+                "betas": betas,
+                "sweep": {
+                    str(b): {k: [float(x) for x in v] for k, v in tables[b].items() if k in SUMMARY_KEYS}
+                    for b in tables
+                },
+                "tabular": {k: (float(v) if np.ndim(v) == 0 else [float(x) for x in v]) for k, v in tres.items()},
+            },
+            f,
+        )
     if not args.no_plot:
         plot(args.out, tables, main_beta, tres)
     print(f"\nwrote {args.out} ({time.time() - t_start:.0f}s)")
@@ -362,7 +443,7 @@ def plot(out, tables, main_beta, tres):
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
     betas = sorted(tables)
-    tail = lambda t, k: t[k][-max(1, len(t[k]) // 10):].mean()  # noqa: E731
+    tail = lambda t, k: t[k][-max(1, len(t[k]) // 10) :].mean()  # noqa: E731
     ax = axes[0]
     ax.scatter([tail(tables[b], "kl") for b in betas], [tail(tables[b], "score") for b in betas])
     for b in betas:

@@ -21,11 +21,19 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # gymnax's own PPO baselines (gymnax README / gymnax-blines), final evaluation returns
-REFERENCE = {"CartPole-v1": 500.0, "Acrobot-v1": -80.0, "MountainCar-v0": -118.0, "Pendulum-v1": -130.0,
-             "MountainCarContinuous-v0": 92.0, "Catch-bsuite": 1.0,
-             # MinAtar PPO rows of the gymnax README table (gymnax-blines agents, 1e7 steps)
-             "Asterix-MinAtar": 15.0, "Breakout-MinAtar": 28.0, "Freeway-MinAtar": 58.0,
-             "SpaceInvaders-MinAtar": 131.0}
+REFERENCE = {
+    "CartPole-v1": 500.0,
+    "Acrobot-v1": -80.0,
+    "MountainCar-v0": -118.0,
+    "Pendulum-v1": -130.0,
+    "MountainCarContinuous-v0": 92.0,
+    "Catch-bsuite": 1.0,
+    # MinAtar PPO rows of the gymnax README table (gymnax-blines agents, 1e7 steps)
+    "Asterix-MinAtar": 15.0,
+    "Breakout-MinAtar": 28.0,
+    "Freeway-MinAtar": 58.0,
+    "SpaceInvaders-MinAtar": 131.0,
+}
 
 
 def iqm(x: np.ndarray) -> float:
@@ -62,25 +70,41 @@ def train_once(env: str, run_dir: str, flags: list[str]) -> dict:
 
 def run_env(env: str, seeds: int, total: int | None, out_dir: str, extra: list[str]) -> dict:
     run_dir = os.path.join(out_dir, env)
-    summary = train_once(env, run_dir, ["--preset", "--seeds", str(seeds)]
-                         + (["--total-timesteps", str(total)] if total else []) + extra)
+    summary = train_once(
+        env, run_dir, ["--preset", "--seeds", str(seeds)] + (["--total-timesteps", str(total)] if total else []) + extra
+    )
     with open(os.path.join(run_dir, "config.json")) as f:
         cfg = json.load(f)["config"]
     finals = np.asarray(summary["final_return_per_seed"], np.float64)
     greedy = np.asarray(evaluate(run_dir)["per_seed_mean"], np.float64)
-    return {"greedy": greedy.tolist(), "greedy_iqm": iqm(greedy), "greedy_iqm_ci": bootstrap_ci(greedy, iqm),
-            "env": env, "seeds": len(finals), "finals": finals.tolist(), "iqm": iqm(finals),
-            "iqm_ci": bootstrap_ci(finals, iqm), "mean": float(finals.mean()),
-            "mean_ci": bootstrap_ci(finals, np.mean), "env_steps": summary["env_steps"] // len(finals),
-            "wall_s": summary["compile_s"] + summary["run_s"], "network": cfg["network"], "run_dir": run_dir}
+    return {
+        "greedy": greedy.tolist(),
+        "greedy_iqm": iqm(greedy),
+        "greedy_iqm_ci": bootstrap_ci(greedy, iqm),
+        "env": env,
+        "seeds": len(finals),
+        "finals": finals.tolist(),
+        "iqm": iqm(finals),
+        "iqm_ci": bootstrap_ci(finals, iqm),
+        "mean": float(finals.mean()),
+        "mean_ci": bootstrap_ci(finals, np.mean),
+        "env_steps": summary["env_steps"] // len(finals),
+        "wall_s": summary["compile_s"] + summary["run_s"],
+        "network": cfg["network"],
+        "run_dir": run_dir,
+    }
 
 
 def evaluate(run_dir: str, episodes: int = 64) -> dict:
     """Greedy (mode-policy) evaluation of every seed's final params, cached in RUN_DIR/eval.json."""
     path = os.path.join(run_dir, "eval.json")
     if not os.path.exists(path):
-        out = subprocess.run([sys.executable, "-m", "purejaxppo", "eval", run_dir, "--episodes", str(episodes),
-                              "--json"], check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "purejaxppo", "eval", run_dir, "--episodes", str(episodes), "--json"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         with open(path, "w") as f:
             f.write(out)
     with open(path) as f:
@@ -92,16 +116,20 @@ def verdict(value: float, ref: float) -> str:
 
 
 def write_table(results: list[dict], path: str) -> None:
-    lines = ["| env | network | seeds | training return IQM [95% CI] | mean [95% CI] | greedy eval IQM [95% CI] | "
-             "env steps / seed | wall s (all seeds) | reference | vs reference (training / greedy) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| env | network | seeds | training return IQM [95% CI] | mean [95% CI] | greedy eval IQM [95% CI] | "
+        "env steps / seed | wall s (all seeds) | reference | vs reference (training / greedy) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         ref = REFERENCE.get(r["env"])
         vs = "" if ref is None else f"{verdict(r['iqm'], ref)} / {verdict(r['greedy_iqm'], ref)}"
-        lines.append(f"| {r['env']} | {r['network']} | {r['seeds']} | {r['iqm']:.1f} [{r['iqm_ci'][0]:.1f}, "
-                     f"{r['iqm_ci'][1]:.1f}] | {r['mean']:.1f} [{r['mean_ci'][0]:.1f}, {r['mean_ci'][1]:.1f}] | "
-                     f"{r['greedy_iqm']:.1f} [{r['greedy_iqm_ci'][0]:.1f}, {r['greedy_iqm_ci'][1]:.1f}] | "
-                     f"{r['env_steps']:,} | {r['wall_s']:.0f} | {'' if ref is None else ref} | {vs} |")
+        lines.append(
+            f"| {r['env']} | {r['network']} | {r['seeds']} | {r['iqm']:.1f} [{r['iqm_ci'][0]:.1f}, "
+            f"{r['iqm_ci'][1]:.1f}] | {r['mean']:.1f} [{r['mean_ci'][0]:.1f}, {r['mean_ci'][1]:.1f}] | "
+            f"{r['greedy_iqm']:.1f} [{r['greedy_iqm_ci'][0]:.1f}, {r['greedy_iqm_ci'][1]:.1f}] | "
+            f"{r['env_steps']:,} | {r['wall_s']:.0f} | {'' if ref is None else ref} | {vs} |"
+        )
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -109,9 +137,12 @@ def write_table(results: list[dict], path: str) -> None:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--envs", default="CartPole-v1,Acrobot-v1,MountainCar-v0,Pendulum-v1,MountainCarContinuous-v0,"
-                   "Catch-bsuite,MemoryChain-bsuite,Breakout-MinAtar,SpaceInvaders-MinAtar,Asterix-MinAtar,"
-                   "Freeway-MinAtar")
+    p.add_argument(
+        "--envs",
+        default="CartPole-v1,Acrobot-v1,MountainCar-v0,Pendulum-v1,MountainCarContinuous-v0,"
+        "Catch-bsuite,MemoryChain-bsuite,Breakout-MinAtar,SpaceInvaders-MinAtar,Asterix-MinAtar,"
+        "Freeway-MinAtar",
+    )
     p.add_argument("--seeds", type=int, default=8)
     p.add_argument("--total-timesteps", type=int, default=None)
     p.add_argument("--out", default=os.path.join(HERE, "suite"))

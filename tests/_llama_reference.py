@@ -9,24 +9,61 @@ import math
 import numpy as np
 from safetensors.numpy import save_file
 
-BASE = dict(vocab_size=61, hidden_size=32, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-            rms_norm_eps=1e-5, max_position_embeddings=64, hidden_act="silu", bos_token_id=1, eos_token_id=2)
+BASE = dict(
+    vocab_size=61,
+    hidden_size=32,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=64,
+    hidden_act="silu",
+    bos_token_id=1,
+    eos_token_id=2,
+)
 #: one config per family, each exercising what sets the family apart
 CONFIGS = {
     # Llama 3.1-style frequency scaling (4.x style), GQA 4/2, untied head
-    "llama": BASE | dict(model_type="llama", num_key_value_heads=2, rope_theta=10000.0, tie_word_embeddings=False,
-                         max_position_embeddings=4096,
-                         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                                           original_max_position_embeddings=1024)),
+    "llama": BASE
+    | dict(
+        model_type="llama",
+        num_key_value_heads=2,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        max_position_embeddings=4096,
+        rope_scaling=dict(
+            rope_type="llama3",
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=1024,
+        ),
+    ),
     # one KV head (MQA), a sliding window shorter than the rows
-    "mistral": BASE | dict(model_type="mistral", num_key_value_heads=1, rope_theta=10000.0, sliding_window=4,
-                           tie_word_embeddings=False),
+    "mistral": BASE
+    | dict(
+        model_type="mistral", num_key_value_heads=1, rope_theta=10000.0, sliding_window=4, tie_word_embeddings=False
+    ),
     # q/k/v bias, a tied head, the 5.x config style (rope_parameters)
-    "qwen2": BASE | dict(model_type="qwen2", num_key_value_heads=2, tie_word_embeddings=True, use_sliding_window=False,
-                         rope_parameters=dict(rope_type="default", rope_theta=1000.0)),
+    "qwen2": BASE
+    | dict(
+        model_type="qwen2",
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        rope_parameters=dict(rope_type="default", rope_theta=1000.0),
+    ),
     # per-head q/k RMSNorm, head_dim 16 != 32 / 4, tied
-    "qwen3": BASE | dict(model_type="qwen3", num_key_value_heads=2, head_dim=16, rope_theta=1000000.0,
-                         tie_word_embeddings=True, attention_bias=False, use_sliding_window=False),
+    "qwen3": BASE
+    | dict(
+        model_type="qwen3",
+        num_key_value_heads=2,
+        head_dim=16,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+        attention_bias=False,
+        use_sliding_window=False,
+    ),
 }
 #: Llama with ``attention_bias``: biases on q, k, v and o
 LLAMA_BIAS = dict(CONFIGS["llama"], attention_bias=True, tie_word_embeddings=True)
@@ -49,14 +86,23 @@ def hf_weights(cfg: dict, seed: int = 0, dtype=np.float32) -> dict:
         shapes["lm_head.weight"] = (cfg["vocab_size"], d)
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        shapes |= {p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,),
-                   p + "self_attn.q_proj.weight": (q, d), p + "self_attn.k_proj.weight": (kv, d),
-                   p + "self_attn.v_proj.weight": (kv, d), p + "self_attn.o_proj.weight": (d, q),
-                   p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
-                   p + "mlp.down_proj.weight": (d, f)}
+        shapes |= {
+            p + "input_layernorm.weight": (d,),
+            p + "post_attention_layernorm.weight": (d,),
+            p + "self_attn.q_proj.weight": (q, d),
+            p + "self_attn.k_proj.weight": (kv, d),
+            p + "self_attn.v_proj.weight": (kv, d),
+            p + "self_attn.o_proj.weight": (d, q),
+            p + "mlp.gate_proj.weight": (f, d),
+            p + "mlp.up_proj.weight": (f, d),
+            p + "mlp.down_proj.weight": (d, f),
+        }
         if bias:
-            shapes |= {p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
-                       p + "self_attn.v_proj.bias": (kv,)}
+            shapes |= {
+                p + "self_attn.q_proj.bias": (q,),
+                p + "self_attn.k_proj.bias": (kv,),
+                p + "self_attn.v_proj.bias": (kv,),
+            }
         if o_bias:
             shapes[p + "self_attn.o_proj.bias"] = (d,)
         if cfg["model_type"] == "qwen3":

@@ -20,11 +20,12 @@ def run_worker(check: str) -> dict:
     # XLA backend optimisation off: these checks compare two programs compiled the same way on
     # tiny configs, so their time is compile time (O0 cuts it by about 35%); what they test is
     # the program's semantics, which optimisation must not change.
-    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-                        " --xla_backend_optimization_level=0").strip()
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0"
+    ).strip()
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("JAX_PLATFORMS", "cpu")
     proc = subprocess.run([sys.executable, WORKER, check], env=env, capture_output=True, text=True, timeout=900)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, f"worker {check} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])

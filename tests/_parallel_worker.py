@@ -43,16 +43,24 @@ def max_rel_diff(a, b) -> float:
     return worst
 
 
-SMALL = dict(env_name="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2,
-             total_timesteps=8 * 16 * 3)
+SMALL = dict(
+    env_name="CartPole-v1", num_envs=8, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=8 * 16 * 3
+)
 # every option the data-parallel step must honour (issue 10), grouped to share compiles: each
 # option changes the numbers, so one that the split path ignored would show as a difference
-OPTIONS = {"default": {},
-           "critic_lr_target_kl_batch_adv": dict(critic_lr=1e-2, target_kl=1e-5, lr=3e-3, adv_norm="batch"),
-           "unsafe_rbg_normalize_obs_reward": dict(rollout_rng="unsafe_rbg", normalize_obs=True,
-                                                   normalize_reward=True),
-           "gru_pendulum_norm": dict(network="gru", gru_size=16, hidden_sizes=(16,), env_name="Pendulum-v1",
-                                     normalize_obs=True, normalize_reward=True)}
+OPTIONS = {
+    "default": {},
+    "critic_lr_target_kl_batch_adv": dict(critic_lr=1e-2, target_kl=1e-5, lr=3e-3, adv_norm="batch"),
+    "unsafe_rbg_normalize_obs_reward": dict(rollout_rng="unsafe_rbg", normalize_obs=True, normalize_reward=True),
+    "gru_pendulum_norm": dict(
+        network="gru",
+        gru_size=16,
+        hidden_sizes=(16,),
+        env_name="Pendulum-v1",
+        normalize_obs=True,
+        normalize_reward=True,
+    ),
+}
 
 
 def check_runs():
@@ -64,9 +72,12 @@ def check_runs():
     ref = jax.jit(jax.vmap(train))(keys, configs)
     # 2 devices: on a 2-core host shard_map over 4 forced devices has hung in XLA:CPU
     got = shard_runs(train, 2)(keys, configs)
-    return {"runs_vs_ref": max_rel_diff(got, ref), "out_devices": len(jax.tree.leaves(got)[0].sharding.device_set),
-            "members_differ": max_rel_diff(ref[0].train.params, jax.tree.map(lambda x: x[::-1], ref[0].train.params)),
-            "finite": bool(np.all(np.isfinite(np.asarray(ref[1]["actor_loss"]))))}
+    return {
+        "runs_vs_ref": max_rel_diff(got, ref),
+        "out_devices": len(jax.tree.leaves(got)[0].sharding.device_set),
+        "members_differ": max_rel_diff(ref[0].train.params, jax.tree.map(lambda x: x[::-1], ref[0].train.params)),
+        "finite": bool(np.all(np.isfinite(np.asarray(ref[1]["actor_loss"])))),
+    }
 
 
 def check_pbt():
@@ -82,23 +93,31 @@ def check_pbt():
     out = {}
     for d in (1, 2):
         prog = PBTProgram(base, PBTSettings(space, interval=1, window=1), num_devices=d)
-        (state, metrics), finite = prog.chunk(base.num_updates, prog.init(*prog.place(keys, configs)),
-                                              prog.place(configs)[0])
+        (state, metrics), finite = prog.chunk(
+            base.num_updates, prog.init(*prog.place(keys, configs)), prog.place(configs)[0]
+        )
         out[d] = (state, metrics)
     (s1, m1), (s2, m2) = out[1], out[2]
-    return {"pbt_params": max_rel_diff(s2.runner.train.params, s1.runner.train.params),
-            "pbt_metrics": max_rel_diff({k: v for k, v in m2.items() if k != "pbt_score"},
-                                        {k: v for k, v in m1.items() if k != "pbt_score"}),
-            "pbt_same_parents": bool(np.array_equal(np.asarray(m2["pbt_parent"]), np.asarray(m1["pbt_parent"]))),
-            "pbt_copies": int(np.sum(np.asarray(m1["pbt_parent"]) != np.arange(8)[:, None])),
-            "pbt_out_devices": len(jax.tree.leaves(s2)[0].sharding.device_set)}
+    return {
+        "pbt_params": max_rel_diff(s2.runner.train.params, s1.runner.train.params),
+        "pbt_metrics": max_rel_diff(
+            {k: v for k, v in m2.items() if k != "pbt_score"}, {k: v for k, v in m1.items() if k != "pbt_score"}
+        ),
+        "pbt_same_parents": bool(np.array_equal(np.asarray(m2["pbt_parent"]), np.asarray(m1["pbt_parent"]))),
+        "pbt_copies": int(np.sum(np.asarray(m1["pbt_parent"]) != np.arange(8)[:, None])),
+        "pbt_out_devices": len(jax.tree.leaves(s2)[0].sharding.device_set),
+    }
 
 
 # multi-agent (jaxmarl): 12 rows = 4 MPE envs x 3 agents, 2 envs per device; MAPPO's global state
-OPTIONS["marl_mappo"] = dict(env_name="jaxmarl:MPE_simple_spread_v3", num_envs=12, agent_critic="centralised",
-                             total_timesteps=12 * 16 * 3)
-SPLIT_PARTS = {"a": ("default", "critic_lr_target_kl_batch_adv"), "b": ("unsafe_rbg_normalize_obs_reward",
-                                                                       "gru_pendulum_norm"), "marl": ("marl_mappo",)}
+OPTIONS["marl_mappo"] = dict(
+    env_name="jaxmarl:MPE_simple_spread_v3", num_envs=12, agent_critic="centralised", total_timesteps=12 * 16 * 3
+)
+SPLIT_PARTS = {
+    "a": ("default", "critic_lr_target_kl_batch_adv"),
+    "b": ("unsafe_rbg_normalize_obs_reward", "gru_pendulum_norm"),
+    "marl": ("marl_mappo",),
+}
 
 
 def check_split_envs(part):
@@ -123,8 +142,9 @@ def check_split_envs(part):
     cfg = PPOConfig(**SMALL)
     ppo, dp, ref = built["default"]
     # sensitivity: a different key changes the result (so the equalities can fail)
-    out["other_key_params"] = max_rel_diff(jax.jit(dp.train)(jax.random.PRNGKey(4))[0].train.params,
-                                           ref[0].train.params)
+    out["other_key_params"] = max_rel_diff(
+        jax.jit(dp.train)(jax.random.PRNGKey(4))[0].train.params, ref[0].train.params
+    )
     # init, then run in chunks (the driver's way), equals train; the env state stays sharded
     runner = jax.jit(dp.init)(key)
     chunk = jax.jit(lambda r: dp.run(r, cfg, 1))
@@ -149,7 +169,8 @@ def check_errors():
         "uneven_minibatch": lambda: split_envs(cfg.replace(network="gru", num_minibatches=8), 2),
         "too_many_devices": lambda: split_envs(cfg, 8),
         "uneven_runs": lambda: shard_runs(make_ppo(cfg).train, 4)(
-            jax.random.split(jax.random.PRNGKey(0), 3), stack_configs([cfg] * 3)),
+            jax.random.split(jax.random.PRNGKey(0), 3), stack_configs([cfg] * 3)
+        ),
     }.items():
         try:
             fn()
@@ -183,21 +204,42 @@ def check_cli(part):
     split step is checked against one device at library level (``split_envs``); here each run
     also reports the devices and split its config.json records, so a split that silently ran
     on one device fails."""
-    tiny = ["train", "--env", "CartPole-v1", "--num-envs", "8", "--num-steps", "16", "--total-timesteps",
-            str(8 * 16 * 3), "--update-epochs", "2", "--num-minibatches", "2"]
+    tiny = [
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--num-envs",
+        "8",
+        "--num-steps",
+        "16",
+        "--total-timesteps",
+        str(8 * 16 * 3),
+        "--update-epochs",
+        "2",
+        "--num-minibatches",
+        "2",
+    ]
     extra = {"default": [], "gru": ["--network", "gru", "--gru-size", "16"]}[part]
     rc1, log1, one, _, _ = _cli_metrics(tiny + extra + ["--devices", "1"])
     rc2, log2, two, _, used = _cli_metrics(tiny + extra + ["--devices", "2", "--split", "envs"])
-    out = dict(rc=[rc1, rc2], diff=max_rel_diff(two, one) if one is not None and two is not None else None,
-               used=used, log=(log1 + log2)[-2000:] if rc1 or rc2 else None)
+    out = dict(
+        rc=[rc1, rc2],
+        diff=max_rel_diff(two, one) if one is not None and two is not None else None,
+        used=used,
+        log=(log1 + log2)[-2000:] if rc1 or rc2 else None,
+    )
     if part == "default":
         sweep = tiny + ["--sweep", "lr=1e-3,3e-3", "--seeds", "2"]
         rc1, log1, one, h1, _ = _cli_metrics(sweep + ["--devices", "1"])
         rc2, log2, two, h2, used = _cli_metrics(sweep + ["--devices", "2"])
-        out.update(sweep_rc=[rc1, rc2], sweep_same_header=h1 == h2, sweep_used=used,
-                   sweep_rows=None if one is None else int(one.shape[0]),
-                   sweep_diff=max_rel_diff(two, one) if one is not None and two is not None else None,
-                   sweep_log=(log1 + log2)[-2000:] if rc1 or rc2 else None)
+        out.update(
+            sweep_rc=[rc1, rc2],
+            sweep_same_header=h1 == h2,
+            sweep_used=used,
+            sweep_rows=None if one is None else int(one.shape[0]),
+            sweep_diff=max_rel_diff(two, one) if one is not None and two is not None else None,
+            sweep_log=(log1 + log2)[-2000:] if rc1 or rc2 else None,
+        )
     return out
 
 
@@ -210,7 +252,12 @@ if __name__ == "__main__":
         enable(os.environ["PUREJAXPPO_CACHE_DIR"])
     check, _, part = sys.argv[1].partition(":")
     assert len(jax.devices()) >= 4, f"expected 4 forced host devices, got {jax.devices()}"
-    checks = {"runs": check_runs, "pbt": check_pbt, "errors": check_errors, "split_envs": check_split_envs,
-              "cli": check_cli}
+    checks = {
+        "runs": check_runs,
+        "pbt": check_pbt,
+        "errors": check_errors,
+        "split_envs": check_split_envs,
+        "cli": check_cli,
+    }
     result = checks[check](part) if part else checks[check]()
     print("RESULT " + json.dumps(result))

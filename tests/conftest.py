@@ -83,8 +83,20 @@ def _test_optimisation(request):
 # on ONE worker, so the fixture is built once; tests without shared state spread over the
 # workers one by one. The slowest work goes first (longest-first keeps both cores busy to the
 # end); the order changes no result, every test is independent of the others' order.
-_FIRST = ("test_parallel_split", "test_parallel_cli", "test_parallel", "test_pbt", "test_cli", "test_recurrent",
-          "test_learning", "test_rlhf_toy", "test_faults", "test_driver", "test_population", "test_train")
+_FIRST = (
+    "test_parallel_split",
+    "test_parallel_cli",
+    "test_parallel",
+    "test_pbt",
+    "test_cli",
+    "test_recurrent",
+    "test_learning",
+    "test_rlhf_toy",
+    "test_faults",
+    "test_driver",
+    "test_population",
+    "test_train",
+)
 
 
 def _module(item) -> str:

@@ -39,10 +39,15 @@ def test_masked_log_prob_entropy_mode_match_numpy_over_the_legal_set():
         legal = np.flatnonzero(mask[i])
         logp = _np_log_softmax(logits[i, legal].astype(np.float64))
         a = legal[i % len(legal)]
-        np.testing.assert_allclose(MASKED_CATEGORICAL.log_prob((params[0][i], params[1][i]), jnp.asarray(a)),
-                                   logp[i % len(legal)], rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(MASKED_CATEGORICAL.entropy((params[0][i], params[1][i])),
-                                   -np.sum(np.exp(logp) * logp), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(
+            MASKED_CATEGORICAL.log_prob((params[0][i], params[1][i]), jnp.asarray(a)),
+            logp[i % len(legal)],
+            rtol=1e-5,
+            atol=1e-5,
+        )
+        np.testing.assert_allclose(
+            MASKED_CATEGORICAL.entropy((params[0][i], params[1][i])), -np.sum(np.exp(logp) * logp), rtol=1e-5, atol=1e-5
+        )
         assert int(MASKED_CATEGORICAL.mode((params[0][i], params[1][i]))) == legal[np.argmax(logits[i, legal])]
 
 
@@ -51,8 +56,11 @@ def test_masked_samples_are_legal_and_follow_the_legal_softmax():
     logits = np.array([3.0, 0.5, -1.0, 2.0, 0.0], np.float32)  # the illegal 0 and 3 are the likeliest
     mask = np.array([False, True, True, False, True])
     n = 20000
-    a = np.asarray(MASKED_CATEGORICAL.sample(jax.random.PRNGKey(0), (jnp.broadcast_to(logits, (n, 5)),
-                                                                     jnp.broadcast_to(mask, (n, 5)))))
+    a = np.asarray(
+        MASKED_CATEGORICAL.sample(
+            jax.random.PRNGKey(0), (jnp.broadcast_to(logits, (n, 5)), jnp.broadcast_to(mask, (n, 5)))
+        )
+    )
     assert mask[a].all()
     p = np.exp(_np_log_softmax(logits[mask].astype(np.float64)))
     np.testing.assert_allclose(np.bincount(a, minlength=5)[mask] / n, p, atol=0.015)
@@ -154,14 +162,28 @@ def _toy_venv(num_envs):
         return obs_of(nxt), nxt, reward, nxt.t >= HORIZON, jnp.asarray(False)
 
     structure = {"pos": jax.ShapeDtypeStruct((N_STATES,), jnp.float32), "t": jax.ShapeDtypeStruct((), jnp.float32)}
-    spec = EnvSpec("toy-masked", (N_STATES + 1,), max_episode_steps=HORIZON, obs_structure=structure,
-                   action_mask=True, **discrete_action_fields(N_ACTIONS))
+    spec = EnvSpec(
+        "toy-masked",
+        (N_STATES + 1,),
+        max_episode_steps=HORIZON,
+        obs_structure=structure,
+        action_mask=True,
+        **discrete_action_fields(N_ACTIONS),
+    )
     return auto_reset_vec_env(spec, num_envs, reset1, step1)
 
 
 def test_mask_travels_through_rollout_and_update():
-    cfg = PPOConfig(env_name="toy-masked", num_envs=8, num_steps=16, total_timesteps=8 * 16 * 2, update_epochs=1,
-                    num_minibatches=1, hidden_sizes=(16,), ent_coef=0.0)
+    cfg = PPOConfig(
+        env_name="toy-masked",
+        num_envs=8,
+        num_steps=16,
+        total_timesteps=8 * 16 * 2,
+        update_epochs=1,
+        num_minibatches=1,
+        hidden_sizes=(16,),
+        ent_coef=0.0,
+    )
     ppo = make_ppo(cfg, venv=episode_statistics(_toy_venv(8)))
     runner = ppo.init(jax.random.PRNGKey(0))
     p0 = runner.train.params
@@ -185,8 +207,9 @@ def test_mask_travels_through_rollout_and_update():
     assert isinstance(tr.obs, MaskedObs) and tr.obs.action_mask.shape == (16, 8, N_ACTIONS)
     assert bool(jnp.all(jnp.take_along_axis(tr.obs.action_mask, tr.action[..., None], -1)))
     dp, _ = ppo.agent.evaluate(p0, jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), tr)._replace(info={}))
-    np.testing.assert_allclose(ppo.agent.dist.log_prob(dp, tr.action.reshape(-1)), tr.log_prob.reshape(-1),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        ppo.agent.dist.log_prob(dp, tr.action.reshape(-1)), tr.log_prob.reshape(-1), rtol=1e-5, atol=1e-6
+    )
     # ... and dropping the mask would change them (the test can fail)
     unmasked = jax.nn.log_softmax(dp[0])[jnp.arange(128), tr.action.reshape(-1)]
     assert not np.allclose(unmasked, tr.log_prob.reshape(-1), atol=1e-3)

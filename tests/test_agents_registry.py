@@ -21,8 +21,15 @@ from purejaxppo.run.run_folder import load_run
 from purejaxppo.step.evaluate import evaluate_runner
 
 NAME = "tiny-relu"
-CFG = PPOConfig(network=NAME, num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4, update_epochs=1,
-                num_minibatches=2, max_episode_steps=20)
+CFG = PPOConfig(
+    network=NAME,
+    num_envs=4,
+    num_steps=16,
+    total_timesteps=4 * 16 * 4,
+    update_epochs=1,
+    num_minibatches=2,
+    max_episode_steps=20,
+)
 
 
 class TinyTorso(nn.Module):
@@ -79,8 +86,9 @@ def test_a_registered_agent_resumes_to_the_numbers_of_an_uninterrupted_run(runs)
     for name in ("actor_loss", "critic_loss", "entropy", "approx_kl"):
         np.testing.assert_allclose(res.metrics[name], runs["full"].metrics[name], rtol=1e-5, atol=1e-7, err_msg=name)
     _, _, a, _ = load_run(runs["half"])
-    np.testing.assert_allclose(_tiny_kernel(a.train.params), _tiny_kernel(runs["full"].runner_state.train.params),
-                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        _tiny_kernel(a.train.params), _tiny_kernel(runs["full"].runner_state.train.params), rtol=1e-5, atol=1e-7
+    )
 
 
 def test_a_registered_agent_warm_starts_from_its_folder(runs):
@@ -89,8 +97,9 @@ def test_a_registered_agent_warm_starts_from_its_folder(runs):
     ppo = make_ppo(new)
     fresh = jax.vmap(lambda k: ppo.init(k, new))(jax.random.split(jax.random.PRNGKey(7), 1))
     started = warm_start.apply(record, fresh, 1)
-    np.testing.assert_array_equal(_tiny_kernel(started.train.params),
-                                  _tiny_kernel(runs["full"].runner_state.train.params))
+    np.testing.assert_array_equal(
+        _tiny_kernel(started.train.params), _tiny_kernel(runs["full"].runner_state.train.params)
+    )
     assert not np.array_equal(_tiny_kernel(fresh.train.params), _tiny_kernel(started.train.params))
     res = train_chunked(new, run_dir=os.path.join(runs["root"], "warm"), init_from=runs["whole"], chunk_updates=4)
     assert res.finished and np.isfinite(res.metrics["actor_loss"]).all()
@@ -141,7 +150,10 @@ def test_registry_rules():
         validate(PPOConfig(num_envs=4, num_minibatches=8, num_steps=16))  # transitions: 64/8 is fine
         with pytest.raises(ConfigError, match="wants hidden_sizes"):
             registry.check_agent(seq.replace(num_minibatches=2, hidden_sizes=(8,)))
-        assert registry.minibatch_units(seq.replace(num_minibatches=2)) == (2, "env sequences (num_envs/num_minibatches)")
+        assert registry.minibatch_units(seq.replace(num_minibatches=2)) == (
+            2,
+            "env sequences (num_envs/num_minibatches)",
+        )
         assert registry.minibatch_units(PPOConfig(num_envs=4, num_steps=16, num_minibatches=2))[0] == 32
     finally:
         registry.unregister_agent("seq-agent")

@@ -11,8 +11,9 @@ import pytest
 from purejaxppo.cli import main
 from purejaxppo.config import PPOConfig
 
-CFG = PPOConfig(env_name="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=256, update_epochs=1,
-                num_minibatches=1)
+CFG = PPOConfig(
+    env_name="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=256, update_epochs=1, num_minibatches=1
+)
 HEADER = "seed,update,actor_loss,episode_return\r\n"
 ROWS = "0,0,0.5,10\r\n1,0,0.4,12\r\n0,1,0.3,11\r\n1,1,0.2,13\r\n"
 
@@ -21,8 +22,17 @@ def _folder(root, name, config=True, metrics=HEADER + ROWS, kind="run", ckpt=Fal
     d = root / name
     d.mkdir()
     if config:
-        info = {"kind": kind, "config": CFG.to_dict(), "seed": 0, "num_seeds": 2, "members": None,
-                "chunk_updates": 4, "num_devices": 1, "split": "seeds", "checkpoint_every": 1}
+        info = {
+            "kind": kind,
+            "config": CFG.to_dict(),
+            "seed": 0,
+            "num_seeds": 2,
+            "members": None,
+            "chunk_updates": 4,
+            "num_devices": 1,
+            "split": "seeds",
+            "checkpoint_every": 1,
+        }
         if isinstance(config, bytes):
             (d / "config.json").write_bytes(config)
         else:
@@ -44,8 +54,9 @@ def places(tmp_path, monkeypatch):
     (tmp_path / "ro").mkdir()
     ro = str(tmp_path / "ro")
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if os.path.abspath(p).startswith(ro)
-                        else real_access(p, mode, **kw))
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **kw: False if os.path.abspath(p).startswith(ro) else real_access(p, mode, **kw)
+    )
     nocfg = tmp_path / "nocfg"
     nocfg.mkdir()
     (nocfg / "notes.txt").write_text("x")
@@ -65,8 +76,12 @@ def places(tmp_path, monkeypatch):
         # note column; an index cell that is not a number; config.json with bytes that are not UTF-8
         "LATIN": _folder(tmp_path, "latin", metrics=None),
         "HDRONLY": _folder(tmp_path, "hdronly", metrics="seed,update,actor_loss,episode_return,note\r\n" + ROWS),
-        "NOTE": _folder(tmp_path, "note", metrics=HEADER.replace("\r\n", ",note\r\n")
-                        + "0,0,0.5,10,first try\r\n1,0,0.4,12,\r\n0,1,0.3,11,\r\n1,1,0.2,13,\r\n"),
+        "NOTE": _folder(
+            tmp_path,
+            "note",
+            metrics=HEADER.replace("\r\n", ",note\r\n")
+            + "0,0,0.5,10,first try\r\n1,0,0.4,12,\r\n0,1,0.3,11,\r\n1,1,0.2,13,\r\n",
+        ),
         "BADIDX": _folder(tmp_path, "badidx", metrics=HEADER + "0,0,0.5,10\r\nx,0,0.4,12\r\n"),
         "BADCFG": _folder(tmp_path, "badcfg", config=b'{"kind": "run", "config": {"env_name": "Cart\xffPole"}}'),
         "FILE": str(tmp_path / "file.txt"),
@@ -76,7 +91,9 @@ def places(tmp_path, monkeypatch):
         "MISSING": str(tmp_path / "no" / "such"),
         "TMP": str(tmp_path),
     }
-    (tmp_path / "latin" / "metrics.csv").write_bytes((HEADER + "0,0,0.5,10\r\n1,0,0.4,12 caf\xe9\r\n").encode("latin-1"))
+    (tmp_path / "latin" / "metrics.csv").write_bytes(
+        (HEADER + "0,0,0.5,10\r\n1,0,0.4,12 caf\xe9\r\n").encode("latin-1")
+    )
     return out
 
 
@@ -182,18 +199,38 @@ CASES = [
     (["plot", "RUN", "-o", ""], "-o/--out is empty"),
     (["envs", "--suite", ""], "--suite is empty"),
     # list-valued flags: empty items, repeated values, a flag that a sweep or search overrides
-    (T + ["--sweep", "lr=1e-3,,1e-4"], "has an empty value (two commas in a row, or one at an end); list each "
-                                       "value once: lr=1e-3,1e-4"),
+    (
+        T + ["--sweep", "lr=1e-3,,1e-4"],
+        "has an empty value (two commas in a row, or one at an end); list each value once: lr=1e-3,1e-4",
+    ),
     (T + ["--sweep", "lr=1e-3,0.001"], "lists 0.001 more than once"),
     (T + ["--sweep", "lr=1e-3,1e-4", "--lr", "1e-2"], "--lr is given and --sweep 'lr=1e-3,1e-4' sets the same"),
-    (T + ["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--search", "lr=uniform:1e-5:1e-2"],
-     "--search lr is given twice"),
+    (
+        T + ["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--search", "lr=uniform:1e-5:1e-2"],
+        "--search lr is given twice",
+    ),
     (T + ["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--lr", "1e-3"], "--lr is given and --search"),
     # counters and seeds that would wrap in 32 bits (issue 26, item 4), checked before any folder exists
-    (T + ["--total-timesteps", "100000000000000", "--run-dir", "TMP/huge"],
-     "gives num_updates=195,312,500,000, past 2**31-1=2,147,483,647"),
-    (T + ["--total-timesteps", "1099511627776", "--lr-end", "1e-5", "--anneal-lr", "false", "--lr-ramp-steps", "100",
-          "--run-dir", "TMP/ramp"], "optimizer steps (the lr_end ramp counts them)"),
+    (
+        T + ["--total-timesteps", "100000000000000", "--run-dir", "TMP/huge"],
+        "gives num_updates=195,312,500,000, past 2**31-1=2,147,483,647",
+    ),
+    (
+        T
+        + [
+            "--total-timesteps",
+            "1099511627776",
+            "--lr-end",
+            "1e-5",
+            "--anneal-lr",
+            "false",
+            "--lr-ramp-steps",
+            "100",
+            "--run-dir",
+            "TMP/ramp",
+        ],
+        "optimizer steps (the lr_end ramp counts them)",
+    ),
     (T + ["--seeds", "99999999999"], "--seeds=99,999,999,999 must be at most 2,147,483,647"),
     (T + ["--seed", "-1"], "--seed=-1 must be between 0 and 4,294,967,295"),
     (T + ["--seed", "4294967296"], "--seed=4294967296 must be between 0 and 4,294,967,295"),
@@ -203,8 +240,10 @@ CASES = [
     (["plot", "LATIN", "-o", "TMP/x.png"], "line 3 holds bytes that are not UTF-8 text"),
     (["train", "--resume", "HDRONLY"], "every row has 4 fields; edit line 1"),
     (["plot", "BADIDX", "-o", "TMP/x.png"], "line 3 is damaged (its seed, update cells are not whole numbers"),
-    (["plot", "NOTE", "--metric", "note", "-o", "TMP/x.png"], "column 'note' holds text, not numbers (line 2: "
-                                                              "'first try'); plot one of: actor_loss, episode_return"),
+    (
+        ["plot", "NOTE", "--metric", "note", "-o", "TMP/x.png"],
+        "column 'note' holds text, not numbers (line 2: 'first try'); plot one of: actor_loss, episode_return",
+    ),
     (["train", "--resume", "BADCFG"], "config.json is damaged"),
     (["eval", "BADCFG"], "config.json is damaged"),
     (["bench", "--num-envs", "0"], "num_envs=0 must be >= 1"),
@@ -215,8 +254,11 @@ CASES = [
 def test_bad_input_exits_2_with_one_message_and_no_traceback(argv, needle, places, capsys, monkeypatch):
     if "--tensorboard" in argv or "--wandb" in argv:  # as if the optional package were not installed
         real = importlib.util.find_spec
-        monkeypatch.setattr(importlib.util, "find_spec",
-                            lambda name, *a: None if name in ("tensorboardX", "torch", "wandb") else real(name, *a))
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name in ("tensorboardX", "torch", "wandb") else real(name, *a),
+        )
     argv = _fill(argv, places)
     before = sorted(os.listdir(places["TMP"]))
     files = _digest(places["TMP"])
@@ -233,8 +275,17 @@ def _digest(folder) -> dict:
     return {os.path.join(d, f): open(os.path.join(d, f), "rb").read() for d, _, fs in os.walk(folder) for f in fs}
 
 
-@pytest.mark.parametrize("argv", [["train", "--seeds", "abc"], ["train", "--split", "foo"], ["eval"],
-                                  ["train", "--hidden-sizes", "a,b"], ["plot"], ["train", "--normalize-obs", "maybe"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--seeds", "abc"],
+        ["train", "--split", "foo"],
+        ["eval"],
+        ["train", "--hidden-sizes", "a,b"],
+        ["plot"],
+        ["train", "--normalize-obs", "maybe"],
+    ],
+)
 def test_malformed_flags_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -242,20 +293,36 @@ def test_malformed_flags_are_argparse_errors(argv, capsys):
     assert e.value.code == 2 and "error:" in err and "Traceback" not in err
 
 
-TINY = ["--num-envs", "2", "--num-steps", "8", "--total-timesteps", "16", "--update-epochs", "1",
-        "--num-minibatches", "1", "--devices", "1", "--quiet"]
+TINY = [
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "8",
+    "--total-timesteps",
+    "16",
+    "--update-epochs",
+    "1",
+    "--num-minibatches",
+    "1",
+    "--devices",
+    "1",
+    "--quiet",
+]
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--hidden-sizes", "64,,64"], "no empty items"),
-    (["--hidden-sizes", "64,64,"], "no empty items"),
-    (["--hidden-sizes", "64 64"], "comma-separated integers"),  # was joined into (6464,)
-    (["--obs-keep", "0,0"], "index 0 is listed twice"),
-    (["--lr", "\u0661"], "expected a number written in ASCII"),  # ARABIC-INDIC DIGIT ONE: float() reads 1.0
-    (["--num-steps", "\uff18"], "expected a whole number written in ASCII digits"),  # FULLWIDTH 8: int() reads 8
-    (["--total-timesteps", "5e5"], "got '5e5'; write it as 500000"),
-    (["--chunk", "2.0"], "write it as 2"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--hidden-sizes", "64,,64"], "no empty items"),
+        (["--hidden-sizes", "64,64,"], "no empty items"),
+        (["--hidden-sizes", "64 64"], "comma-separated integers"),  # was joined into (6464,)
+        (["--obs-keep", "0,0"], "index 0 is listed twice"),
+        (["--lr", "\u0661"], "expected a number written in ASCII"),  # ARABIC-INDIC DIGIT ONE: float() reads 1.0
+        (["--num-steps", "\uff18"], "expected a whole number written in ASCII digits"),  # FULLWIDTH 8: int() reads 8
+        (["--total-timesteps", "5e5"], "got '5e5'; write it as 500000"),
+        (["--chunk", "2.0"], "write it as 2"),
+    ],
+)
 def test_numbers_and_lists_are_parsed_strictly(argv, needle, tmp_path, capsys):
     """Spellings Python's int/float/split accept but mean something else (or nothing): argparse
     errors naming the spelling to use, before anything is built (each would have trained)."""

@@ -24,13 +24,11 @@ HELPERS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(BENCH, "_*.
 
 
 def _env():
-    return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                JAX_PLATFORMS="cpu")
+    return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
 
 
 def _run(args, timeout=120, cwd=ROOT):
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
 _HELP: dict = {}
@@ -90,15 +88,53 @@ def test_gpu_figures_script_parses():
 
 
 TINY = {  # the scripts that need only this package, at a size that runs in seconds (plus compile)
-    "throughput.py": ["--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "8", "--total-timesteps", "64",
-                      "--repeats", "1"],
-    "scaling.py": ["--envs", "2", "--seeds", "1", "--tasks", "CartPole-v1", "--num-steps", "8", "--updates", "1",
-                   "--min-steps", "16", "--repeats", "1", "--out", "OUT/scaling"],
+    "throughput.py": [
+        "--env",
+        "CartPole-v1",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "8",
+        "--total-timesteps",
+        "64",
+        "--repeats",
+        "1",
+    ],
+    "scaling.py": [
+        "--envs",
+        "2",
+        "--seeds",
+        "1",
+        "--tasks",
+        "CartPole-v1",
+        "--num-steps",
+        "8",
+        "--updates",
+        "1",
+        "--min-steps",
+        "16",
+        "--repeats",
+        "1",
+        "--out",
+        "OUT/scaling",
+    ],
     "gru_sequence.py": ["--batch", "1", "--steps", "4", "--size", "4", "--iters", "1", "--json", "OUT/g.json"],
     "profile_step.py": ["--env", "CartPole-v1", "--total-timesteps", "1024", "--repeats", "1", "--json", "OUT/p.json"],
     "lm_generation.py": ["--lengths", "4", "--batch", "2", "--rounds", "1", "--json", "OUT/lg.json"],
-    "lm_iteration.py": ["--lengths", "4", "--batch", "4", "--epochs", "1", "--minibatches", "1", "--rounds", "1",
-                        "--json", "OUT/li.json"],
+    "lm_iteration.py": [
+        "--lengths",
+        "4",
+        "--batch",
+        "4",
+        "--epochs",
+        "1",
+        "--minibatches",
+        "1",
+        "--rounds",
+        "1",
+        "--json",
+        "OUT/li.json",
+    ],
 }
 
 
@@ -133,8 +169,12 @@ def test_the_shared_timing_loop_interleaves_the_sides():
     def side(label):
         return lambda: calls.append(label) or f"{label}{len(calls)}"
 
-    rec = interleaved_rounds({"a": side("a"), "b": side("b")}, 3,
-                             lambda r, label, t: seen.append((r, label, t.out, t.wall_s > 0, t.cores >= 0)), guard)
+    rec = interleaved_rounds(
+        {"a": side("a"), "b": side("b")},
+        3,
+        lambda r, label, t: seen.append((r, label, t.out, t.wall_s > 0, t.cores >= 0)),
+        guard,
+    )
     assert calls == ["a", "b"] * 3
     assert seen == [(r, lab, f"{lab}{2 * r + (lab == 'b') + 1}", True, True) for r in range(3) for lab in "ab"]
     assert guarded == [(r, lab, io) for r in range(3) for lab in "ab" for io in ("in", "out")]

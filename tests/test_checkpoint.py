@@ -11,8 +11,13 @@ import numpy as np
 import pytest
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, restore_checkpoint,
-                                   save_checkpoint)
+from purejaxppo.run.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    restore_checkpoint,
+    save_checkpoint,
+)
 from purejaxppo.scale.population import seed_keys
 
 
@@ -23,17 +28,22 @@ class Inner(NamedTuple):
 
 def _tree(seed=0):
     r = np.random.default_rng(seed)
-    return {"params": {"w": r.normal(size=(3, 4)).astype(np.float32), "b": np.float32(r.normal())},
-            "raw_key": np.asarray(jax.random.PRNGKey(seed)), "typed_key": jax.random.key(seed),
-            "env": Inner({"count": np.arange(5, dtype=np.int32), "mean": r.normal(size=(2,))}, np.array([True, False])),
-            "update": np.int32(7)}
+    return {
+        "params": {"w": r.normal(size=(3, 4)).astype(np.float32), "b": np.float32(r.normal())},
+        "raw_key": np.asarray(jax.random.PRNGKey(seed)),
+        "typed_key": jax.random.key(seed),
+        "env": Inner({"count": np.arange(5, dtype=np.int32), "mean": r.normal(size=(2,))}, np.array([True, False])),
+        "update": np.int32(7),
+    }
 
 
 def _same(a, b):
-    ka = jax.tree.leaves(jax.tree.map(lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(
-        x.dtype, jax.dtypes.prng_key) else x, a))
-    kb = jax.tree.leaves(jax.tree.map(lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(
-        x.dtype, jax.dtypes.prng_key) else x, b))
+    ka = jax.tree.leaves(
+        jax.tree.map(lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x, a)
+    )
+    kb = jax.tree.leaves(
+        jax.tree.map(lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x, b)
+    )
     assert len(ka) == len(kb)
     for x, y in zip(ka, kb):
         x, y = np.asarray(x), np.asarray(y)
@@ -151,8 +161,12 @@ def test_relative_checkpoint_folder_round_trips(tmp_path, monkeypatch):
 def test_zero_size_leaves_round_trip_and_checksums_still_hold(tmp_path):
     # orbax refuses zero-size arrays ("Cannot save arrays with zero size"; MJX env states have
     # them): they are kept by shape and dtype and rebuilt, the other leaves still verified
-    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "contact": np.zeros((4, 0, 3), np.float32),
-            "ids": np.zeros((0,), np.int32), "key": jax.random.key(3)}
+    tree = {
+        "w": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "contact": np.zeros((4, 0, 3), np.float32),
+        "ids": np.zeros((0,), np.int32),
+        "key": jax.random.key(3),
+    }
     path = save_checkpoint(str(tmp_path / "a"), 1, tree)
     template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), x.dtype), tree)
     restored, _ = restore_checkpoint(path, template)

@@ -20,8 +20,27 @@ from _equality import METRIC_TOL, assert_close_metrics, assert_close_state, asse
 # the CLI's promises (bitwise-equal resumes, sweeps equal to one call) hold at the optimisation users get
 pytestmark = pytest.mark.optimised
 
-TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "32", "--total-timesteps", str(4 * 32 * 8),
-        "--update-epochs", "2", "--num-minibatches", "2", "--seeds", "2", "--devices", "1", "--chunk", "2", "--quiet"]
+TINY = [
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "32",
+    "--total-timesteps",
+    str(4 * 32 * 8),
+    "--update-epochs",
+    "2",
+    "--num-minibatches",
+    "2",
+    "--seeds",
+    "2",
+    "--devices",
+    "1",
+    "--chunk",
+    "2",
+    "--quiet",
+]
 
 
 @pytest.fixture(scope="module")
@@ -79,20 +98,28 @@ def test_eval_gymnax_blines_protocol(straight, capsys, monkeypatch):
     assert main(["eval", straight, "--protocol", "gymnax-blines", "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert calls == [(164, False)]
-    assert (s["protocol"], s["episodes_per_seed"], s["episodes"], s["policy"]) == ("gymnax-blines", 164, 328, "stochastic")
+    assert (s["protocol"], s["episodes_per_seed"], s["episodes"], s["policy"]) == (
+        "gymnax-blines",
+        164,
+        328,
+        "stochastic",
+    )
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["train", "--resume", "/nonexistent/run"], "does not exist"),
-    (["eval", "/nonexistent/run"], "does not exist"),
-    (["plot", "/nonexistent/run"], "no metrics.csv"),
-    (["train", "--resume", "RUN", "--lr", "0.1"], "--lr"),
-    (["train", "--seeds", "0"], "--seeds"),
-    (["train", "--seeds", "2", "--devices", "3"], "--devices"),
-    (["eval", "RUN", "--episodes", "0"], "--episodes"),
-    (["plot", "RUN", "--metric", "nope"], "no metric 'nope'"),
-    (["train", "--run-dir", "RUN"], "already holds a run"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["train", "--resume", "/nonexistent/run"], "does not exist"),
+        (["eval", "/nonexistent/run"], "does not exist"),
+        (["plot", "/nonexistent/run"], "no metrics.csv"),
+        (["train", "--resume", "RUN", "--lr", "0.1"], "--lr"),
+        (["train", "--seeds", "0"], "--seeds"),
+        (["train", "--seeds", "2", "--devices", "3"], "--devices"),
+        (["eval", "RUN", "--episodes", "0"], "--episodes"),
+        (["plot", "RUN", "--metric", "nope"], "no metric 'nope'"),
+        (["train", "--run-dir", "RUN"], "already holds a run"),
+    ],
+)
 def test_user_errors_exit_2_with_message(argv, needle, straight, capsys):
     argv = [straight if a == "RUN" else a for a in argv]
     assert main(argv) == 2
@@ -121,15 +148,40 @@ def test_bad_flag_is_an_argparse_error(capsys):
 
 def test_more_devices_than_xla_flags_force_is_a_user_error():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    out = subprocess.run([sys.executable, "-m", "purejaxppo", "train", "--seeds", "2", "--devices", "2", "--quiet"],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "purejaxppo", "train", "--seeds", "2", "--devices", "2", "--quiet"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr
     assert "XLA_FLAGS forces 1 host device" in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
-SWEEP = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", str(4 * 16 * 6),
-         "--update-epochs", "1", "--num-minibatches", "2", "--seeds", "2", "--devices", "1", "--chunk", "2",
-         "--quiet", "--sweep", "lr=1e-3,3e-3"]
+SWEEP = [
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "16",
+    "--total-timesteps",
+    str(4 * 16 * 6),
+    "--update-epochs",
+    "1",
+    "--num-minibatches",
+    "2",
+    "--seeds",
+    "2",
+    "--devices",
+    "1",
+    "--chunk",
+    "2",
+    "--quiet",
+    "--sweep",
+    "lr=1e-3,3e-3",
+]
 
 
 @pytest.mark.slow
@@ -177,16 +229,39 @@ def test_train_flags_reach_the_loop(monkeypatch, tmp_path):
         return loop.RunResult(config, kw["run_dir"], None, {}, 0.0, 1.0, 0, np.zeros(runs), members=kw["members"])
 
     monkeypatch.setattr(loop, "train_chunked", fake_train_chunked)
-    assert main(["train", "--devices", "1", "--split", "envs", "--seed", "5", "--quiet",
-                 "--run-dir", str(tmp_path / "a")]) == 0
+    assert (
+        main(["train", "--devices", "1", "--split", "envs", "--seed", "5", "--quiet", "--run-dir", str(tmp_path / "a")])
+        == 0
+    )
     prog = calls[-1]["program"]
     assert prog.split == "envs" and prog.num_devices == 1 and calls[-1]["seed"] == 5
     assert calls[-1]["members"] is None
-    assert main(["train", "--devices", "1", "--seeds", "3", "--sweep", "lr=1e-3,2e-3", "--sweep", "clip_eps=0.1,0.3",
-                 "--quiet", "--run-dir", str(tmp_path / "b")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--devices",
+                "1",
+                "--seeds",
+                "3",
+                "--sweep",
+                "lr=1e-3,2e-3",
+                "--sweep",
+                "clip_eps=0.1,0.3",
+                "--quiet",
+                "--run-dir",
+                str(tmp_path / "b"),
+            ]
+        )
+        == 0
+    )
     assert calls[-1]["program"].split == "seeds" and calls[-1]["num_seeds"] == 3
-    assert calls[-1]["members"] == [{"lr": 1e-3, "clip_eps": 0.1}, {"lr": 1e-3, "clip_eps": 0.3},
-                                    {"lr": 2e-3, "clip_eps": 0.1}, {"lr": 2e-3, "clip_eps": 0.3}]
+    assert calls[-1]["members"] == [
+        {"lr": 1e-3, "clip_eps": 0.1},
+        {"lr": 1e-3, "clip_eps": 0.3},
+        {"lr": 2e-3, "clip_eps": 0.1},
+        {"lr": 2e-3, "clip_eps": 0.3},
+    ]
     assert (tmp_path / "b" / "results.md").read_text().count("\n") == 2 + 4  # header, rule, 4 members
 
 
@@ -196,8 +271,26 @@ def test_bench_subcommand_takes_its_own_flags(tmp_path, capsys):
     """`python -m purejaxppo bench --env ...` reaches the benchmark with its flags (argparse's
     REMAINDER used to drop a leading option: "unrecognized arguments: --env")."""
     out = tmp_path / "bench.json"
-    assert main(["bench", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "8", "--total-timesteps", "64",
-                 "--repeats", "1", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--env",
+                "CartPole-v1",
+                "--num-envs",
+                "2",
+                "--num-steps",
+                "8",
+                "--total-timesteps",
+                "64",
+                "--repeats",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     res = json.load(open(out))
     assert (res["env"], res["num_envs"], res["num_steps"], res["total_timesteps"]) == ("CartPole-v1", 2, 8, 64)
     assert res["train_steps_per_s"] > 0 and res["env_only_steps_per_s"] > 0

@@ -16,7 +16,9 @@ def test_categorical_log_prob_entropy_mode():
     ref_logp = np.take_along_axis(np_log_softmax(logits, -1), actions[..., None], -1)[..., 0]
     p = np.exp(np_log_softmax(logits, -1))
     ref_ent = stats.entropy(p, axis=-1)
-    np.testing.assert_allclose(CATEGORICAL.log_prob(jnp.asarray(logits), jnp.asarray(actions)), ref_logp, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        CATEGORICAL.log_prob(jnp.asarray(logits), jnp.asarray(actions)), ref_logp, rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(CATEGORICAL.entropy(jnp.asarray(logits)), ref_ent, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(CATEGORICAL.mode(jnp.asarray(logits)), logits.argmax(-1))
 

@@ -46,7 +46,7 @@ def python_blocks(text: str) -> list:
 
 def skip_reason(code: str):
     first = code.lstrip("\n").splitlines()[0].strip() if code.strip() else ""
-    return first[len(SKIP):].strip() if first.startswith(SKIP) else None
+    return first[len(SKIP) :].strip() if first.startswith(SKIP) else None
 
 
 BLOCKS = python_blocks(open(README).read())
@@ -76,15 +76,16 @@ def run_blocks(blocks: dict, workdir: str, timeout: float = 1800) -> dict:
     env = dict(os.environ)
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
     env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, "-c", RUNNER, src, out], cwd=workdir, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, src, out], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if not os.path.exists(out):
         raise AssertionError(f"the block runner died (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
     return json.load(open(out))
 
 
 def test_readme_starts_with_the_newcomer_commands():
-    assert open(README).read().splitlines()[:len(NEWCOMER)] == NEWCOMER
+    assert open(README).read().splitlines()[: len(NEWCOMER)] == NEWCOMER
 
 
 def test_readme_has_python_examples_and_skips_say_why():
@@ -116,16 +117,19 @@ PREFIXES = ("purejaxppo", "docs", "benchmarks", "experiments", "tests")
 PATH = re.compile(r"(?<![\w./~$-])((?:%s)/(?:[\w.*<>-]|\{[\w,.]*\}|/)*)" % "|".join(PREFIXES))
 EXTENSIONS = {"py", "md", "sh", "json", "jsonl", "csv", "png", "txt", "toml", "yaml", "yml", "gif", "cfg"}
 # text right before a path that makes it an output of the command (it need not exist yet)
-OUTPUT = re.compile(r"((--out|--json|\s-o|(?<![-=<])>>?|\bout=|\b[Ww]rites?|\b[Ww]ritten to|\b[Ss]aved? (to|in))[\s=]*[\"'`]?"
-                    r"|[\"'](--out|--json)[\"'],.*default=[\"'])$")
+OUTPUT = re.compile(
+    r"((--out|--json|\s-o|(?<![-=<])>>?|\bout=|\b[Ww]rites?|\b[Ww]ritten to|\b[Ss]aved? (to|in))[\s=]*[\"'`]?"
+    r"|[\"'](--out|--json)[\"'],.*default=[\"'])$"
+)
 DOTTED = re.compile(r"(?<![\w.])purejaxppo(?:\.\w+)+")
 
 
 def repo_files() -> list:
     """Tracked and untracked-but-not-ignored files, relative to the root."""
     try:
-        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.split("\n")
+        out = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split("\n")
         return sorted(f for f in out if f and os.path.isfile(os.path.join(ROOT, f)))
     except (OSError, subprocess.CalledProcessError):  # not a git checkout: walk it
         skip = {".git", ".ci-venv", ".venv", "__pycache__", ".pytest_cache", ".hypothesis", "runs", "build"}
@@ -144,8 +148,14 @@ def checked_files() -> list:
     for f in repo_files():
         if f == me:
             continue
-        if (f in ("README.md", "pyproject.toml") or f.startswith("docs/") and f.endswith(".md")
-                or f.startswith("benchmarks/") and f.endswith(".md") or f.endswith((".py", ".sh"))):
+        if (
+            f in ("README.md", "pyproject.toml")
+            or f.startswith("docs/")
+            and f.endswith(".md")
+            or f.startswith("benchmarks/")
+            and f.endswith(".md")
+            or f.endswith((".py", ".sh"))
+        ):
             out.append(f)
     return out
 
@@ -154,7 +164,7 @@ def _expand(path: str) -> list:
     m = re.search(r"\{([\w,.]*)\}", path)
     if not m:
         return [path]
-    return [p for alt in m.group(1).split(",") for p in _expand(path[:m.start()] + alt + path[m.end():])]
+    return [p for alt in m.group(1).split(",") for p in _expand(path[: m.start()] + alt + path[m.end() :])]
 
 
 def path_problem(path: str, before: str, root: str = ROOT):
@@ -168,7 +178,7 @@ def path_problem(path: str, before: str, root: str = ROOT):
         return None
     placeholder = next((i for i, p in enumerate(parts) if "<" in p or re.fullmatch(r"[A-Z][A-Z_]*", p)), None)
     if placeholder is not None or OUTPUT.search(before):
-        top = os.path.join(root, *parts[:min(2, len(parts) - 1 if placeholder is None else placeholder)])
+        top = os.path.join(root, *parts[: min(2, len(parts) - 1 if placeholder is None else placeholder)])
         return None if os.path.isdir(top) else f"no folder {os.path.relpath(top, root)}"
     for p in _expand(path):
         if "*" in p:
@@ -183,7 +193,7 @@ def path_problems(text: str, where: str, root: str = ROOT) -> list:
     bad = []
     for n, line in enumerate(text.splitlines(), 1):
         for m in PATH.finditer(line):
-            why = path_problem(m.group(1), line[:m.start()], root)
+            why = path_problem(m.group(1), line[: m.start()], root)
             if why:
                 bad.append(f"{where}:{n}: {m.group(1).rstrip('.,:;)')} {why}")
     return bad
@@ -225,7 +235,8 @@ def test_every_repository_path_named_exists():
 
 def test_every_module_named_in_the_docs_imports():
     docs = ["README.md", "benchmarks/README.md", "benchmarks/NOTES.md"] + sorted(
-        os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+        os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    )
     bad = []
     for f in docs:
         if not os.path.exists(os.path.join(ROOT, f)):
@@ -250,8 +261,11 @@ def test_nothing_mentions_the_planning_folder():
 
 def test_module_map_names_every_module():
     text = open(os.path.join(ROOT, "docs", "architecture.md")).read()
-    modules = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "purejaxppo", "*", "*.py"))
-                     if not p.endswith("__init__.py"))
+    modules = sorted(
+        os.path.relpath(p, ROOT)
+        for p in glob.glob(os.path.join(ROOT, "purejaxppo", "*", "*.py"))
+        if not p.endswith("__init__.py")
+    )
     missing = [m for m in modules if f"`{m}`" not in text]
     assert not missing, "modules missing from docs/architecture.md's module map:\n" + "\n".join(missing)
 
@@ -259,12 +273,18 @@ def test_module_map_names_every_module():
 def test_path_checker_can_fail(tmp_path):  # the checks themselves can fail
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "real.md").write_text("x")
-    text = ("see `docs/real.md` and `docs/missing.md`.\n"
-            "python benchmarks/nope.py --out benchmarks/results/new.json -> docs/gone.md\n"
-            "experiments/<ENV>/x.csv and experiments/tests in prose\n")
+    text = (
+        "see `docs/real.md` and `docs/missing.md`.\n"
+        "python benchmarks/nope.py --out benchmarks/results/new.json -> docs/gone.md\n"
+        "experiments/<ENV>/x.csv and experiments/tests in prose\n"
+    )
     assert path_problems(text, "t", str(tmp_path)) == [
-        "t:1: docs/missing.md does not exist", "t:2: benchmarks/nope.py does not exist",
-        "t:2: benchmarks/results/new.json no folder benchmarks/results", "t:2: docs/gone.md does not exist", "t:3: experiments/<ENV>/x.csv no folder experiments"]
+        "t:1: docs/missing.md does not exist",
+        "t:2: benchmarks/nope.py does not exist",
+        "t:2: benchmarks/results/new.json no folder benchmarks/results",
+        "t:2: docs/gone.md does not exist",
+        "t:3: experiments/<ENV>/x.csv no folder experiments",
+    ]
     assert dotted_problem("purejaxppo.stages.gae.gae") is None
     assert dotted_problem("purejaxppo.stages.gae.no_such") and dotted_problem("purejaxppo.no_such_module")
     assert FORBIDDEN in "see " + FORBIDDEN + "PPO.md"

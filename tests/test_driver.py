@@ -48,12 +48,14 @@ def _counting(ppo):
         key = (num_updates, cfg is not CFG)
         TRACES[key] = TRACES.get(key, 0) + 1
         return ppo.run(runner, cfg, num_updates)
+
     return ppo._replace(run=run)
 
 
 COMPILES = []  # XLA compiles, as JAX reports them
 jax.monitoring.register_event_duration_secs_listener(
-    lambda event, secs, **kw: COMPILES.append(secs) if event == "/jax/core/compile/backend_compile_duration" else None)
+    lambda event, secs, **kw: COMPILES.append(secs) if event == "/jax/core/compile/backend_compile_duration" else None
+)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +98,7 @@ def _stop_at(update, exc=KeyboardInterrupt):
     def on_chunk(info):
         if info["updates"] == update:
             raise exc()
+
     return on_chunk
 
 
@@ -103,8 +106,16 @@ def test_interrupt_then_resume_equals_uninterrupted(program, chunked, reference,
     ref_state, ref_metrics = chunked
     run = str(tmp_path / "run")
     with pytest.raises(TrainingInterrupted) as e:  # a KeyboardInterrupt carrying the checkpoint
-        train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, checkpoint_every=100,
-                      on_chunk=_stop_at(4), program=program)
+        train_chunked(
+            CFG,
+            seed=SEED,
+            num_seeds=SEEDS,
+            run_dir=run,
+            chunk_updates=2,
+            checkpoint_every=100,
+            on_chunk=_stop_at(4),
+            program=program,
+        )
     assert isinstance(e.value, KeyboardInterrupt)
     assert e.value.updates_done == 4 and e.value.checkpoint.endswith("update_00000004")
     assert [u for u, _ in list_checkpoints(os.path.join(run, "checkpoints"))] == [4]
@@ -131,8 +142,16 @@ def test_sigterm_saves_and_lost_checkpoint_rows_are_rewritten(program, chunked, 
             os.kill(os.getpid(), signal.SIGTERM)
 
     with pytest.raises(TrainingInterrupted) as e:
-        train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, checkpoint_every=2,
-                      on_chunk=on_chunk, program=program)
+        train_chunked(
+            CFG,
+            seed=SEED,
+            num_seeds=SEEDS,
+            run_dir=run,
+            chunk_updates=2,
+            checkpoint_every=2,
+            on_chunk=on_chunk,
+            program=program,
+        )
     assert e.value.reason == "SIGTERM" and e.value.updates_done == 6
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
     ckpts = list_checkpoints(os.path.join(run, "checkpoints"))
@@ -148,8 +167,7 @@ def test_sigterm_saves_and_lost_checkpoint_rows_are_rewritten(program, chunked, 
 def test_stop_after_then_resume_and_finished_run_summary(program, chunked, reference, tmp_path):
     ref_state, ref_metrics = chunked
     run = str(tmp_path / "run")
-    part = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, stop_after=4,
-                         program=program)
+    part = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=run, chunk_updates=2, stop_after=4, program=program)
     assert not part.finished and not os.path.exists(os.path.join(run, "summary.json"))
     compiles = len(COMPILES)
     res = resume_run(run, program=program)
@@ -165,6 +183,7 @@ def test_stop_after_then_resume_and_finished_run_summary(program, chunked, refer
 
 def _nan_reward_env(venv, after_steps):
     """Rewards become NaN once ``after_steps`` env steps are done (deterministic failure)."""
+
     def reset(key):
         obs, s = venv.reset(key)
         return obs, (s, jnp.zeros((), jnp.int32))
@@ -215,7 +234,9 @@ def test_loggers_receive_every_update(program, chunked, reference, tmp_path):
     assert [f for f, _ in seen] == [0, 2, 4, 6] and Logger.closed
     got = np.concatenate([m["critic_loss"] for _, m in seen], axis=1)
     np.testing.assert_array_equal(got, ref_metrics["critic_loss"])  # exact: the same chunks' own numbers
-    assert_close_metrics({"critic_loss": got}, {"critic_loss": reference[1]["critic_loss"]})  # tolerance: another program
+    assert_close_metrics(
+        {"critic_loss": got}, {"critic_loss": reference[1]["critic_loss"]}
+    )  # tolerance: another program
 
 
 def test_wandb_logger_logs_seed_means_at_env_steps(monkeypatch, tmp_path):
@@ -255,8 +276,9 @@ def test_sweep_stopped_and_resumed_equals_uninterrupted_and_one_call(program, tm
     whole = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, members=MEMBERS, chunk_updates=2, program=program)
     ref_state, ref_metrics = jax.device_get(whole.runner_state), whole.metrics
     run = str(tmp_path / "sweep")
-    part = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, members=MEMBERS, run_dir=run, chunk_updates=2,
-                         stop_after=4, program=program)
+    part = train_chunked(
+        CFG, seed=SEED, num_seeds=SEEDS, members=MEMBERS, run_dir=run, chunk_updates=2, stop_after=4, program=program
+    )
     assert not part.finished and part.metrics["actor_loss"].shape == (4, 4)
     res = resume_run(run, program=program)
     assert res.finished and res.members == MEMBERS
@@ -285,10 +307,18 @@ def test_init_from_starts_a_sweep_from_the_source_state_with_its_own_schedule(pr
     Reference: the fresh state with the source checkpoint's ``train`` put in by hand, then the
     same compiled chunks (shared with the tests above: no new compile)."""
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
-    source = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=src, chunk_updates=2, stop_after=2,
-                           program=program)
-    new = train_chunked(CFG, seed=SEED + 1, num_seeds=SEEDS, members=MEMBERS, run_dir=dst, chunk_updates=2,
-                        stop_after=2, program=program, init_from=src)
+    source = train_chunked(CFG, seed=SEED, num_seeds=SEEDS, run_dir=src, chunk_updates=2, stop_after=2, program=program)
+    new = train_chunked(
+        CFG,
+        seed=SEED + 1,
+        num_seeds=SEEDS,
+        members=MEMBERS,
+        run_dir=dst,
+        chunk_updates=2,
+        stop_after=2,
+        program=program,
+        init_from=src,
+    )
     keys, configs = run_inputs(CFG, SEED + 1, SEEDS, MEMBERS)
     fresh = program.init(keys, configs)
     ckpt = os.path.join(src, "checkpoints", "update_00000002")
@@ -314,8 +344,7 @@ def test_sweep_non_finite_member_stops_the_sweep_naming_it(program, tmp_path):
     run = str(tmp_path / "sweep")
     members = [{"lr": 2.5e-4, "clip_eps": 0.2}, {"lr": 1e30, "clip_eps": 0.2}]  # member 1 diverges at once
     with pytest.raises(NonFiniteError) as e:
-        train_chunked(CFG, seed=SEED, num_seeds=SEEDS, members=members, run_dir=run, chunk_updates=2,
-                      program=program)
+        train_chunked(CFG, seed=SEED, num_seeds=SEEDS, members=members, run_dir=run, chunk_updates=2, program=program)
     msg = str(e.value)
     assert "member 1 (lr=1e+30, clip_eps=0.2), seed 0" in msg and "at update 0 of metrics.csv" in msg, msg
     assert e.value.updates_done == 0 and e.value.checkpoint.endswith("update_00000000")

@@ -22,9 +22,29 @@ from purejaxppo.run.run_folder import load_run, read_metrics
 
 # test_cli.py's sweep (2 members x 2 seeds, 6 updates in chunks of 2: the same compiled training
 # chunk, shared through the session's compile cache)
-SWEEP = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", str(4 * 16 * 6),
-         "--update-epochs", "1", "--num-minibatches", "2", "--seeds", "2", "--devices", "1", "--chunk", "2",
-         "--quiet", "--sweep", "lr=1e-3,3e-3"]
+SWEEP = [
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "16",
+    "--total-timesteps",
+    str(4 * 16 * 6),
+    "--update-epochs",
+    "1",
+    "--num-minibatches",
+    "2",
+    "--seeds",
+    "2",
+    "--devices",
+    "1",
+    "--chunk",
+    "2",
+    "--quiet",
+    "--sweep",
+    "lr=1e-3,3e-3",
+]
 K = 3
 
 
@@ -48,8 +68,23 @@ def hand_eval(play, params, stats, seed_keys, update):
 def sweep_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("evaltrain")
     with_eval, without = str(root / "with"), str(root / "without")
-    assert main(["train", *SWEEP, "--eval-every", "2", "--eval-episodes", str(K), "--checkpoint-every", "1",
-                 "--run-dir", with_eval]) == 0
+    assert (
+        main(
+            [
+                "train",
+                *SWEEP,
+                "--eval-every",
+                "2",
+                "--eval-episodes",
+                str(K),
+                "--checkpoint-every",
+                "1",
+                "--run-dir",
+                with_eval,
+            ]
+        )
+        == 0
+    )
     assert main(["train", *SWEEP, "--run-dir", without]) == 0
     return with_eval, without
 
@@ -95,15 +130,27 @@ def test_gru_with_observation_normalisation():
     from purejaxppo.step.train import RunnerState, make_agent, make_env
     from purejaxppo.stages.update import TrainState
 
-    cfg = PPOConfig(env_name="CartPole-v1", network="gru", gru_size=8, hidden_sizes=(8,), num_envs=2, num_steps=4,
-                    num_minibatches=1, total_timesteps=2 * 4 * 3, normalize_obs=True)
+    cfg = PPOConfig(
+        env_name="CartPole-v1",
+        network="gru",
+        gru_size=8,
+        hidden_sizes=(8,),
+        num_envs=2,
+        num_steps=4,
+        num_minibatches=1,
+        total_timesteps=2 * 4 * 3,
+        normalize_obs=True,
+    )
     agent = make_agent(cfg, make_env(cfg).spec)
     seed_keys = jax.random.split(jax.random.PRNGKey(3), 2)
     rng = np.random.default_rng(4)  # random params of the agent's shapes (no init to compile)
     shapes = jax.eval_shape(jax.vmap(agent.init), seed_keys)
     params = jax.tree.map(lambda x: (0.5 * rng.normal(size=x.shape)).astype(x.dtype), shapes)
-    stats = RunningStats(np.full((2,), 100.0, np.float32), (0.3 * rng.normal(size=(2, 4))).astype(np.float32),
-                         rng.uniform(0.05, 2.0, size=(2, 4)).astype(np.float32))
+    stats = RunningStats(
+        np.full((2,), 100.0, np.float32),
+        (0.3 * rng.normal(size=(2, 4))).astype(np.float32),
+        rng.uniform(0.05, 2.0, size=(2, 4)).astype(np.float32),
+    )
     runner = RunnerState(TrainState(params, ()), ObsNormState((), stats), None, None, None)  # what evaluation reads
     got = EvalProgram(cfg, agent, every=1, episodes=4)(seed_keys, 3, runner)
     play = jax.jit(make_episodes(cfg, agent, 4))
@@ -118,8 +165,11 @@ def test_gru_with_observation_normalisation():
 def test_plot_draws_the_evaluation(sweep_runs, tmp_path, monkeypatch):
     with_eval, _ = sweep_runs
     drawn, draw = [], plot_mod._draw
-    monkeypatch.setattr(plot_mod, "_draw", lambda ax, x, v, label, *a, **k: drawn.append((label, x, v))
-                        or draw(ax, x, v, label, *a, **k))
+    monkeypatch.setattr(
+        plot_mod,
+        "_draw",
+        lambda ax, x, v, label, *a, **k: drawn.append((label, x, v)) or draw(ax, x, v, label, *a, **k),
+    )
     out = plot_mod.plot_runs([with_eval], str(tmp_path / "c.png"))
     assert os.path.getsize(out) > 1000
     evals = [(x, v) for label, x, v in drawn if "greedy eval" in label]
@@ -127,7 +177,9 @@ def test_plot_draws_the_evaluation(sweep_runs, tmp_path, monkeypatch):
     m = read_metrics(with_eval)
     x, v = evals[1]  # member 1: runs 2, 3
     keep = np.isfinite(v).any(0)
-    np.testing.assert_array_equal(x[keep], [2 * 64, 4 * 64, 6 * 64])  # exact: integer env steps per run after updates 2, 4, 6
+    np.testing.assert_array_equal(
+        x[keep], [2 * 64, 4 * 64, 6 * 64]
+    )  # exact: integer env steps per run after updates 2, 4, 6
     np.testing.assert_array_equal(v, m["eval_return"][2:4])  # exact: the plot draws the file's numbers
     assert main(["plot", with_eval, "--metric", "eval_return", "-o", str(tmp_path / "e.png")]) == 0
 
@@ -136,27 +188,49 @@ def test_progress_bar_shows_the_latest_evaluation(capsys):
     from purejaxppo.run.progress import progress_bar
 
     on_chunk, close = progress_bar(False, "x")
-    info = {"updates": 2, "num_updates": 4, "env_steps": 128, "steps_per_s": 1.0, "compile_s": 0.0,
-            "metrics": {"episode_return": np.array([[10.0], [20.0]])}}  # what the chunk loop passes
+    info = {
+        "updates": 2,
+        "num_updates": 4,
+        "env_steps": 128,
+        "steps_per_s": 1.0,
+        "compile_s": 0.0,
+        "metrics": {"episode_return": np.array([[10.0], [20.0]])},
+    }  # what the chunk loop passes
     on_chunk(dict(info, evaluated={"eval_return": np.array([30.0, 50.0])}))
     on_chunk(dict(info, updates=3, evaluated=None))  # kept until the next evaluation
     close()
     assert "eval 40.0" in capsys.readouterr().out.splitlines()[-1]
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--eval-every", "0"], "--eval-every=0 must be >= 1"),
-    (["--eval-every", "2", "--eval-episodes", "0"], "--eval-episodes=0 must be >= 1"),
-    (["--eval-every", "2", "--eval-episodes", "100001"], "--eval-episodes=100001 must be between 1 and 100,000"),
-    (["--eval-episodes", "5"], "--eval-episodes needs --eval-every"),
-    (["--eval-every", "5"], "more than the run's 4 updates"),
-    # PBT evaluates during training too (tests/test_pbt_options.py); its flags get the same checks
-    (["--eval-every", "5", "--pbt", "2", "--search", "lr=loguniform:1e-5:1e-2"], "more than the run's 4 updates"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--eval-every", "0"], "--eval-every=0 must be >= 1"),
+        (["--eval-every", "2", "--eval-episodes", "0"], "--eval-episodes=0 must be >= 1"),
+        (["--eval-every", "2", "--eval-episodes", "100001"], "--eval-episodes=100001 must be between 1 and 100,000"),
+        (["--eval-episodes", "5"], "--eval-episodes needs --eval-every"),
+        (["--eval-every", "5"], "more than the run's 4 updates"),
+        # PBT evaluates during training too (tests/test_pbt_options.py); its flags get the same checks
+        (["--eval-every", "5", "--pbt", "2", "--search", "lr=loguniform:1e-5:1e-2"], "more than the run's 4 updates"),
+    ],
+)
 def test_bad_eval_flags_exit_2_before_any_work(argv, needle, tmp_path, capsys):
     run = str(tmp_path / "r")
-    tiny = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", str(4 * 16 * 4),
-            "--devices", "1", "--quiet", "--run-dir", run]
+    tiny = [
+        "--env",
+        "CartPole-v1",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "16",
+        "--total-timesteps",
+        str(4 * 16 * 4),
+        "--devices",
+        "1",
+        "--quiet",
+        "--run-dir",
+        run,
+    ]
     assert main(["train", *tiny, *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and needle in err and "Traceback" not in err, err

@@ -20,8 +20,9 @@ def _constant_policy(logits):
     logits = jnp.asarray(logits, jnp.float32)
     actor = lambda params, obs: jnp.broadcast_to(logits + 0 * params["b"], obs.shape[:-1] + logits.shape)
     critic = lambda params, obs: jnp.zeros(obs.shape[:-1])
-    return feed_forward(Network(lambda k: {"b": jnp.zeros(())}, actor, critic,
-                                lambda p, o: (actor(p, o), critic(p, o)), CATEGORICAL))
+    return feed_forward(
+        Network(lambda k: {"b": jnp.zeros(())}, actor, critic, lambda p, o: (actor(p, o), critic(p, o)), CATEGORICAL)
+    )
 
 
 def test_mountain_car_returns_are_minus_the_time_limit():
@@ -41,7 +42,9 @@ def test_mode_policy_is_deterministic_and_sampling_is_not():
     key = jax.random.PRNGKey(1)
     det_flat, _ = make_evaluator(cfg, flat, 64)(key, params)
     det_left, _ = make_evaluator(cfg, left, 64)(key, params)
-    np.testing.assert_array_equal(det_flat, det_left)  # exact: the same actions, so the same integer lengths; mode of both is action 0
+    np.testing.assert_array_equal(
+        det_flat, det_left
+    )  # exact: the same actions, so the same integer lengths; mode of both is action 0
     assert det_left.max() <= 12  # always pushing left, the pole falls within a few steps
     sto, _ = make_evaluator(cfg, flat, 64, deterministic=False)(key, params)
     assert np.mean(sto) > np.mean(det_flat) + 5  # a random policy balances longer (~22 steps)
@@ -114,9 +117,31 @@ def test_cli_eval_of_a_gru_run(tmp_path, capsys, monkeypatch):
     from purejaxppo.cli import main
 
     run = str(tmp_path / "gru")
-    tiny = ["--env", "MemoryChain-bsuite", "--network", "gru", "--gru-size", "8", "--num-envs", "4", "--num-steps",
-            "8", "--total-timesteps", str(4 * 8 * 2), "--num-minibatches", "2", "--update-epochs", "1", "--seeds", "2",
-            "--devices", "1", "--run-dir", run, "--quiet"]
+    tiny = [
+        "--env",
+        "MemoryChain-bsuite",
+        "--network",
+        "gru",
+        "--gru-size",
+        "8",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "8",
+        "--total-timesteps",
+        str(4 * 8 * 2),
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--seeds",
+        "2",
+        "--devices",
+        "1",
+        "--run-dir",
+        run,
+        "--quiet",
+    ]
     assert main(["train", *tiny]) == 0
     capsys.readouterr()
     assert main(["eval", run, "--episodes", "3", "--json"]) == 0

@@ -20,8 +20,9 @@ from purejaxppo.programs.program import Program
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # 7 updates in chunks of 4: init, a chunk of 4 and a remainder chunk of 3 = three programs
-CFG = PPOConfig(env_name="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 7, num_minibatches=2,
-                update_epochs=2)
+CFG = PPOConfig(
+    env_name="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 7, num_minibatches=2, update_epochs=2
+)
 
 
 def _run(config, folder):
@@ -31,8 +32,9 @@ def _run(config, folder):
 
 def _same(a, b):
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
-                                      for x, y in zip(la, lb))
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True) for x, y in zip(la, lb)
+    )
 
 
 @pytest.mark.slow
@@ -58,13 +60,22 @@ def test_a_repeated_run_loads_every_program_and_gives_the_same_numbers(tmp_path)
 def test_the_key_changes_with_everything_that_changes_the_program(tmp_path, monkeypatch):
     args = (jnp.zeros((2, 2), jnp.uint32),)
     key = lambda cfg, role=("chunk", 4, False), a=args, **kw: executable_cache.for_program(
-        str(tmp_path), cfg, num_devices=kw.get("devices", 1), split=kw.get("split", "seeds")).key(role, a)
+        str(tmp_path), cfg, num_devices=kw.get("devices", 1), split=kw.get("split", "seeds")
+    ).key(role, a)
     base = key(CFG)
     assert key(CFG) == base  # deterministic
-    changed = [key(CFG.replace(lr=3e-4)), key(CFG.replace(gamma=0.98)), key(CFG.replace(num_envs=8)),
-               key(CFG.replace(network="gru")), key(CFG, role=("chunk", 3, False)), key(CFG, role=("init", False)),
-               key(CFG, a=(jnp.zeros((4, 2), jnp.uint32),)), key(CFG, a=(jnp.zeros((2, 2), jnp.int32),)),
-               key(CFG, devices=2), key(CFG, split="envs")]
+    changed = [
+        key(CFG.replace(lr=3e-4)),
+        key(CFG.replace(gamma=0.98)),
+        key(CFG.replace(num_envs=8)),
+        key(CFG.replace(network="gru")),
+        key(CFG, role=("chunk", 3, False)),
+        key(CFG, role=("init", False)),
+        key(CFG, a=(jnp.zeros((4, 2), jnp.uint32),)),
+        key(CFG, a=(jnp.zeros((2, 2), jnp.int32),)),
+        key(CFG, devices=2),
+        key(CFG, split="envs"),
+    ]
     monkeypatch.setenv("XLA_FLAGS", (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_max_isa=AVX2").strip())
     changed.append(key(CFG))  # code generation capped at another instruction set
     monkeypatch.undo()  # the session's flags again
@@ -80,15 +91,31 @@ def test_cli_second_identical_run_loads_its_programs_and_writes_the_same_metrics
     # the CLI in subprocesses with a cache folder of this test's own: the session's folder is
     # shared with the other xdist worker, whose programs would land in it meanwhile
     cache = tmp_path / "cache"
-    env = dict(os.environ, PUREJAXPPO_CACHE_DIR=str(cache),
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ, PUREJAXPPO_CACHE_DIR=str(cache), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     folder = str(cache / "executables")
-    argv = ["train", "--env", "CartPole-v1", "--hidden-sizes", "7", "--num-envs", "4", "--num-steps", "8",
-            "--total-timesteps", "320", "--devices", "1", "--quiet"]
+    argv = [
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--hidden-sizes",
+        "7",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "8",
+        "--total-timesteps",
+        "320",
+        "--devices",
+        "1",
+        "--quiet",
+    ]
 
     def main(args):
-        proc = subprocess.run([sys.executable, "-m", "purejaxppo", *args], env=env, capture_output=True, text=True,
-                              timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-m", "purejaxppo", *args], env=env, capture_output=True, text=True, timeout=600
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         return 0
 
@@ -113,8 +140,9 @@ def test_another_cpu_compiles_anew_and_the_same_cpu_loads(tmp_path, monkeypatch)
 
     def lookup():
         cache = executable_cache.for_program(folder, CFG)
-        np.testing.assert_allclose(cache.get(("chunk", 1, False), fn, args)(*args), np.sin(np.arange(4.0)) * 2.0,
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            cache.get(("chunk", 1, False), fn, args)(*args), np.sin(np.arange(4.0)) * 2.0, rtol=1e-6
+        )
         return cache.hits, cache.misses
 
     assert lookup() == (0, 1)  # compiled and saved
@@ -146,16 +174,40 @@ def test_editing_a_stage_in_a_copied_package_compiles_anew_and_changes_the_numbe
     # and served the stale program). The package is copied so the edit touches nothing shared.
     import shutil
 
-    shutil.copytree(os.path.join(ROOT, "purejaxppo"), tmp_path / "src" / "purejaxppo",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(ROOT, "purejaxppo"), tmp_path / "src" / "purejaxppo", ignore=shutil.ignore_patterns("__pycache__")
+    )
     cache = tmp_path / "cache"
     env = dict(os.environ, PUREJAXPPO_CACHE_DIR=str(cache), PYTHONPATH=str(tmp_path / "src"))
-    argv = [sys.executable, "-m", "purejaxppo", "train", "--env", "CartPole-v1", "--hidden-sizes", "7",
-            "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "96", "--devices", "1", "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "purejaxppo",
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--hidden-sizes",
+        "7",
+        "--num-envs",
+        "4",
+        "--num-steps",
+        "8",
+        "--total-timesteps",
+        "96",
+        "--devices",
+        "1",
+        "--quiet",
+    ]
 
     def run(name):
-        proc = subprocess.run(argv + ["--run-dir", str(tmp_path / name)], env=env, capture_output=True, text=True,
-                              timeout=600, cwd=str(tmp_path))
+        proc = subprocess.run(
+            argv + ["--run-dir", str(tmp_path / name)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=str(tmp_path),
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         return open(tmp_path / name / "metrics.csv").read()
 
@@ -184,15 +236,19 @@ def test_an_agent_registered_outside_the_package_is_keyed_by_its_source(tmp_path
         spec.loader.exec_module(mod)
         return mod
 
-    body = "from purejaxppo.agents.agent import feed_forward\nfrom purejaxppo.agents.networks import make_network\n" \
-           "def build(config, spec):\n    return feed_forward(make_network(spec))  # {}\n"
+    body = (
+        "from purejaxppo.agents.agent import feed_forward\nfrom purejaxppo.agents.networks import make_network\n"
+        "def build(config, spec):\n    return feed_forward(make_network(spec))  # {}\n"
+    )
     args = (jnp.zeros((2, 2), jnp.uint32),)
     keys = []
     for i in range(2):
         mod = load(body.format(i), f"my_agent_{i}")
         register_agent("outside_agent", mod.build, replace=True)
         try:
-            keys.append(executable_cache.for_program(str(tmp_path), CFG.replace(network="outside_agent")).key("r", args))
+            keys.append(
+                executable_cache.for_program(str(tmp_path), CFG.replace(network="outside_agent")).key("r", args)
+            )
             # source that cannot be read (a function made at run time): not cached at all
             exec_ns = {}
             exec("def build(config, spec):\n    return None\n", exec_ns)

@@ -34,10 +34,23 @@ def lora_run(tmp_path_factory):
     params = module.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool))
     save_gpt2(root / "gpt2", module, params, value_head=False)
     (root / "gpt2" / "tokenizer.json").write_text("{}")  # copied as it is
-    cfg = TokenPPOConfig(batch_size=8, num_iterations=2, num_minibatches=2, update_epochs=1, actor_lr=1e-2,
-                         lora_rank=RANK, lora_alpha=ALPHA, lora_targets=("c_attn", "c_fc"))
-    settings = RLHFSettings(task="reverse", task_options=(("max_len", 4), ("max_new", 6)), init=str(root / "gpt2"),
-                            sft_steps=0, eval_every=0)
+    cfg = TokenPPOConfig(
+        batch_size=8,
+        num_iterations=2,
+        num_minibatches=2,
+        update_epochs=1,
+        actor_lr=1e-2,
+        lora_rank=RANK,
+        lora_alpha=ALPHA,
+        lora_targets=("c_attn", "c_fc"),
+    )
+    settings = RLHFSettings(
+        task="reverse",
+        task_options=(("max_len", 4), ("max_new", 6)),
+        init=str(root / "gpt2"),
+        sft_steps=0,
+        eval_every=0,
+    )
     train_rlhf(cfg, settings, run_dir=str(root / "run"), chunk_updates=1)
     # the same run stopped after one iteration, to resume (test_a_lora_run_resumes_exactly)
     train_rlhf(cfg, settings, run_dir=str(root / "part"), chunk_updates=1, stop_after=1)
@@ -118,8 +131,7 @@ def test_transformers_loads_the_export_with_the_same_logits(lora_run, tmp_path):
     out = tmp_path / "out"
     assert main(["export", str(lora_run / "run"), str(out)]) == 0
     rows = [[3, 4, 5, 6, 7], [9, 2, 11, 4, 5]]
-    got = subprocess.run([python, "-c", CROSS, str(out), json.dumps(rows)], capture_output=True, text=True,
-                         timeout=300)
+    got = subprocess.run([python, "-c", CROSS, str(out), json.dumps(rows)], capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stderr[-2000:]
     theirs = np.asarray(json.loads(got.stdout.strip().splitlines()[-1]))
     _, lm, policy, _ = final_policy(str(lora_run / "run"))

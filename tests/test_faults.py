@@ -23,11 +23,32 @@ from purejaxppo.run.metrics_file import complete_updates, load_rows
 # crash recovery promises byte-equal folders at the optimisation users get (tests/conftest.py)
 pytestmark = pytest.mark.optimised
 
-TINY = ["--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "8", "--total-timesteps", "256",
-        "--update-epochs", "1", "--num-minibatches", "1", "--seeds", "2", "--devices", "1", "--chunk", "4",
-        "--checkpoint-every", "1", "--quiet"]
-CFG = PPOConfig(env_name="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=256, update_epochs=1,
-                num_minibatches=1)
+TINY = [
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "8",
+    "--total-timesteps",
+    "256",
+    "--update-epochs",
+    "1",
+    "--num-minibatches",
+    "1",
+    "--seeds",
+    "2",
+    "--devices",
+    "1",
+    "--chunk",
+    "4",
+    "--checkpoint-every",
+    "1",
+    "--quiet",
+]
+CFG = PPOConfig(
+    env_name="CartPole-v1", num_envs=2, num_steps=8, total_timesteps=256, update_epochs=1, num_minibatches=1
+)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -66,8 +87,9 @@ def _copy(src, tmp_path, name="run"):
     return dst
 
 
-def test_cut_metrics_tail_stale_lock_and_tmp_folder_resume_to_the_uninterrupted_result(half, straight, tmp_path,
-                                                                                      capsys):
+def test_cut_metrics_tail_stale_lock_and_tmp_folder_resume_to_the_uninterrupted_result(
+    half, straight, tmp_path, capsys
+):
     run = _copy(half, tmp_path)
     metrics = os.path.join(run, "metrics.csv")
     data = _read(metrics)
@@ -79,7 +101,9 @@ def test_cut_metrics_tail_stale_lock_and_tmp_folder_resume_to_the_uninterrupted_
     assert main(["train", "--resume", run, "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "recomputing from checkpoint update 4" in err and "Traceback" not in err, err
-    assert _read(metrics) == _read(os.path.join(straight, "metrics.csv"))  # exact: the same command's chunks (--chunk 4)
+    assert _read(metrics) == _read(
+        os.path.join(straight, "metrics.csv")
+    )  # exact: the same command's chunks (--chunk 4)
     assert not [n for n in os.listdir(os.path.join(run, "checkpoints")) if n.startswith(".tmp-")]
     s, ref = (json.load(open(os.path.join(d, "summary.json"))) for d in (run, straight))
     assert s["final_return_per_seed"] == ref["final_return_per_seed"]  # exact: same chunks
@@ -90,7 +114,9 @@ def test_resuming_a_finished_run_changes_nothing(straight, tmp_path, capsys):
     before = _tree_digest(run)
     assert main(["train", "--resume", run, "--quiet"]) == 0
     assert "already finished all 16 updates; nothing to do" in capsys.readouterr().out
-    assert _tree_digest(run) == before  # exact: nothing is rewritten; summary.json, metrics.csv, config.json, checkpoints byte-identical
+    assert (
+        _tree_digest(run) == before
+    )  # exact: nothing is rewritten; summary.json, metrics.csv, config.json, checkpoints byte-identical
 
 
 def _as_sweep(src, tmp_path):
@@ -117,7 +143,9 @@ def test_a_sweep_folder_is_not_resumed_as_a_single_run(half, tmp_path, capsys):
         train_chunked(CFG, seed=0, num_seeds=1, run_dir=run, resume=True, chunk_updates=4)
     assert _tree_digest(run) == before
     info = json.load(open(os.path.join(run, "config.json")))
-    json.dump(dict(info, kind="newkind"), open(os.path.join(run, "config.json"), "w"))  # a kind this command cannot resume
+    json.dump(
+        dict(info, kind="newkind"), open(os.path.join(run, "config.json"), "w")
+    )  # a kind this command cannot resume
     before = _tree_digest(run)
     assert main(["train", "--resume", run, "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -158,8 +186,9 @@ def test_two_simultaneous_resumes_leave_no_duplicate_rows(half, straight, tmp_pa
     run = _copy(half, tmp_path)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [sys.executable, "-m", "purejaxppo", "train", "--resume", run, "--quiet"]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes in ([0, 0], [0, 2]), outs
@@ -179,8 +208,9 @@ def _one_error_line(err):
 
 
 @pytest.mark.parametrize("where", ["checkpoint", "metrics"])
-def test_full_disk_ends_with_one_error_line_keeps_the_last_checkpoint_and_resumes_exactly(where, straight, tmp_path,
-                                                                                         monkeypatch, capsys):
+def test_full_disk_ends_with_one_error_line_keeps_the_last_checkpoint_and_resumes_exactly(
+    where, straight, tmp_path, monkeypatch, capsys
+):
     import orbax.checkpoint as ocp
 
     import purejaxppo.run.sinks as sinks
@@ -204,7 +234,7 @@ def test_full_disk_ends_with_one_error_line_keeps_the_last_checkpoint_and_resume
             if len(data) > 200:
                 calls["n"] += 1
                 if calls["n"] == 3:
-                    real_write(fd, bytes(data[:len(data) // 2]))
+                    real_write(fd, bytes(data[: len(data) // 2]))
                     raise OSError(errno.ENOSPC, "No space left on device")
             return real_write(fd, data)
 
@@ -225,8 +255,12 @@ def test_full_disk_ends_with_one_error_line_keeps_the_last_checkpoint_and_resume
 def _can_mount_tmpfs():
     if not shutil.which("unshare"):
         return False
-    return subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=300k tmpfs /tmp"],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=300k tmpfs /tmp"], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 @pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs unshare + a user namespace to mount a tmpfs")
@@ -236,8 +270,10 @@ def test_a_real_300k_tmpfs_run_folder(tmp_path):
     mnt = str(tmp_path / "mnt")
     os.makedirs(mnt)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    script = (f"mount -t tmpfs -o size=300k tmpfs {mnt} && {sys.executable} -m purejaxppo train {' '.join(TINY)} "
-              f"--run-dir {mnt}/run; echo rc=$?; ls -a {mnt}/run/checkpoints")
+    script = (
+        f"mount -t tmpfs -o size=300k tmpfs {mnt} && {sys.executable} -m purejaxppo train {' '.join(TINY)} "
+        f"--run-dir {mnt}/run; echo rc=$?; ls -a {mnt}/run/checkpoints"
+    )
     out = subprocess.run(["unshare", "-rm", "sh", "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert "rc=1" in out.stdout, (out.stdout, out.stderr)
     line = _one_error_line(out.stderr)
@@ -289,8 +325,13 @@ def test_sigkill_at_random_moments_then_resume_equals_uninterrupted(straight, tm
     kills = 0
     for attempt in range(4):
         args = ["--resume", run, "--quiet"] if attempt else [*TINY, "--run-dir", run]
-        proc = subprocess.Popen([sys.executable, "-m", "purejaxppo", "train", *args], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "purejaxppo", "train", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         if attempt < 3:  # wait for a checkpoint of this process (or its end), then kill at a random moment
             start = {u for u, _ in list_checkpoints(ckpts)} if os.path.isdir(ckpts) else set()
             deadline = time.time() + 240
@@ -342,8 +383,14 @@ def test_a_column_added_by_hand_is_kept_through_a_resume(cycle, half, straight, 
     assert main(["plot", run, "--metric", "note", "-o", str(tmp_path / "n.png")]) == 0  # asked for: its numbers
     err = capsys.readouterr().err
     text = [(i + 2, n) for i, n in enumerate(notes) if n and not n.isdigit()]
-    assert (f"column 'note' has text where numbers belong (first on line {text[0][0]}: {text[0][1]!r}); plotted "
-            "as gaps" in err) if text else "warning" not in err, err
+    assert (
+        (
+            f"column 'note' has text where numbers belong (first on line {text[0][0]}: {text[0][1]!r}); plotted "
+            "as gaps" in err
+        )
+        if text
+        else "warning" not in err
+    ), err
 
 
 def test_env_steps_past_2_31_are_counted_on_the_host(tmp_path):
@@ -386,8 +433,9 @@ def test_eval_of_a_sweep_reports_each_member_never_pooled(straight, tmp_path, ca
     assert main(["eval", run, "--episodes", "3", "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert "mean" not in s and "per_seed_mean" not in s, s  # nothing pooled across members
-    assert [(m["member"], m["values"], m["episodes"], len(m["per_seed_mean"])) for m in s["members"]] == \
-        [(k, members[k], 3, 1) for k in range(2)]
+    assert [(m["member"], m["values"], m["episodes"], len(m["per_seed_mean"])) for m in s["members"]] == [
+        (k, members[k], 3, 1) for k in range(2)
+    ]
     means = [m["mean"] for m in s["members"]]
     assert means[0] != means[1]  # two policies, two numbers
     assert main(["eval", run, "--episodes", "3"]) == 0

@@ -55,7 +55,7 @@ def test_advantage_normalisation_modes():
     mini, m_mini = _minibatch_advantages(cfg.replace(adv_norm="minibatch"))
     whole, _ = _minibatch_advantages(cfg.replace(adv_norm="batch"))
     everything = np.concatenate(raw)
-    assert everything.shape == (cfg.batch_size,) and np.mean(everything ** 2) > 2.0  # raw CartPole advantages
+    assert everything.shape == (cfg.batch_size,) and np.mean(everything**2) > 2.0  # raw CartPole advantages
     for r, mn, wh in zip(raw, mini, whole):
         # per minibatch: (A - mean) / (std + eps) over that minibatch
         np.testing.assert_allclose(mn, (r - r.mean()) / (r.std() + 1e-8), rtol=1e-4, atol=1e-5)

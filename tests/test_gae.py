@@ -37,7 +37,9 @@ def test_gae_matches_numpy_loop(gamma, lam):
     term = rng.random((T, B)) < 0.1
     trunc = rng.random((T, B)) < 0.1  # some steps have BOTH flags: termination wins
     assert (term & trunc).any() and (term & ~trunc).any() and (trunc & ~term).any()
-    adv, ret = gae(*(jnp.asarray(x, jnp.float32) for x in (r, v, nv)), jnp.asarray(term), jnp.asarray(trunc), gamma, lam)
+    adv, ret = gae(
+        *(jnp.asarray(x, jnp.float32) for x in (r, v, nv)), jnp.asarray(term), jnp.asarray(trunc), gamma, lam
+    )
     ref_adv, ref_ret = numpy_gae(r, v, nv, term, trunc, gamma, lam)
     np.testing.assert_allclose(adv, ref_adv, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(ret, ref_ret, rtol=1e-4, atol=1e-4)

@@ -18,9 +18,11 @@ def _setup(seed=0):
     keys = jax.random.split(jax.random.PRNGKey(seed), 6)
     params = cell.init(keys[0], jnp.zeros((B, G)), jnp.zeros((B, H)))["params"]
     # non-zero biases, so that a bias left out or put on the wrong gate shows
-    params = jax.tree.map(lambda p, k: p + 0.3 * jax.random.normal(k, p.shape),
-                          params, jax.tree.unflatten(jax.tree.structure(params),
-                                                     list(jax.random.split(keys[1], len(jax.tree.leaves(params))))))
+    params = jax.tree.map(
+        lambda p, k: p + 0.3 * jax.random.normal(k, p.shape),
+        params,
+        jax.tree.unflatten(jax.tree.structure(params), list(jax.random.split(keys[1], len(jax.tree.leaves(params))))),
+    )
     x = jax.random.normal(keys[2], (T, B, H))
     h0 = jax.random.normal(keys[3], (B, G))
     reset = jax.random.bernoulli(keys[4], 0.25, (T, B)).at[0, 0].set(True)
@@ -59,7 +61,9 @@ def _flax_scan(cell, params, x, h0, reset):
 def test_sequence_and_cell_equal_a_numpy_loop():
     cell, params, x, h0, reset, _ = _setup()
     ref = _numpy_gru(params, x, h0, reset)
-    np.testing.assert_allclose(_ours(params, x, h0, reset), ref, rtol=1e-5, atol=1e-5)  # tolerance: fused XLA vs a NumPy loop
+    np.testing.assert_allclose(
+        _ours(params, x, h0, reset), ref, rtol=1e-5, atol=1e-5
+    )  # tolerance: fused XLA vs a NumPy loop
     w = fuse(params)
     one = gru_cell(w, jnp.where(reset[0][:, None], 0.0, h0), input_projection(w, x[0]))
     np.testing.assert_allclose(one, ref[0], rtol=1e-5, atol=1e-5)
@@ -69,7 +73,7 @@ def test_sequence_and_cell_equal_a_numpy_loop():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hand_written_backward_equals_autodiff_of_flax_cell(seed):
     cell, params, x, h0, reset, wout = _setup(seed)
-    loss = lambda f: (lambda p, h, xs: jnp.sum(f(p, xs, h, reset) * wout) + jnp.sum(f(p, xs, h, reset)[-1] ** 2))
+    loss = lambda f: lambda p, h, xs: jnp.sum(f(p, xs, h, reset) * wout) + jnp.sum(f(p, xs, h, reset)[-1] ** 2)
     ref = jax.grad(loss(lambda p, xs, h, r: _flax_scan(cell, p, xs, h, r)), argnums=(0, 1, 2))(params, h0, x)
     ours = jax.jit(jax.grad(loss(_ours), argnums=(0, 1, 2)))(params, h0, x)
     for path, a in jax.tree_util.tree_leaves_with_path(ref):

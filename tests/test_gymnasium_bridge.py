@@ -118,8 +118,10 @@ class _MultiDiscreteAct(gym.Env):
     action_space = gym.spaces.MultiDiscrete([2, 3])
 
 
-@pytest.mark.parametrize("env_cls, match", [(_DictObs, "Box observations only.*FlattenObservation"),
-                                            (_MultiDiscreteAct, "Discrete and 1-D Box actions")])
+@pytest.mark.parametrize(
+    "env_cls, match",
+    [(_DictObs, "Box observations only.*FlattenObservation"), (_MultiDiscreteAct, "Discrete and 1-D Box actions")],
+)
 def test_unsupported_spaces(env_cls, match):
     with pytest.raises(ConfigError, match=match):
         gymnasium_vec_env(env_cls, 2)

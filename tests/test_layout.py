@@ -14,7 +14,9 @@ ALLOWED = {name: set(LAYERS[:i]) for i, name in enumerate(LAYERS)}
 ALLOWED["lm"] = {"config", "stages"}
 ALLOWED["programs"] |= {"lm"}  # a token-level run kind is built on lm
 ALLOWED["cli"] |= {"lm"}
-MAX_LINES = 300
+# 300 lines before the code was formatted by `ruff format`; the formatter grew the package by 13.5%
+# (16,560 -> 18,789 lines: a long call becomes a line per argument), so the same size reads 340-350.
+MAX_LINES = 350
 
 
 def _files() -> dict:
@@ -75,7 +77,7 @@ def find_cycle(graph: dict):
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -110,7 +112,8 @@ def test_checkers_can_fail():  # the checkers themselves can fail
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     assert layer_violations({"purejaxppo.stages.gae": {"purejaxppo.run.loop"}}) == [
-        ("purejaxppo.stages.gae", "purejaxppo.run.loop")]
+        ("purejaxppo.stages.gae", "purejaxppo.run.loop")
+    ]
     assert layer_violations({"purejaxppo.run.loop": {"purejaxppo.stages.gae"}}) == []
 
 
@@ -150,9 +153,13 @@ KIND_NAMES = ("run", "sweep", "pbt", "rlhf", "reward-model")
 #: modules that belong to a kind besides those named after it (``pbt_*``, ``rlhf_*``): the
 #: plain-run kind's program (``kind_name``: its two names, once), and the CLI's table of command
 #: names (``rlhf`` is also a command)
-KIND_OWN = {"purejaxppo.programs.program": ("run", "sweep"),
-            "purejaxppo.cli.parser": ("rlhf",), "purejaxppo.cli.main": ("rlhf",),
-            "purejaxppo.programs.reward_kind": ("reward-model",), "purejaxppo.programs.reward_program": ("reward-model",)}
+KIND_OWN = {
+    "purejaxppo.programs.program": ("run", "sweep"),
+    "purejaxppo.cli.parser": ("rlhf",),
+    "purejaxppo.cli.main": ("rlhf",),
+    "purejaxppo.programs.reward_kind": ("reward-model",),
+    "purejaxppo.programs.reward_program": ("reward-model",),
+}
 
 
 def kind_names_used(module: str, source: str) -> list:
@@ -161,8 +168,11 @@ def kind_names_used(module: str, source: str) -> list:
     messages that merely contain one are fine."""
     base = module.rsplit(".", 1)[-1]
     own = {k for k in KIND_NAMES if base.startswith(k + "_")} | set(KIND_OWN.get(module, ()))
-    return [(node.lineno, node.value) for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.Constant) and node.value in KIND_NAMES and node.value not in own]
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and node.value in KIND_NAMES and node.value not in own
+    ]
 
 
 def test_kind_name_checker_can_fail():

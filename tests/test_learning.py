@@ -26,8 +26,17 @@ def test_cartpole_default_config_solves():
 
 @pytest.mark.slow
 def test_pendulum_improves_clearly_over_random():
-    cfg = PPOConfig(env_name="Pendulum-v1", gamma=0.9, ent_coef=0.0, lr=1e-3, update_epochs=10, num_envs=8,
-                    num_steps=256, num_minibatches=32, total_timesteps=200_000)
+    cfg = PPOConfig(
+        env_name="Pendulum-v1",
+        gamma=0.9,
+        ent_coef=0.0,
+        lr=1e-3,
+        update_epochs=10,
+        num_envs=8,
+        num_steps=256,
+        num_minibatches=32,
+        total_timesteps=200_000,
+    )
     ret = _train(cfg, seeds=2)
     first, final = np.nanmean(ret[:, :3]), final_returns(ret, 0.1)
     assert first < -1000  # random Gaussian policy on Pendulum: about -1200

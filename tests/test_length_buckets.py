@@ -27,8 +27,10 @@ def test_the_ladder_by_hand():
     assert bucket_sizes(16, 16) == (16,) and bucket_sizes(8, 16) == (8,) and bucket_sizes(64, 0) == (64,)
 
 
-@pytest.mark.parametrize("lengths, rung", [([0, 0], 0), ([1, 2], 0), ([3, 1], 1), ([4, 4], 1), ([5, 0], 2),
-                                           ([8, 2], 2), ([9, 12], 3), ([12, 12], 3)])
+@pytest.mark.parametrize(
+    "lengths, rung",
+    [([0, 0], 0), ([1, 2], 0), ([3, 1], 1), ([4, 4], 1), ([5, 0], 2), ([8, 2], 2), ([9, 12], 3), ([12, 12], 3)],
+)
 def test_the_rung_holds_the_longest_response(lengths, rung):
     mask = np.arange(T)[None, :] < np.asarray(lengths)[:, None]  # right-padded responses
     assert int(bucket_index(jnp.asarray(mask), bucket_sizes(T, 2))) == rung
@@ -50,9 +52,18 @@ def count_sevens(_, prompt, prompt_valid, response, mask):
 def _run(length_buckets, stop_ids, iterations=3):
     model = TinyLM(V, 16, 1, 2, max_len=P + T)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool))
-    cfg = TokenPPOConfig(batch_size=B, num_iterations=iterations, update_epochs=2, num_minibatches=2,
-                         max_new_tokens=T, stop_ids=stop_ids, actor_lr=1e-3, critic_lr=1e-3, beta=0.1,
-                         length_buckets=length_buckets)
+    cfg = TokenPPOConfig(
+        batch_size=B,
+        num_iterations=iterations,
+        update_epochs=2,
+        num_minibatches=2,
+        max_new_tokens=T,
+        stop_ids=stop_ids,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        beta=0.1,
+        length_buckets=length_buckets,
+    )
     tp = make_token_ppo(cfg, FlaxLM(model), count_sevens, prompts=prompts)
     return jax.jit(tp.train)(jax.random.PRNGKey(3), params, params)
 

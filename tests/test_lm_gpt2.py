@@ -45,11 +45,20 @@ def hf_weights(seed=0) -> dict:
     for i in range(NL):
         for ln in ("ln_1", "ln_2"):
             shapes |= {f"h.{i}.{ln}.weight": (D,), f"h.{i}.{ln}.bias": (D,)}
-        for name, (a, b) in {"attn.c_attn": (D, 3 * D), "attn.c_proj": (D, D), "mlp.c_fc": (D, 4 * D),
-                             "mlp.c_proj": (4 * D, D)}.items():
+        for name, (a, b) in {
+            "attn.c_attn": (D, 3 * D),
+            "attn.c_proj": (D, D),
+            "mlp.c_fc": (D, 4 * D),
+            "mlp.c_proj": (4 * D, D),
+        }.items():
             shapes |= {f"h.{i}.{name}.weight": (a, b), f"h.{i}.{name}.bias": (b,)}
-    return {k: ((k.endswith("ln_1.weight") or k.endswith("ln_2.weight") or k == "ln_f.weight")
-                + rng.normal(0, 0.3 if len(s) == 2 else 0.1, s)).astype(np.float32) for k, s in shapes.items()}
+    return {
+        k: (
+            (k.endswith("ln_1.weight") or k.endswith("ln_2.weight") or k == "ln_f.weight")
+            + rng.normal(0, 0.3 if len(s) == 2 else 0.1, s)
+        ).astype(np.float32)
+        for k, s in shapes.items()
+    }
 
 
 def np_gpt2(w: dict, tokens: np.ndarray, eps=1e-5):
@@ -62,7 +71,7 @@ def np_gpt2(w: dict, tokens: np.ndarray, eps=1e-5):
         return (x - mu) / np.sqrt(var + eps) * w[name + ".weight"] + w[name + ".bias"]
 
     def gelu_new(x):  # HF "gelu_new": the tanh approximation
-        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
     n, hd = len(tokens), D // NH
     x = w["wte.weight"][tokens] + w["wpe.weight"][:n]
@@ -121,7 +130,7 @@ def test_left_padding_leaves_valid_positions_unchanged(model, forward):
     tokens, valid = _batch(lens, seed=5)
     logits = np.asarray(forward(params, tokens, valid)[0])
     for r, n in enumerate(lens):
-        np.testing.assert_allclose(logits[r, L - n:], np_gpt2(w, tokens[r, L - n:])[0], atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(logits[r, L - n :], np_gpt2(w, tokens[r, L - n :])[0], atol=TOL, rtol=TOL)
 
 
 def test_query_blocks_equal_a_numpy_gpt2(model):
@@ -133,8 +142,13 @@ def test_query_blocks_equal_a_numpy_gpt2(model):
     for qb in (1, 4, 8):  # 9 queries: 9, 3 and 2 blocks (a short last block)
         logits = np.asarray(jax.jit(FlaxLM(module.clone(query_block=qb)).logits)(params, tokens, valid))
         for r, n in enumerate(lens):
-            np.testing.assert_allclose(logits[r, L - n:], np_gpt2(w, tokens[r, L - n:])[0], atol=TOL, rtol=TOL,
-                                       err_msg=f"query_block={qb}, row {r}")
+            np.testing.assert_allclose(
+                logits[r, L - n :],
+                np_gpt2(w, tokens[r, L - n :])[0],
+                atol=TOL,
+                rtol=TOL,
+                err_msg=f"query_block={qb}, row {r}",
+            )
 
 
 # --- safetensors (the package, through purejaxppo.lm.hf_files) ------------------------------------------
@@ -144,11 +158,13 @@ def _hand_file(path, entries, data: bytes, pad=0):
 
 
 def test_safetensors_reads_bytes_laid_out_by_hand(tmp_path):
-    parts = [("a", "F32", [2, 3], np.arange(6, dtype="<f4").tobytes()),
-             ("b", "BF16", [3], np.array([0x3F80, 0xC000, 0x4049], "<u2").tobytes()),  # 1, -2, 3.140625
-             ("c", "I64", [2], np.array([-1, 2 ** 40], "<i8").tobytes()),
-             ("d", "F16", [2], np.array([0.5, -1.5], "<f2").tobytes()),
-             ("e", "I32", [1, 1], np.array([-7], "<i4").tobytes())]
+    parts = [
+        ("a", "F32", [2, 3], np.arange(6, dtype="<f4").tobytes()),
+        ("b", "BF16", [3], np.array([0x3F80, 0xC000, 0x4049], "<u2").tobytes()),  # 1, -2, 3.140625
+        ("c", "I64", [2], np.array([-1, 2**40], "<i8").tobytes()),
+        ("d", "F16", [2], np.array([0.5, -1.5], "<f2").tobytes()),
+        ("e", "I32", [1, 1], np.array([-7], "<i4").tobytes()),
+    ]
     entries, off = {"__metadata__": {"format": "pt"}}, 0
     for name, dt, shape, raw in parts:
         entries[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(raw)]}
@@ -158,7 +174,7 @@ def test_safetensors_reads_bytes_laid_out_by_hand(tmp_path):
     np.testing.assert_array_equal(got["a"], np.arange(6).reshape(2, 3))
     # BF16 stays bf16 (no widening), bit for bit
     assert got["b"].dtype.name == "bfloat16" and got["b"].astype(np.float32).tolist() == [1.0, -2.0, 3.140625]
-    assert got["c"].tolist() == [-1, 2 ** 40] and got["d"].tolist() == [0.5, -1.5] and got["e"].tolist() == [[-7]]
+    assert got["c"].tolist() == [-1, 2**40] and got["d"].tolist() == [0.5, -1.5] and got["e"].tolist() == [[-7]]
     assert set(got) == set("abcde")
 
 
@@ -166,11 +182,19 @@ def test_safetensors_round_trip(tmp_path):
     from safetensors import safe_open
 
     rng = np.random.default_rng(0)
-    tensors = {"f32": rng.normal(size=(3, 4)).astype(np.float32), "f16": rng.normal(size=5).astype(np.float16),
-               "f64": rng.normal(size=(2, 1, 2)), "i64": rng.integers(-9, 9, 4), "i32": np.int32([1, -2]),
-               "u8": np.uint8([0, 255]), "bool": np.array([True, False]), "scalar": np.float32(2.5),
-               "big_endian": np.arange(3, dtype=">f4"), "transposed": np.arange(6, dtype=np.float32).reshape(2, 3).T,
-               "bf16": np.asarray(jnp.array([1.0, -0.3, 1e30], jnp.bfloat16))}
+    tensors = {
+        "f32": rng.normal(size=(3, 4)).astype(np.float32),
+        "f16": rng.normal(size=5).astype(np.float16),
+        "f64": rng.normal(size=(2, 1, 2)),
+        "i64": rng.integers(-9, 9, 4),
+        "i32": np.int32([1, -2]),
+        "u8": np.uint8([0, 255]),
+        "bool": np.array([True, False]),
+        "scalar": np.float32(2.5),
+        "big_endian": np.arange(3, dtype=">f4"),
+        "transposed": np.arange(6, dtype=np.float32).reshape(2, 3).T,
+        "bf16": np.asarray(jnp.array([1.0, -0.3, 1e30], jnp.bfloat16)),
+    }
     write_safetensors(tmp_path / "t.safetensors", tensors)
     got = read_safetensors(tmp_path / "t.safetensors")
     with safe_open(str(tmp_path / "t.safetensors"), "np") as f:
@@ -229,14 +253,22 @@ def test_hf_file_round_trip(tmp_path):
 
 def test_wrong_files_are_clear_errors(tmp_path):
     w = hf_weights()
-    cases = {"missing": ({k: v for k, v in w.items() if k != "h.1.mlp.c_fc.bias"}, CFG,
-                         r"missing tensor 'h.1.mlp.c_fc.bias' \(expected shape \(128,\)\)"),
-             "shape": (w | {"wpe.weight": w["wpe.weight"][:8]}, CFG,
-                       r"'wpe.weight' has shape \(8, 32\), expected \(16, 32\)"),
-             "layers": (w, CFG | {"n_layer": 1}, r"unexpected tensors \['h.1.attn.c_attn.bias'"),
-             "untied": (w | {"lm_head.weight": w["wte.weight"] + 1}, CFG, "lm_head.weight differs"),
-             "activation": (w, CFG | {"activation_function": "relu"}, "activation_function='relu' is not supported"),
-             "config": (w, {k: v for k, v in CFG.items() if k != "n_head"}, r"lacks \['n_head'\]")}
+    cases = {
+        "missing": (
+            {k: v for k, v in w.items() if k != "h.1.mlp.c_fc.bias"},
+            CFG,
+            r"missing tensor 'h.1.mlp.c_fc.bias' \(expected shape \(128,\)\)",
+        ),
+        "shape": (
+            w | {"wpe.weight": w["wpe.weight"][:8]},
+            CFG,
+            r"'wpe.weight' has shape \(8, 32\), expected \(16, 32\)",
+        ),
+        "layers": (w, CFG | {"n_layer": 1}, r"unexpected tensors \['h.1.attn.c_attn.bias'"),
+        "untied": (w | {"lm_head.weight": w["wte.weight"] + 1}, CFG, "lm_head.weight differs"),
+        "activation": (w, CFG | {"activation_function": "relu"}, "activation_function='relu' is not supported"),
+        "config": (w, {k: v for k, v in CFG.items() if k != "n_head"}, r"lacks \['n_head'\]"),
+    }
     for name, (tensors, config, message) in cases.items():
         _write_hf(tmp_path / name, tensors, config)
         with pytest.raises(ValueError, match=message):
@@ -263,8 +295,10 @@ def test_kv_cache_decoding_equals_full_recompute(model):
     valid = np.arange(P)[None] >= (P - lens)[:, None]
     prompt = jnp.asarray(np.where(valid, np.random.default_rng(2).integers(1, V, (5, P)), 0))
     impls = {"cached": FlaxLM(module), "full": FullRecompute(lambda p, t, v: module.apply(p, t, v, heads="logits")[0])}
-    run = {k: jax.jit(lambda key, p, m=m: sample_response(m, p, key, prompt, valid, T, jnp.array([7]), 0))
-           for k, m in impls.items()}
+    run = {
+        k: jax.jit(lambda key, p, m=m: sample_response(m, p, key, prompt, valid, T, jnp.array([7]), 0))
+        for k, m in impls.items()
+    }
     toks_c, logp_c, mask_c = run["cached"](jax.random.PRNGKey(7), params)
     toks_f, logp_f, mask_f = run["full"](jax.random.PRNGKey(7), params)
     np.testing.assert_array_equal(toks_c, toks_f)
@@ -298,8 +332,11 @@ def test_transformers_gpt2_gives_the_same_logits(tmp_path, model):
     tokens, valid = _batch([L, 5, 1, 7])
     positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0)
     with torch.no_grad():
-        ref = hf(torch.tensor(tokens), attention_mask=torch.tensor(valid.astype(np.int64)),
-                 position_ids=torch.tensor(positions)).logits.numpy()
+        ref = hf(
+            torch.tensor(tokens),
+            attention_mask=torch.tensor(valid.astype(np.int64)),
+            position_ids=torch.tensor(positions),
+        ).logits.numpy()
     got = np.asarray(FlaxLM(module).logits(params, tokens, valid))
     np.testing.assert_allclose(got[valid], ref[valid], atol=1e-4, rtol=1e-4)
 
@@ -353,11 +390,12 @@ def test_a_gpt2_reward_model_reads_its_score_head_as_the_value_head(tmp_path, mo
     tokens, valid = _batch(lens, seed=8)
     values = np.asarray(lm.values(params, tokens, valid))
     for r, n in enumerate(lens):
-        np.testing.assert_allclose(values[r, L - n:], np_gpt2(w, tokens[r, L - n:])[1] @ score[0], atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(values[r, L - n :], np_gpt2(w, tokens[r, L - n :])[1] @ score[0], atol=TOL, rtol=TOL)
     save_sequence_classifier(tmp_path / "back", lm, params)
     jax.tree_util.tree_map(np.testing.assert_array_equal, load_sequence_classifier(tmp_path / "back")[1], params)
     assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == [
-        "GPT2ForSequenceClassification"]
+        "GPT2ForSequenceClassification"
+    ]
     _write_hf(tmp_path / "two", {**w, "score.weight": np.zeros((2, D), np.float32)})
     with pytest.raises(ValueError, match=r"need score.weight of shape \(1, 32\) \(one label\), got \(2, 32\)"):
         load_sequence_classifier(tmp_path / "two")

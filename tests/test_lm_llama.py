@@ -65,8 +65,8 @@ def test_logits_equal_a_numpy_forward_on_left_padded_rows(family):
     assert logits.dtype == values.dtype == jnp.float32 and logits.shape == (B, L, cfg["vocab_size"])
     assert float(jnp.abs(values).max()) == 0.0  # no value head stored: zero init
     for r, n in enumerate(LENS):
-        ref, _ = np_llama(w, cfg, tokens[r, L - n:])
-        np.testing.assert_allclose(np.asarray(logits[r, L - n:]), ref, atol=TOL, rtol=TOL, err_msg=f"{name} row {r}")
+        ref, _ = np_llama(w, cfg, tokens[r, L - n :])
+        np.testing.assert_allclose(np.asarray(logits[r, L - n :]), ref, atol=TOL, rtol=TOL, err_msg=f"{name} row {r}")
 
 
 def test_llama_attention_bias_and_a_tied_head(tmp_path):
@@ -76,7 +76,9 @@ def test_llama_attention_bias_and_a_tied_head(tmp_path):
     tokens, valid = batch(LENS, LLAMA_BIAS["vocab_size"], seed=2)
     logits = np.asarray(jax.jit(model.logits)(params, tokens, valid))
     for r, n in enumerate(LENS):
-        np.testing.assert_allclose(logits[r, L - n:], np_llama(w, LLAMA_BIAS, tokens[r, L - n:])[0], atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(
+            logits[r, L - n :], np_llama(w, LLAMA_BIAS, tokens[r, L - n :])[0], atol=TOL, rtol=TOL
+        )
 
 
 def test_query_blocks_and_the_value_head(family):
@@ -90,9 +92,9 @@ def test_query_blocks_and_the_value_head(family):
     with_head = {"params": {**params["params"], "value_head": {"kernel": jnp.asarray(vh), "bias": jnp.array([0.3])}}}
     values = np.asarray(jax.jit(model.values)(with_head, tokens, valid))
     for r, n in enumerate(LENS):
-        ref, h = np_llama(w, cfg, tokens[r, L - n:])
-        np.testing.assert_allclose(logits[r, L - n:], ref, atol=TOL, rtol=TOL)
-        np.testing.assert_allclose(values[r, L - n:], h @ vh[:, 0] + 0.3, atol=TOL, rtol=TOL)
+        ref, h = np_llama(w, cfg, tokens[r, L - n :])
+        np.testing.assert_allclose(logits[r, L - n :], ref, atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(values[r, L - n :], h @ vh[:, 0] + 0.3, atol=TOL, rtol=TOL)
 
 
 def test_cached_decoding_equals_full_recompute(family):
@@ -112,8 +114,9 @@ def test_cached_decoding_equals_full_recompute(family):
     for step in range(t + 1):
         seq = np.concatenate([prompt, resp[:, :step]], 1)
         seq_valid = np.concatenate([valid, np.ones((4, step), bool)], 1)
-        np.testing.assert_allclose(logits, full(params, seq, seq_valid)[:, -1], atol=TOL, rtol=TOL,
-                                   err_msg=f"{name} step {step}")
+        np.testing.assert_allclose(
+            logits, full(params, seq, seq_valid)[:, -1], atol=TOL, rtol=TOL, err_msg=f"{name} step {step}"
+        )
         if step < t:
             logits, cache = decode(params, cache, jnp.asarray(resp[:, step]), jnp.int32(p + step))
 
@@ -123,8 +126,9 @@ def test_llama3_rope_scaling_by_hand_and_against_the_transcription():
     """head_dim 8, theta 10^4: frequencies 1, 0.1, 0.01, 0.001 (wavelengths 2*pi*{1, 10, 100,
     1000}). With original context 1024 and factors 1/4 the bounds are 1024 and 256: the first
     two are kept, the last divided by 8, the third (wavelength 628) blended."""
-    rope = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-                original_max_position_embeddings=1024)
+    rope = dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=1024
+    )
     cfg = dict(CONFIGS["llama"], head_dim=8, rope_theta=10000.0, rope_scaling=rope)
     got = rope_inv_freq(llama_config_from_hf(cfg))
     s = (1024 / (2 * math.pi / 0.01) - 1) / 3
@@ -138,8 +142,9 @@ def test_llama3_rope_scaling_by_hand_and_against_the_transcription():
     cfg5["rope_parameters"] = dict(realistic, rope_theta=500000.0)
     assert llama_config_from_hf(cfg5) == llama_config_from_hf(cfg)
     linear = dict(CONFIGS["llama"], rope_scaling=dict(type="linear", factor=4.0))
-    np.testing.assert_allclose(rope_inv_freq(llama_config_from_hf(linear)),
-                               10000.0 ** (-np.arange(0, 8, 2) / 8) / 4, rtol=1e-6)
+    np.testing.assert_allclose(
+        rope_inv_freq(llama_config_from_hf(linear)), 10000.0 ** (-np.arange(0, 8, 2) / 8) / 4, rtol=1e-6
+    )
 
 
 # --- files -----------------------------------------------------------------------------------------
@@ -179,12 +184,15 @@ def test_bf16_stored_weights_load_exactly(tmp_path):
     assert p["layers_0"]["self_attn"]["q_proj"]["kernel"].dtype == jnp.bfloat16
     assert p["layers_0"]["self_attn"]["q_norm"]["scale"].dtype == jnp.float32
     assert p["norm"]["scale"].dtype == p["value_head"]["kernel"].dtype == jnp.float32
-    np.testing.assert_array_equal(np.asarray(p["layers_1"]["mlp"]["down_proj"]["kernel"]).view(np.uint16),
-                                  w["model.layers.1.mlp.down_proj.weight"].T.view(np.uint16))
+    np.testing.assert_array_equal(
+        np.asarray(p["layers_1"]["mlp"]["down_proj"]["kernel"]).view(np.uint16),
+        w["model.layers.1.mlp.down_proj.weight"].T.view(np.uint16),
+    )
     # bf16 parameters, float32 compute: the same numbers as the float32 load of the same bits
     tokens, valid = batch(LENS, cfg["vocab_size"])
-    np.testing.assert_allclose(model16.logits(params16, tokens, valid), model.logits(params, tokens, valid),
-                               atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(
+        model16.logits(params16, tokens, valid), model.logits(params, tokens, valid), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_a_tied_file_may_hold_the_head_copy_and_an_untied_one_must(tmp_path):
@@ -209,13 +217,21 @@ def test_bad_folders_are_one_clear_error(tmp_path):
     (tmp_path / "noweights" / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(CheckpointFolderError, match="has no model.safetensors nor model.safetensors.index.json"):
         load_pretrained(tmp_path / "noweights")
-    cases = {"missing": (cfg, {k: v for k, v in w.items() if k != "model.layers.1.mlp.up_proj.weight"},
-                         r"missing tensor 'model.layers.1.mlp.up_proj.weight' \(expected shape \(40, 32\)\)"),
-             "layers": (dict(cfg, num_hidden_layers=1), w, r"unexpected tensors \['model.layers.1."),
-             "rope": (dict(cfg, rope_scaling=dict(rope_type="yarn", factor=4.0)), w,
-                      "rope_type 'yarn' is not supported .supported: default, linear, llama3"),
-             "act": (dict(cfg, hidden_act="gelu"), w, "hidden_act='gelu' is not supported"),
-             "heads": (dict(cfg, num_key_value_heads=3), w, "not a multiple of num_key_value_heads=3")}
+    cases = {
+        "missing": (
+            cfg,
+            {k: v for k, v in w.items() if k != "model.layers.1.mlp.up_proj.weight"},
+            r"missing tensor 'model.layers.1.mlp.up_proj.weight' \(expected shape \(40, 32\)\)",
+        ),
+        "layers": (dict(cfg, num_hidden_layers=1), w, r"unexpected tensors \['model.layers.1."),
+        "rope": (
+            dict(cfg, rope_scaling=dict(rope_type="yarn", factor=4.0)),
+            w,
+            "rope_type 'yarn' is not supported .supported: default, linear, llama3",
+        ),
+        "act": (dict(cfg, hidden_act="gelu"), w, "hidden_act='gelu' is not supported"),
+        "heads": (dict(cfg, num_key_value_heads=3), w, "not a multiple of num_key_value_heads=3"),
+    }
     for name, (c, tensors, message) in cases.items():
         with pytest.raises(CheckpointFolderError, match=message):
             load_pretrained(write_checkpoint(tmp_path / name, c, tensors))
@@ -278,9 +294,10 @@ def test_a_sequence_classifier_reads_its_score_head_as_the_value_head(tmp_path):
     tokens, valid = batch(LENS, cfg["vocab_size"], seed=9)
     values = np.asarray(jax.jit(model.values)(params, tokens, valid))
     for r, n in enumerate(LENS):
-        _, h = np_llama(w | {"lm_head.weight": np.zeros((cfg["vocab_size"], cfg["hidden_size"]))}, cfg,
-                        tokens[r, L - n:])
-        np.testing.assert_allclose(values[r, L - n:], h @ score[0], atol=TOL, rtol=TOL)
+        _, h = np_llama(
+            w | {"lm_head.weight": np.zeros((cfg["vocab_size"], cfg["hidden_size"]))}, cfg, tokens[r, L - n :]
+        )
+        np.testing.assert_allclose(values[r, L - n :], h @ score[0], atol=TOL, rtol=TOL)
     save_sequence_classifier(tmp_path / "back", model, params)
     from safetensors.numpy import load_file
 
@@ -310,7 +327,8 @@ def test_bf16_parameters_and_compute_stay_near_float32(family):
     name, cfg, w, model, params = family
     bf = type(model)(model.model.clone(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16))
     params16 = jax.tree_util.tree_map_with_path(
-        lambda path, x: x if "scale" in str(path) or "value_head" in str(path) else x.astype(jnp.bfloat16), params)
+        lambda path, x: x if "scale" in str(path) or "value_head" in str(path) else x.astype(jnp.bfloat16), params
+    )
     shapes = jax.eval_shape(bf.model.init, jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool))
     assert jax.tree.map(lambda x: x.dtype, shapes) == jax.tree.map(lambda x: x.dtype, params16)
     tokens, valid = batch(LENS, cfg["vocab_size"], seed=6)
@@ -363,7 +381,7 @@ def test_load_reward_model_scores_the_last_valid_token(tmp_path, name):
     got = np.asarray(reward_fn(params, prompt, prompt_valid, response, response_mask))
     head = {"lm_head.weight": np.zeros((cfg["vocab_size"], cfg["hidden_size"]))}
     for r in range(3):
-        seq = np.concatenate([prompt[r, p - p_lens[r]:], response[r, :r_lens[r]]])
+        seq = np.concatenate([prompt[r, p - p_lens[r] :], response[r, : r_lens[r]]])
         _, h = np_llama(w | head, cfg, seq)
         np.testing.assert_allclose(got[r], h[-1] @ score[0], atol=TOL, rtol=TOL)
     lm, trunk_params, has_head = load_reward_trunk(folder)

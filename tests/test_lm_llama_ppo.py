@@ -38,9 +38,19 @@ def setup(name="qwen3"):
     module = Llama(llama_config_from_hf(CONFIGS[name]))
     params = module.init(jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool))
     critic = jax.tree_util.tree_map_with_path(  # a value head that is not zero, so the critic's values matter
-        lambda path, x: x + 0.1 if "value_head" in str(path) else x, params)
-    cfg = TokenPPOConfig(batch_size=B, num_iterations=2, update_epochs=1, num_minibatches=2, max_new_tokens=T,
-                         stop_ids=(2,), actor_lr=1e-3, critic_lr=1e-3, beta=0.1)
+        lambda path, x: x + 0.1 if "value_head" in str(path) else x, params
+    )
+    cfg = TokenPPOConfig(
+        batch_size=B,
+        num_iterations=2,
+        update_epochs=1,
+        num_minibatches=2,
+        max_new_tokens=T,
+        stop_ids=(2,),
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        beta=0.1,
+    )
     return FlaxLM(module), params, critic, cfg
 
 
@@ -54,8 +64,10 @@ def test_one_token_ppo_iteration_with_a_llama_policy_reference_and_critic():
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(new.reference)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     for net, before in (("policy", params), ("critic", critic)):
-        moved = max(float(jnp.max(jnp.abs(a - b))) for a, b in
-                    zip(jax.tree.leaves(new.train.params[net]), jax.tree.leaves(before)))
+        moved = max(
+            float(jnp.max(jnp.abs(a - b)))
+            for a, b in zip(jax.tree.leaves(new.train.params[net]), jax.tree.leaves(before))
+        )
         assert moved > 0, net
 
 

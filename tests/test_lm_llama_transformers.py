@@ -9,8 +9,12 @@ import numpy as np
 import pytest
 
 from _llama_reference import CONFIGS, LLAMA_BIAS, hf_weights, write_checkpoint
-from purejaxppo.lm.pretrained import (load_pretrained, load_sequence_classifier, save_pretrained,
-                                      save_sequence_classifier)
+from purejaxppo.lm.pretrained import (
+    load_pretrained,
+    load_sequence_classifier,
+    save_pretrained,
+    save_sequence_classifier,
+)
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
@@ -27,13 +31,17 @@ def _batch(vocab):
 
 
 def _hf_logits(folder, tokens, valid, positions, save_to=None):
-    hf = transformers.AutoModelForCausalLM.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32,
-                                                           attn_implementation="eager").eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        str(folder), local_files_only=True, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     if save_to is not None:  # transformers' own folder: its config style (5.x: rope_parameters), its names
         hf.save_pretrained(str(save_to))
     with torch.no_grad():
-        return hf(torch.tensor(tokens), attention_mask=torch.tensor(valid.astype(np.int64)),
-                  position_ids=torch.tensor(positions)).logits.numpy()
+        return hf(
+            torch.tensor(tokens),
+            attention_mask=torch.tensor(valid.astype(np.int64)),
+            position_ids=torch.tensor(positions),
+        ).logits.numpy()
 
 
 @pytest.mark.parametrize("name", [*sorted(CONFIGS), "llama_bias"])
@@ -68,11 +76,15 @@ def test_transformers_reads_our_reward_model(tmp_path, name):
     ours = np.asarray(rm.values(rm_params, tokens, valid))
     np.testing.assert_array_equal(ours, np.asarray(model.values(params, tokens, valid)))
     hf = transformers.AutoModelForSequenceClassification.from_pretrained(
-        str(tmp_path / "rm"), local_files_only=True, dtype=torch.float32, attn_implementation="eager").eval()
+        str(tmp_path / "rm"), local_files_only=True, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     assert hf.config.num_labels == 1
     with torch.no_grad():
-        hidden = hf.model(torch.tensor(tokens), attention_mask=torch.tensor(valid.astype(np.int64)),
-                          position_ids=torch.tensor(positions)).last_hidden_state
+        hidden = hf.model(
+            torch.tensor(tokens),
+            attention_mask=torch.tensor(valid.astype(np.int64)),
+            position_ids=torch.tensor(positions),
+        ).last_hidden_state
         ref = hf.score(hidden)[..., 0].numpy()
     print(f"{name} reward: max |ours - transformers| = {np.abs(ours[valid] - ref[valid]).max():.2e}")
     np.testing.assert_allclose(ours[valid], ref[valid], atol=TOL, rtol=TOL)
@@ -92,10 +104,14 @@ def test_transformers_reads_our_gpt2_reward_model(tmp_path):
     params["params"]["value_head"] = {"kernel": jnp.asarray(kernel), "bias": jnp.zeros((1,))}
     save_sequence_classifier(tmp_path / "rm", FlaxLM(module), params)
     hf = transformers.AutoModelForSequenceClassification.from_pretrained(
-        str(tmp_path / "rm"), local_files_only=True, dtype=torch.float32, attn_implementation="eager").eval()
+        str(tmp_path / "rm"), local_files_only=True, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     with torch.no_grad():
-        hidden = hf.transformer(torch.tensor(tokens), attention_mask=torch.tensor(valid.astype(np.int64)),
-                                position_ids=torch.tensor(positions)).last_hidden_state
+        hidden = hf.transformer(
+            torch.tensor(tokens),
+            attention_mask=torch.tensor(valid.astype(np.int64)),
+            position_ids=torch.tensor(positions),
+        ).last_hidden_state
         ref = hf.score(hidden)[..., 0].numpy()
     rm, rm_params = load_sequence_classifier(tmp_path / "rm")
     ours = np.asarray(rm.values(rm_params, tokens, valid))

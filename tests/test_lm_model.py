@@ -36,10 +36,13 @@ def lm():
     model = TinyLM(vocab_size=V, d_model=32, n_layers=2, n_heads=2, max_len=P + T)
     # parameters drawn in NumPy on the init's shapes (cheaper than compiling the init), biases
     # and the value head nonzero too; layer-norm scales near 1
-    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool))
+    shapes = jax.eval_shape(
+        model.init, jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool)
+    )
     rng = np.random.default_rng(1)
     params = jax.tree_util.tree_map_with_path(
-        lambda path, s: jnp.asarray((path[-1].key == "scale") + rng.normal(0, 0.3, s.shape), jnp.float32), shapes)
+        lambda path, s: jnp.asarray((path[-1].key == "scale") + rng.normal(0, 0.3, s.shape), jnp.float32), shapes
+    )
     lens = np.array([1, 6, 3, 2, 5])  # ragged: one full prompt, one of a single token
     valid = np.arange(P)[None] >= (P - lens)[:, None]
     prompt = np.where(valid, np.asarray(jax.random.randint(jax.random.PRNGKey(1), (B, P), 1, V)), PAD)
@@ -50,16 +53,21 @@ def lm():
 def _sampler(impl_name, top_k):
     """One compile per (implementation, top_k): key, params, prompt, temperature, top_p traced
     (top-k's own effect is checked below, on ``filter_logits``)."""
+
     def run(key, params, prompt, valid, temperature, top_p, stop):
         model = TinyLM(vocab_size=V, d_model=32, n_layers=2, n_heads=2, max_len=P + T)
         impl = {"cached": FlaxLM(model), "full": FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])}[impl_name]
         return sample_response(impl, params, key, prompt, valid, T, stop, PAD, temperature, top_k, top_p)
+
     return jax.jit(run)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("top_k,temperature,top_p,stop", [(1, 1.0, 1.0, []), (0, 1.0, 1.0, [3]), (0, 0.8, 0.9, [11, 9])],
-                         ids=["greedy", "sampled", "sampled_controls"])
+@pytest.mark.parametrize(
+    "top_k,temperature,top_p,stop",
+    [(1, 1.0, 1.0, []), (0, 1.0, 1.0, [3]), (0, 0.8, 0.9, [11, 9])],
+    ids=["greedy", "sampled", "sampled_controls"],
+)
 def test_kv_cache_decoding_equals_full_recompute(lm, top_k, temperature, top_p, stop):
     _, params, prompt, valid = lm
     key, stop = jax.random.PRNGKey(7), jnp.array(stop, jnp.int32)
@@ -74,7 +82,7 @@ def test_kv_cache_decoding_equals_full_recompute(lm, top_k, temperature, top_p, 
     if (top_k, temperature, top_p) == (0, 1.0, 1.0):  # defaults: the sampled log-probs are the policy's (PAD cut)
         model, seq = lm[0], jnp.concatenate([prompt, toks_c], 1)
         seq_valid = jnp.concatenate([valid, mask_c], 1)
-        logits = jax.jit(model.apply)(params, seq, seq_valid)[0][:, P - 1:-1]
+        logits = jax.jit(model.apply)(params, seq, seq_valid)[0][:, P - 1 : -1]
         tf = jax.nn.log_softmax(filter_logits(logits, banned=PAD))
         tf = np.take_along_axis(np.asarray(tf), np.asarray(toks_c)[..., None], -1)[..., 0]
         np.testing.assert_allclose(np.where(mask_c, logp_c, 0), np.where(mask_c, tf, 0), atol=TOL)
@@ -92,7 +100,9 @@ def test_every_decode_step_has_the_full_recompute_logits(lm, query_block):
     model = model.clone(query_block=query_block)
     cached, full = FlaxLM(model), FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])
     resp = jax.random.randint(jax.random.PRNGKey(5), (B, T), 1, V)
-    (lc, cache_c), (lf, cache_f) = (jax.jit(m.prefill, static_argnums=3)(params, prompt, valid, P + T) for m in (cached, full))
+    (lc, cache_c), (lf, cache_f) = (
+        jax.jit(m.prefill, static_argnums=3)(params, prompt, valid, P + T) for m in (cached, full)
+    )
     assert [k.shape for k in cache_c.k] == [(B, 2, P + T, 16)] * 2  # [B, heads, max_len, head_dim]
     dec_c, dec_f = jax.jit(cached.decode), jax.jit(full.decode)
     for t in range(T):
@@ -144,9 +154,9 @@ def test_top_p_keeps_the_smallest_set_with_mass_p():
     for r in range(p.shape[0]):
         for n in (1, 2, 4):  # a p between the n-th and (n+1)-th cumulative mass: exactly n+1 kept
             top_p = float((cum[r, n - 1] + cum[r, n]) / 2)
-            kept = np.isfinite(np.asarray(filter_logits(LOGITS[r:r + 1], 1.0, 0, top_p)))[0]
+            kept = np.isfinite(np.asarray(filter_logits(LOGITS[r : r + 1], 1.0, 0, top_p)))[0]
             assert kept.sum() == n + 1, (r, n, kept.sum())
-            np.testing.assert_array_equal(kept, _np_probs(LOGITS[r:r + 1], top_p=top_p)[0] > 0)
+            np.testing.assert_array_equal(kept, _np_probs(LOGITS[r : r + 1], top_p=top_p)[0] > 0)
     # 1.0 is off: nothing cut even where float32 cumulative mass reaches 1 early
     assert np.isfinite(np.asarray(filter_logits(LOGITS * 30, 1.0, 0, 1.0))).all()
 
@@ -162,8 +172,17 @@ def test_temperature_scales_logits(temperature):
 TOP0 = int(np.argmax(np.asarray(LOGITS)[0]))  # row 0's most probable token: banning it moves the most mass
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p,banned", [(1.0, 0, 1.0, None), (0.7, 5, 1.0, None), (1.3, 0, 0.8, None),
-                                                            (0.9, 6, 0.7, None), (1.0, 0, 1.0, TOP0), (0.9, 6, 0.7, TOP0)])
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p,banned",
+    [
+        (1.0, 0, 1.0, None),
+        (0.7, 5, 1.0, None),
+        (1.3, 0, 0.8, None),
+        (0.9, 6, 0.7, None),
+        (1.0, 0, 1.0, TOP0),
+        (0.9, 6, 0.7, TOP0),
+    ],
+)
 def test_logp_is_the_log_of_the_renormalised_probability(temperature, top_k, top_p, banned):
     """``banned`` (the sampler's pad id): never drawn, its mass renormalised over the rest."""
     n = 4000
@@ -200,13 +219,18 @@ class Scripted:
 
 
 def test_the_mask_ends_at_the_first_stop_token():
-    script = np.array([[3, 4, 2, 5, 2, 6],   # stop 2 at step 2
-                       [2, 3, 3, 3, 3, 3],   # stop at the first token
-                       [3, 4, 5, 6, 3, 4],   # never stops
-                       [4, 4, 4, 7, 2, 5]])  # the second stop id (7) at step 3, then 2 again
+    script = np.array(
+        [
+            [3, 4, 2, 5, 2, 6],  # stop 2 at step 2
+            [2, 3, 3, 3, 3, 3],  # stop at the first token
+            [3, 4, 5, 6, 3, 4],  # never stops
+            [4, 4, 4, 7, 2, 5],
+        ]
+    )  # the second stop id (7) at step 3, then 2 again
     prompt, valid = jnp.ones((4, 3), jnp.int32), jnp.ones((4, 3), bool)
-    toks, logp, mask = jax.jit(lambda k: sample_response(Scripted(script), None, k, prompt, valid, 6,
-                                                         jnp.array([2, 7]), PAD, 0.9, 0, 0.95))(jax.random.PRNGKey(0))
+    toks, logp, mask = jax.jit(
+        lambda k: sample_response(Scripted(script), None, k, prompt, valid, 6, jnp.array([2, 7]), PAD, 0.9, 0, 0.95)
+    )(jax.random.PRNGKey(0))
     want = np.array([[1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]], bool)
     np.testing.assert_array_equal(mask, want)
     np.testing.assert_array_equal(toks, np.where(want, script, PAD))
@@ -237,7 +261,8 @@ def test_generation_that_ends_early_equals_the_full_decode(lm):
     model, params, prompt, valid = lm
     impl, stops, key = FlaxLM(model), [2, 3, 4, 5], jax.random.PRNGKey(2)
     toks, logp, mask = jax.jit(lambda k, p: sample_response(impl, p, k, prompt, valid, T, jnp.array(stops), PAD))(
-        key, params)
+        key, params
+    )
     ref_t, ref_l, ref_m = _full_decode(impl, params, key, prompt, valid, T, stops)
     ends = ref_m.sum(1)  # the scenario: every row stopped before the last step, not all at once
     assert ends.max() < T and len(set(ends.tolist())) > 2, ends
@@ -259,7 +284,9 @@ def test_generation_decodes_no_step_after_every_row_has_stopped():
             return super().decode(params, cache, token, position)
 
     prompt, valid = jnp.ones((3, 2), jnp.int32), jnp.ones((3, 2), bool)
-    toks, _, mask = sample_response(Counting(script), None, jax.random.PRNGKey(0), prompt, valid, 6, jnp.array([2]), PAD)
+    toks, _, mask = sample_response(
+        Counting(script), None, jax.random.PRNGKey(0), prompt, valid, 6, jnp.array([2]), PAD
+    )
     jax.effects_barrier()
     assert seen == [2, 3, 4, 5], seen  # positions P + 0 .. P + 3
     want = np.array([[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]], bool)

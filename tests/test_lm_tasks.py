@@ -6,7 +6,6 @@ token mean are checked, not re-derived); SFT itself by what it must do: lower th
 raise exact match over the untrained model, and give the same parameters for the same key.
 """
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,7 +23,7 @@ def _check_prompts(task, prompt, valid, length):
     for row, v, n in zip(prompt.tolist(), valid.tolist(), length):
         assert v == [False] * (p - 1 - n) + [True] * (n + 1)
         assert row[: p - 1 - n] == [PAD] * (p - 1 - n) and row[-1] == SEP
-        assert all(FIRST_CONTENT <= t < task.vocab_size for t in row[p - 1 - n: -1])
+        assert all(FIRST_CONTENT <= t < task.vocab_size for t in row[p - 1 - n : -1])
 
 
 def _data(task, seed=0, batch=B):
@@ -41,7 +40,7 @@ def test_reverse_prompts_and_demonstrations():
     _check_prompts(task, prompt, valid, length)
     assert length.min() == task.min_len and length.max() == task.max_len  # the whole range is drawn
     for row, r, m, n in zip(prompt.tolist(), resp.tolist(), mask.tolist(), length):
-        digits = row[len(row) - 1 - n: -1]
+        digits = row[len(row) - 1 - n : -1]
         want = digits[::-1] + [EOS] + [PAD] * (task.max_new - n - 1)
         assert r == want and m == [True] * (n + 1) + [False] * (task.max_new - n - 1)
     # prompts() draws the same prompts from the same key
@@ -216,8 +215,10 @@ def test_sft_learns_and_is_reproducible(small_lm):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(losses, losses2)
     other, _ = sft.train_sft(lm, params0, SMALL, jax.random.PRNGKey(9), steps=STEPS, batch=64, learning_rate=3e-3)
-    assert any(np.any(np.asarray(a) != np.asarray(b))
-               for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(other)))
+    assert any(
+        np.any(np.asarray(a) != np.asarray(b))
+        for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(other))
+    )
 
 
 # --- registry -------------------------------------------------------------------------------

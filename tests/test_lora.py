@@ -39,8 +39,11 @@ def test_fresh_adapters_give_the_base_logits_exactly(gpt2):
     # every targeted kernel got factors (GPT-2's two c_proj per block included), nothing else
     n_layer = CFG["n_layer"]
     assert len(lora.lora_paths(params, TARGETS)) == 4 * n_layer
-    assert all(float(np.abs(x).max()) > 0 for x in jax.tree.leaves(adapters.tree) if x.shape[0] == CFG["n_embd"]
-               and x.ndim == 2 and x.shape[1] == 4)  # A is random (B is the zero)
+    assert all(
+        float(np.abs(x).max()) > 0
+        for x in jax.tree.leaves(adapters.tree)
+        if x.shape[0] == CFG["n_embd"] and x.ndim == 2 and x.shape[1] == 4
+    )  # A is random (B is the zero)
 
 
 class _Unmerged:
@@ -64,7 +67,8 @@ def test_merged_model_equals_a_numpy_gpt2_computing_the_factors_unmerged(gpt2):
     adapters = lora.lora_init(jax.random.PRNGKey(2), params, rank, alpha, TARGETS)
     rng = np.random.default_rng(5)
     tree = jax.tree_util.tree_map_with_path(  # B non-zero, so the adapters move every adapted layer
-        lambda p, x: jnp.asarray(rng.normal(0, 0.2, x.shape), jnp.float32) if "lora_b" in str(p) else x, adapters.tree)
+        lambda p, x: jnp.asarray(rng.normal(0, 0.2, x.shape), jnp.float32) if "lora_b" in str(p) else x, adapters.tree
+    )
     adapters = adapters.replace(tree=tree)
     np_w = dict(w)
     for i in range(CFG["n_layer"]):
@@ -73,27 +77,32 @@ def test_merged_model_equals_a_numpy_gpt2_computing_the_factors_unmerged(gpt2):
             for k in name.split("."):
                 f = f[k]
             f = f["kernel"]
-            np_w[f"h.{i}.{name}.weight"] = _Unmerged(w[f"h.{i}.{name}.weight"], np.asarray(f["lora_a"]),
-                                                     np.asarray(f["lora_b"]), alpha / rank)
+            np_w[f"h.{i}.{name}.weight"] = _Unmerged(
+                w[f"h.{i}.{name}.weight"], np.asarray(f["lora_a"]), np.asarray(f["lora_b"]), alpha / rank
+            )
     lens = [9, 2, 6, 4]
     tokens, valid = _batch(lens, seed=8)
     logits = np.asarray(jax.jit(FlaxLM(module).logits)(lora.lora_merge(params, adapters), tokens, valid))
     base = np.asarray(jax.jit(FlaxLM(module).logits)(params, tokens, valid))
     for r, n in enumerate(lens):
-        ref = np_gpt2(np_w, tokens[r, 9 - n:])[0]
-        assert np.abs(ref - base[r, 9 - n:]).max() > 0.1  # the adapters matter
-        np.testing.assert_allclose(logits[r, 9 - n:], ref, atol=TOL, rtol=TOL)
+        ref = np_gpt2(np_w, tokens[r, 9 - n :])[0]
+        assert np.abs(ref - base[r, 9 - n :]).max() > 0.1  # the adapters matter
+        np.testing.assert_allclose(logits[r, 9 - n :], ref, atol=TOL, rtol=TOL)
 
 
 def test_delta_of_a_many_dimensional_kernel_against_numpy():
     rng = np.random.default_rng(0)
     w, a, b = rng.normal(size=(6, 2, 3)), rng.normal(size=(6, 4)), rng.normal(size=(4, 6))
-    got = lora.lora_delta(jnp.asarray(w, jnp.float32), {"lora_a": jnp.asarray(a, jnp.float32),
-                                                        "lora_b": jnp.asarray(b, jnp.float32)}, 0.5)
+    got = lora.lora_delta(
+        jnp.asarray(w, jnp.float32), {"lora_a": jnp.asarray(a, jnp.float32), "lora_b": jnp.asarray(b, jnp.float32)}, 0.5
+    )
     np.testing.assert_allclose(got, w + 0.5 * (a @ b).reshape(6, 2, 3), atol=1e-5, rtol=1e-5)
     assert got.dtype == jnp.float32
-    over_bf16 = lora.lora_delta(jnp.asarray(w, jnp.bfloat16), {"lora_a": jnp.asarray(a, jnp.float32),
-                                                               "lora_b": jnp.asarray(b, jnp.float32)}, 0.5)
+    over_bf16 = lora.lora_delta(
+        jnp.asarray(w, jnp.bfloat16),
+        {"lora_a": jnp.asarray(a, jnp.float32), "lora_b": jnp.asarray(b, jnp.float32)},
+        0.5,
+    )
     assert over_bf16.dtype == jnp.float32  # a small delta is not rounded away in a bf16 sum
 
 
@@ -121,8 +130,19 @@ def count_threes(_, prompt, prompt_valid, response, mask):
 
 def _ppo(critic="separate", **kw):
     kw = dict(dict(lora_rank=2, lora_alpha=4.0, lora_targets=TARGETS), **kw)
-    cfg = TokenPPOConfig(batch_size=B, num_iterations=2, update_epochs=2, num_minibatches=2, max_new_tokens=T,
-                         stop_ids=(1,), actor_lr=1e-2, critic_lr=1e-2, beta=0.1, critic=critic, **kw)
+    cfg = TokenPPOConfig(
+        batch_size=B,
+        num_iterations=2,
+        update_epochs=2,
+        num_minibatches=2,
+        max_new_tokens=T,
+        stop_ids=(1,),
+        actor_lr=1e-2,
+        critic_lr=1e-2,
+        beta=0.1,
+        critic=critic,
+        **kw,
+    )
     return cfg, make_token_ppo(cfg, FlaxLM(GPT2(**CFG)), count_threes, prompts=prompts)
 
 
@@ -146,8 +166,15 @@ def test_only_the_adapters_train_and_the_base_is_the_reference(gpt2, critic):
     assert float(np.abs(vh).max()) > 0  # the value head (zero at the start) trains whole
     # the policy the evaluator sees is the merged one, and it moved away from the base
     merged = policy_params(new)
-    assert float(np.abs(merged["params"]["h_0"]["attn"]["c_attn"]["kernel"]
-                        - params["params"]["h_0"]["attn"]["c_attn"]["kernel"]).max()) > 0
+    assert (
+        float(
+            np.abs(
+                merged["params"]["h_0"]["attn"]["c_attn"]["kernel"]
+                - params["params"]["h_0"]["attn"]["c_attn"]["kernel"]
+            ).max()
+        )
+        > 0
+    )
 
 
 def test_bf16_base_and_exact_resume_through_a_checkpoint(gpt2, tmp_path):
@@ -168,9 +195,12 @@ def test_bf16_base_and_exact_resume_through_a_checkpoint(gpt2, tmp_path):
 
 
 def test_bad_lora_configs_are_refused(gpt2):
-    for kw, msg in [(dict(lora_rank=-1), "lora_rank"), (dict(lora_rank=2, lora_alpha=0.0), "lora_alpha"),
-                    (dict(lora_rank=0, lora_base_dtype="bfloat16"), "LoRA only"),
-                    (dict(lora_rank=2, lora_base_dtype="float16"), "lora_base_dtype")]:
+    for kw, msg in [
+        (dict(lora_rank=-1), "lora_rank"),
+        (dict(lora_rank=2, lora_alpha=0.0), "lora_alpha"),
+        (dict(lora_rank=0, lora_base_dtype="bfloat16"), "LoRA only"),
+        (dict(lora_rank=2, lora_base_dtype="float16"), "lora_base_dtype"),
+    ]:
         with pytest.raises(ConfigError, match=msg):
             make_token_ppo(TokenPPOConfig(batch_size=4, num_minibatches=2, **kw), FlaxLM(GPT2(**CFG)), count_threes)
     _, tp = _ppo(lora_targets=("q_proj",))
@@ -199,11 +229,13 @@ def test_llama_family_merged_adapters_equal_a_numpy_forward_of_the_merged_weight
     tokens, valid = _batch(lens, seed=8)
     tokens = tokens % cfg["vocab_size"]
     logits = jax.jit(model.logits)
-    np.testing.assert_array_equal(logits(lora.lora_merge(params, adapters), tokens, valid),
-                                  logits(params, tokens, valid))
+    np.testing.assert_array_equal(
+        logits(lora.lora_merge(params, adapters), tokens, valid), logits(params, tokens, valid)
+    )
     rng = np.random.default_rng(6)
     tree = jax.tree_util.tree_map_with_path(
-        lambda p, x: jnp.asarray(rng.normal(0, 0.2, x.shape), jnp.float32) if "lora_b" in str(p) else x, adapters.tree)
+        lambda p, x: jnp.asarray(rng.normal(0, 0.2, x.shape), jnp.float32) if "lora_b" in str(p) else x, adapters.tree
+    )
     adapters = adapters.replace(tree=tree)
     merged_w = dict(w)
     for i in range(cfg["num_hidden_layers"]):
@@ -215,4 +247,4 @@ def test_llama_family_merged_adapters_equal_a_numpy_forward_of_the_merged_weight
             merged_w[key] = w[key].astype(np.float64) + 1.5 * (a @ b).T
     got = np.asarray(logits(lora.lora_merge(params, adapters), tokens, valid))
     for r, n in enumerate(lens):
-        np.testing.assert_allclose(got[r, 9 - n:], np_llama(merged_w, cfg, tokens[r, 9 - n:])[0], atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(got[r, 9 - n :], np_llama(merged_w, cfg, tokens[r, 9 - n :])[0], atol=TOL, rtol=TOL)

@@ -59,7 +59,9 @@ def test_value_loss_with_and_without_clipping():
     clipped = 0.5 * np.mean(np.maximum((v_new - ret) ** 2, (clipped_v - ret) ** 2))
     assert clipped > plain  # the example exercises the max
     np.testing.assert_allclose(value_loss(jnp.asarray(v_new), jnp.asarray(v_old), jnp.asarray(ret)), plain, rtol=1e-6)
-    np.testing.assert_allclose(value_loss(jnp.asarray(v_new), jnp.asarray(v_old), jnp.asarray(ret), 0.2), clipped, rtol=1e-6)
+    np.testing.assert_allclose(
+        value_loss(jnp.asarray(v_new), jnp.asarray(v_old), jnp.asarray(ret), 0.2), clipped, rtol=1e-6
+    )
 
 
 def test_ppo_loss_total_and_masking():
@@ -67,11 +69,19 @@ def test_ppo_loss_total_and_masking():
     n = 10
     lp_new, lp_old, adv, ent, vn, vo, ret = (rng.normal(size=n) for _ in range(7))
     mask = np.arange(n) < 7
-    total, m = ppo_loss(*(jnp.asarray(x) for x in (lp_new, ent, vn, lp_old, vo, adv, ret)),
-                        clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, mask=jnp.asarray(mask))
+    total, m = ppo_loss(
+        *(jnp.asarray(x) for x in (lp_new, ent, vn, lp_old, vo, adv, ret)),
+        clip_eps=0.2,
+        vf_coef=0.5,
+        ent_coef=0.01,
+        mask=jnp.asarray(mask),
+    )
     k = mask
-    expected = (ref_actor(lp_new[k], lp_old[k], adv[k], 0.2) + 0.5 * 0.5 * np.mean((vn[k] - ret[k]) ** 2)
-                - 0.01 * np.mean(ent[k]))
+    expected = (
+        ref_actor(lp_new[k], lp_old[k], adv[k], 0.2)
+        + 0.5 * 0.5 * np.mean((vn[k] - ret[k]) ** 2)
+        - 0.01 * np.mean(ent[k])
+    )
     np.testing.assert_allclose(total, expected, rtol=1e-5)
 
 
@@ -82,4 +92,6 @@ def test_normalize_and_explained_variance():
     np.testing.assert_allclose(explained_variance(jnp.asarray(t), jnp.asarray(t)), 1.0)
     np.testing.assert_allclose(explained_variance(jnp.full(4, t.mean()), jnp.asarray(t)), 0.0, atol=1e-6)
     p = np.array([0.0, 2.5, 3.0, 4.0])
-    np.testing.assert_allclose(explained_variance(jnp.asarray(p), jnp.asarray(t)), 1 - np.var(t - p) / np.var(t), rtol=1e-5)
+    np.testing.assert_allclose(
+        explained_variance(jnp.asarray(p), jnp.asarray(t)), 1 - np.var(t - p) / np.var(t), rtol=1e-5
+    )

@@ -52,10 +52,22 @@ def _reference(name, num_envs, key, steps, actions, **env_kwargs):
                 o, s = env.reset(k_reset)
                 lengths[i] = 0
             states[i] = s
-            avail = (np.stack([np.asarray(v) for v in (env.get_avail_actions(s)[a] for a in agents)])
-                     if name == "3m" else None)
-            row.append((np.stack([np.asarray(o[a]) for a in agents]), final,
-                        np.array([float(r[a]) for a in agents]), done, length, avail, o))
+            avail = (
+                np.stack([np.asarray(v) for v in (env.get_avail_actions(s)[a] for a in agents)])
+                if name == "3m"
+                else None
+            )
+            row.append(
+                (
+                    np.stack([np.asarray(o[a]) for a in agents]),
+                    final,
+                    np.array([float(r[a]) for a in agents]),
+                    done,
+                    length,
+                    avail,
+                    o,
+                )
+            )
         out.append(row)
     return out
 
@@ -155,7 +167,9 @@ def test_global_state_mpe_is_every_agents_observation_plus_id():
     plain = np.asarray(obs.obs)[:, :18]
     assert np.array_equal(np.asarray(obs.obs)[:, 18:], np.eye(3))  # agent ids on the actor's input
     for j in range(3):
-        np.testing.assert_array_equal(np.asarray(obs.global_state[j]), np.concatenate([plain.reshape(-1), np.eye(3)[j]]))
+        np.testing.assert_array_equal(
+            np.asarray(obs.global_state[j]), np.concatenate([plain.reshape(-1), np.eye(3)[j]])
+        )
 
 
 def test_smax_global_state_is_world_state_plus_id():
@@ -165,8 +179,9 @@ def test_smax_global_state_is_world_state_plus_id():
     ref, _ = env.reset(jax.random.split(jax.random.PRNGKey(0), 3)[0])
     assert isinstance(obs.obs, MaskedObs)
     for j in range(3):
-        np.testing.assert_array_equal(np.asarray(obs.global_state[j]),
-                                      np.concatenate([np.asarray(ref["world_state"]), np.eye(3)[j]]))
+        np.testing.assert_array_equal(
+            np.asarray(obs.global_state[j]), np.concatenate([np.asarray(ref["world_state"]), np.eye(3)[j]])
+        )
 
 
 def test_rows_must_be_a_multiple_of_the_agents():

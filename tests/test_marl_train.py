@@ -47,8 +47,9 @@ def _jaxmarl_step_venv(name, rows, spec):
 
     def step(key, state, action):
         act = action.reshape(e, n)
-        obs, state, reward, dones, _ = jax.vmap(env.step)(jax.random.split(key, rows)[::n], state,
-                                                          {a: act[:, i] for i, a in enumerate(agents)})
+        obs, state, reward, dones, _ = jax.vmap(env.step)(
+            jax.random.split(key, rows)[::n], state, {a: act[:, i] for i, a in enumerate(agents)}
+        )
         done = jnp.repeat(dones["__all__"], n)
         obs = stack(obs)
         return obs, state, stack(reward), done, jnp.zeros_like(done), {"final_observation": obs}
@@ -58,8 +59,14 @@ def _jaxmarl_step_venv(name, rows, spec):
 
 @pytest.mark.slow  # ~35 s: two programs of 3 updates each
 def test_ippo_equals_the_step_on_jaxmarls_own_step_folded_by_hand():
-    cfg = PPOConfig(env_name=f"jaxmarl:{MPE}", num_envs=6, num_steps=13, total_timesteps=6 * 13 * 3,
-                    num_minibatches=2, bootstrap_truncated=False)
+    cfg = PPOConfig(
+        env_name=f"jaxmarl:{MPE}",
+        num_envs=6,
+        num_steps=13,
+        total_timesteps=6 * 13 * 3,
+        num_minibatches=2,
+        bootstrap_truncated=False,
+    )
     ours = make_ppo(cfg)
     theirs = make_ppo(cfg, venv=episode_statistics(_jaxmarl_step_venv(MPE, 6, ours.venv.spec)))
     key = jax.random.PRNGKey(4)
@@ -93,8 +100,16 @@ def _actor_critic(network, cfg, spec):
 
 @pytest.mark.parametrize("network", ["mlp", "gru"])
 def test_mappo_critic_reads_the_global_state_and_bootstraps_from_the_final_one(network):
-    cfg = PPOConfig(env_name=f"jaxmarl:{MPE}", num_envs=3, num_steps=30, total_timesteps=90, num_minibatches=1,
-                    agent_critic="centralised", network=network, gru_size=16)
+    cfg = PPOConfig(
+        env_name=f"jaxmarl:{MPE}",
+        num_envs=3,
+        num_steps=30,
+        total_timesteps=90,
+        num_minibatches=1,
+        agent_critic="centralised",
+        network=network,
+        gru_size=16,
+    )
     ppo, params, traj = _rollout(cfg, jax.random.PRNGKey(0))
     actor, critic = _actor_critic(network, cfg, ppo.venv.spec)
     obs0 = jax.tree.map(lambda x: x[0], traj.obs)
@@ -127,8 +142,17 @@ def test_masked_actions_are_never_sampled():
 def test_gru_resume_equals_uninterrupted(tmp_path):
     from purejaxppo.programs.runs import resume_run, train_chunked
 
-    cfg = PPOConfig(env_name=f"jaxmarl:{MPE}", num_envs=6, num_steps=16, total_timesteps=6 * 16 * 4,
-                    num_minibatches=2, network="gru", gru_size=16, hidden_sizes=(16,), agent_ids=True)
+    cfg = PPOConfig(
+        env_name=f"jaxmarl:{MPE}",
+        num_envs=6,
+        num_steps=16,
+        total_timesteps=6 * 16 * 4,
+        num_minibatches=2,
+        network="gru",
+        gru_size=16,
+        hidden_sizes=(16,),
+        agent_ids=True,
+    )
     ref = train_chunked(cfg, seed=2, num_seeds=2, chunk_updates=2)
     run = str(tmp_path / "run")
     part = train_chunked(cfg, seed=2, num_seeds=2, run_dir=run, chunk_updates=2, stop_after=2)
@@ -137,8 +161,9 @@ def test_gru_resume_equals_uninterrupted(tmp_path):
     assert res.finished
     assert_same_state(jax.device_get(ref.runner_state), jax.device_get(res.runner_state))
     n = np.asarray(res.metrics["episode_return"]).shape[1]
-    np.testing.assert_array_equal(np.asarray(res.metrics["episode_return"]),
-                                  np.asarray(ref.metrics["episode_return"])[:, -n:])
+    np.testing.assert_array_equal(
+        np.asarray(res.metrics["episode_return"]), np.asarray(ref.metrics["episode_return"])[:, -n:]
+    )
 
 
 @pytest.mark.slow  # a subprocess with 4 forced host devices

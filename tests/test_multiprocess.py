@@ -50,10 +50,27 @@ def _start(tmp, args, n: int = 2):
     for i in range(n):
         cwd = tmp / f"p{i}"
         cwd.mkdir(exist_ok=True)
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "purejaxppo", *args, "--coordinator", f"127.0.0.1:{port}",
-             "--num-processes", str(n), "--process-id", str(i)],
-            cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "purejaxppo",
+                    *args,
+                    "--coordinator",
+                    f"127.0.0.1:{port}",
+                    "--num-processes",
+                    str(n),
+                    "--process-id",
+                    str(i),
+                ],
+                cwd=cwd,
+                env=_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     return procs
 
 
@@ -71,8 +88,14 @@ def _finish(procs, timeout: float = 600):
 
 
 def _one_process(tmp, args, name: str = "ref"):
-    proc = subprocess.run([sys.executable, "-m", "purejaxppo", *args, "--run-dir", name, "--devices", "2"],
-                          cwd=tmp, env=_env(2), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "purejaxppo", *args, "--run-dir", name, "--devices", "2"],
+        cwd=tmp,
+        env=_env(2),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return tmp / name
 
@@ -91,8 +114,9 @@ def _assert_same_run(a, b):
     (la, meta_a), (lb, meta_b) = (read_leaves(latest_checkpoint(str(r / "checkpoints"))) for r in (a, b))
     assert meta_a["update"] == meta_b["update"] and la.keys() == lb.keys()
     for k in la:
-        np.testing.assert_allclose(np.asarray(la[k], np.float64), np.asarray(lb[k], np.float64),
-                                   rtol=1e-5, atol=1e-6, err_msg=k)
+        np.testing.assert_allclose(
+            np.asarray(la[k], np.float64), np.asarray(lb[k], np.float64), rtol=1e-5, atol=1e-6, err_msg=k
+        )
 
 
 def _ok(results):
@@ -104,8 +128,24 @@ def _ok(results):
 def test_envs_split_gru_normalised_two_processes_equal_two_devices(tmp_path):
     """ONE agent, its envs over 2 processes: gradients, advantage normalisation and the running
     observation/reward statistics are averaged over both; GRU sequences split with the envs."""
-    args = ["train", *SMALL, "--split", "envs", "--num-envs", "4", "--total-timesteps", "256",
-            "--network", "gru", "--normalize-obs", "true", "--normalize-reward", "true", "--num-minibatches", "2"]
+    args = [
+        "train",
+        *SMALL,
+        "--split",
+        "envs",
+        "--num-envs",
+        "4",
+        "--total-timesteps",
+        "256",
+        "--network",
+        "gru",
+        "--normalize-obs",
+        "true",
+        "--normalize-reward",
+        "true",
+        "--num-minibatches",
+        "2",
+    ]
     _ok(_finish(_start(tmp_path, args + ["--run-dir", "run"])))
     _assert_same_run(tmp_path / "p0" / "run", _one_process(tmp_path, args))
     assert sorted(os.listdir(tmp_path / "p1")) == []  # process 1 wrote nothing, not even the folder
@@ -115,11 +155,15 @@ def test_envs_split_gru_normalised_two_processes_equal_two_devices(tmp_path):
 def test_sweep_over_two_processes_with_launch_script(tmp_path):
     """--split seeds: each process runs its share of the runs (2 members x 2 seeds); the
     metrics are gathered to process 0, which writes them. Started by scripts/launch_local.sh."""
-    args = ["train", *SMALL, "--num-envs", "4", "--total-timesteps", "128", "--seeds", "2",
-            "--sweep", "lr=1e-3,3e-4"]
-    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "launch_local.sh"), "2", *args, "--run-dir", "run"],
-                          cwd=tmp_path, env=dict(_env(), PYTHON=sys.executable), capture_output=True, text=True,
-                          timeout=600)
+    args = ["train", *SMALL, "--num-envs", "4", "--total-timesteps", "128", "--seeds", "2", "--sweep", "lr=1e-3,3e-4"]
+    proc = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "launch_local.sh"), "2", *args, "--run-dir", "run"],
+        cwd=tmp_path,
+        env=dict(_env(), PYTHON=sys.executable),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| member | lr |" in proc.stdout and proc.stdout.count("| member | lr |") == 1  # process 0 alone reports
     _assert_same_run(tmp_path / "run", _one_process(tmp_path, args))
@@ -129,8 +173,20 @@ def test_sweep_over_two_processes_with_launch_script(tmp_path):
 def test_pbt_members_over_two_processes(tmp_path):
     """PBT's exploit step gathers every member's score across the processes: the same copies
     (lineage.csv) and numbers as one process with 2 devices."""
-    args = ["train", *SMALL, "--num-envs", "4", "--total-timesteps", "512", "--pbt", "4",
-            "--search", "lr=loguniform:1e-4:1e-2", "--pbt-interval", "4"]
+    args = [
+        "train",
+        *SMALL,
+        "--num-envs",
+        "4",
+        "--total-timesteps",
+        "512",
+        "--pbt",
+        "4",
+        "--search",
+        "lr=loguniform:1e-4:1e-2",
+        "--pbt-interval",
+        "4",
+    ]
     _ok(_finish(_start(tmp_path, args + ["--run-dir", "run"])))
     ref = _one_process(tmp_path, args)
     _assert_same_run(tmp_path / "p0" / "run", ref)
@@ -143,8 +199,18 @@ def test_killed_process_stops_the_other_then_both_resume_exactly(tmp_path):
     """SIGKILL process 1 after the first checkpoint: process 0 exits non-zero within 60 s with
     one error line naming process 1; restarting both with --resume finishes the run with the
     numbers of an uninterrupted one."""
-    args = ["train", *SMALL, "--split", "envs", "--num-envs", "4", "--total-timesteps", "2048",
-            "--checkpoint-every", "1"]
+    args = [
+        "train",
+        *SMALL,
+        "--split",
+        "envs",
+        "--num-envs",
+        "4",
+        "--total-timesteps",
+        "2048",
+        "--checkpoint-every",
+        "1",
+    ]
     procs = _start(tmp_path, args + ["--run-dir", "run"])
     ckpts = tmp_path / "p0" / "run" / "checkpoints"
     deadline = time.time() + 300
@@ -164,16 +230,27 @@ def test_killed_process_stops_the_other_then_both_resume_exactly(tmp_path):
     assert sorted(os.listdir(tmp_path / "p1")) == []
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--coordinator", "127.0.0.1:1234"], "needs --num-processes, --process-id too"),
-    (["--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"], "must be HOST:PORT"),
-    (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"], "must be in 0..1"),
-    (["--distributed", "--process-id", "0"], "--distributed takes the process layout from the launcher"),
-    (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "0", "--eval-every", "2"],
-     "--eval-every does not run across processes"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--coordinator", "127.0.0.1:1234"], "needs --num-processes, --process-id too"),
+        (["--coordinator", "nohost", "--num-processes", "2", "--process-id", "0"], "must be HOST:PORT"),
+        (["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "2"], "must be in 0..1"),
+        (["--distributed", "--process-id", "0"], "--distributed takes the process layout from the launcher"),
+        (
+            ["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "0", "--eval-every", "2"],
+            "--eval-every does not run across processes",
+        ),
+    ],
+)
 def test_process_flags_are_checked_before_joining(tmp_path, flags, message):
     """Bad process flags fail at once with one error line (nothing waits for a coordinator)."""
-    proc = subprocess.run([sys.executable, "-m", "purejaxppo", "train", "--run-dir", "r", *flags], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "purejaxppo", "train", "--run-dir", "r", *flags],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and message in proc.stderr, proc.stderr

@@ -20,12 +20,22 @@ def test_patch_conv_equals_flax_conv_valid():
 
 
 def test_minatar_cnn_network_shapes():
-    cfg = PPOConfig(env_name="Breakout-MinAtar", network="cnn", activation="relu", hidden_sizes=(32,),
-                    num_envs=4, num_steps=16, total_timesteps=64, update_epochs=1, num_minibatches=2)
+    cfg = PPOConfig(
+        env_name="Breakout-MinAtar",
+        network="cnn",
+        activation="relu",
+        hidden_sizes=(32,),
+        num_envs=4,
+        num_steps=16,
+        total_timesteps=64,
+        update_epochs=1,
+        num_minibatches=2,
+    )
     ppo = make_ppo(cfg)
     s = ppo.init(jax.random.PRNGKey(0), cfg)
     obs = jnp.zeros((7,) + ppo.venv.spec.obs_shape)
     from purejaxppo.stages.rollout import Batch
+
     logits, value = ppo.agent.evaluate(s.train.params, Batch(obs, None, None, None, None, None))
     assert logits.shape == (7, ppo.venv.spec.num_actions) and value.shape == (7,)
     # the whole step traces (compiling it is slow on CPU: MinAtar's env; the learning run is in experiments/)
@@ -78,13 +88,20 @@ def test_softplus_action_std_head_against_numpy_and_in_training():
         h = np.maximum(h @ p["actor_torso"][layer]["kernel"] + p["actor_torso"][layer]["bias"], 0.0)
     z = h @ p["std_head"]["kernel"] + p["std_head"]["bias"]
     np.testing.assert_allclose(np.asarray(log_std), np.log(np.log1p(np.exp(z)) + 0.001), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(mean), h @ p["policy_head"]["kernel"] + p["policy_head"]["bias"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(mean), h @ p["policy_head"]["kernel"] + p["policy_head"]["bias"], rtol=1e-5, atol=1e-6
+    )
     assert np.ptp(np.asarray(log_std)) > 1e-3  # state-dependent
     default = make_network(spec, (8, 8), "relu").init(jax.random.PRNGKey(0))["params"]
     assert "std_head" not in default and default["log_std"].shape == (1,)
-    cfg = PPOConfig(env_name="Pendulum-v1", action_std="softplus", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3,
-                    hidden_sizes=(8, 8))
+    cfg = PPOConfig(
+        env_name="Pendulum-v1",
+        action_std="softplus",
+        num_envs=4,
+        num_steps=16,
+        total_timesteps=4 * 16 * 3,
+        hidden_sizes=(8, 8),
+    )
     _, m = jax.jit(make_ppo(cfg).train)(jax.random.PRNGKey(0))
     assert np.all(np.isfinite(np.asarray(m["actor_loss"]))) and np.all(np.isfinite(np.asarray(m["entropy"])))
     # entropy of a Gaussian with std ~0.69 at init: 0.5 * log(2 pi e) + log(0.69) ~ 1.05 (std 1: 1.42)

@@ -7,16 +7,23 @@ import pytest
 
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.envs import episode_statistics, make_vec_env
-from purejaxppo.stages.normalize import (apply_stats, init_reward_scale, init_stats, normalize_observation, scale_rewards,
-                                  update_stats)
+from purejaxppo.stages.normalize import (
+    apply_stats,
+    init_reward_scale,
+    init_stats,
+    normalize_observation,
+    scale_rewards,
+    update_stats,
+)
 from purejaxppo.stages.rollout import collect, stateless
 
 
 @pytest.mark.parametrize("sizes", [[1] * 50, [3, 1, 7, 2, 64, 5], [1000]])
 def test_running_stats_equal_numpy_over_the_stream(sizes):
     rng = np.random.default_rng(0)
-    batches = [rng.normal(3.0, 2.0, size=(n, 4)).astype(np.float32) * np.array([1, 10, 0.1, 1], np.float32)
-               for n in sizes]
+    batches = [
+        rng.normal(3.0, 2.0, size=(n, 4)).astype(np.float32) * np.array([1, 10, 0.1, 1], np.float32) for n in sizes
+    ]
     stats = init_stats((4,))
     update = jax.jit(update_stats)
     for b in batches:
@@ -73,7 +80,7 @@ def _numpy_reward_scale(reward, done, gamma, clip=10.0, ret=None, history=None):
         ret = ret * gamma + r
         history.append(ret.copy())
         std = np.concatenate(history).std()
-        out.append(np.clip(r / np.sqrt(std ** 2 + 1e-8), -clip, clip))
+        out.append(np.clip(r / np.sqrt(std**2 + 1e-8), -clip, clip))
         ret = np.where(d, 0.0, ret)
     return np.stack(out), ret, history
 
@@ -117,8 +124,7 @@ def test_reward_scale_state_carries_over_rollouts_clip_and_frozen():
     # frozen: the statistics stay; rewards are divided by their fixed std
     f, c = scale_rewards(s, jnp.asarray(reward[:5]), jnp.asarray(done[:5]), gamma, frozen=True)
     assert float(f.return_stats.count) == float(s.return_stats.count)
-    np.testing.assert_allclose(c, np.clip(reward[:5] / np.sqrt(float(s.return_stats.var) + 1e-8), -10, 10),
-                               rtol=1e-5)
+    np.testing.assert_allclose(c, np.clip(reward[:5] / np.sqrt(float(s.return_stats.var) + 1e-8), -10, 10), rtol=1e-5)
 
 
 def test_update_stats_with_axis_name_merges_the_global_batch():
@@ -170,8 +176,10 @@ def _structured_masked_venv(num_envs):
     from purejaxppo.envs.observation import MaskedObs
 
     def obs_of(s, t):
-        return MaskedObs({"x": jnp.stack([s, 5.0 * s - 2.0, jnp.sin(3.0 * s)]), "t": t.astype(jnp.float32) * 50.0},
-                         jnp.array([True, s > 0.5, False]))
+        return MaskedObs(
+            {"x": jnp.stack([s, 5.0 * s - 2.0, jnp.sin(3.0 * s)]), "t": t.astype(jnp.float32) * 50.0},
+            jnp.array([True, s > 0.5, False]),
+        )
 
     def reset1(key):
         s = jax.random.uniform(key)
@@ -183,8 +191,14 @@ def _structured_masked_venv(num_envs):
         return obs_of(s2, t + 1), (s2, t + 1), s2, t + 1 >= 7, jnp.asarray(False)
 
     structure = {"x": jax.ShapeDtypeStruct((3,), jnp.float32), "t": jax.ShapeDtypeStruct((), jnp.float32)}
-    spec = EnvSpec("toy-structured", (4,), max_episode_steps=7, obs_structure=structure, action_mask=True,
-                   **discrete_action_fields(3))
+    spec = EnvSpec(
+        "toy-structured",
+        (4,),
+        max_episode_steps=7,
+        obs_structure=structure,
+        action_mask=True,
+        **discrete_action_fields(3),
+    )
     return auto_reset_vec_env(spec, num_envs, reset1, step1)
 
 
@@ -212,8 +226,16 @@ def test_structured_masked_observations_are_normalised_per_leaf_and_the_mask_kep
         assert obs_n.action_mask.dtype == jnp.bool_
     # the raw counter reaches 300 and the x leaf stays near 1: one shared scale could not fit both
     assert float(np.max(np.concatenate(seen["t"]))) >= 300 and float(np.max(np.abs(obs_n.obs["t"]))) < 3
-    cfg = PPOConfig(env_name="toy-structured", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, update_epochs=1,
-                    num_minibatches=1, hidden_sizes=(8,), normalize_obs=True)
+    cfg = PPOConfig(
+        env_name="toy-structured",
+        num_envs=4,
+        num_steps=8,
+        total_timesteps=4 * 8 * 2,
+        update_epochs=1,
+        num_minibatches=1,
+        hidden_sizes=(8,),
+        normalize_obs=True,
+    )
     ppo = make_ppo(cfg, venv=norm)
     runner, metrics = jax.jit(ppo.run)(ppo.init(jax.random.PRNGKey(0)))
     assert all(np.isfinite(np.asarray(v)).all() for k, v in metrics.items() if not k.startswith("episode_"))

@@ -17,10 +17,20 @@ from purejaxppo.stages.gae import gae
 from purejaxppo.stages.rollout import Batch, collect
 from purejaxppo.step.train import make_env
 
-TINY = dict(gru_size=8, hidden_sizes=(16,), num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, update_epochs=1,
-            num_minibatches=2, max_episode_steps=20)
-ENVS = [pytest.param("pgx:2048", "pgx", id="pgx-2048-masked-image"),
-        pytest.param("jumanji:Snake-v1", "jumanji", id="snake-masked-dict")]
+TINY = dict(
+    gru_size=8,
+    hidden_sizes=(16,),
+    num_envs=4,
+    num_steps=8,
+    total_timesteps=4 * 8 * 2,
+    update_epochs=1,
+    num_minibatches=2,
+    max_episode_steps=20,
+)
+ENVS = [
+    pytest.param("pgx:2048", "pgx", id="pgx-2048-masked-image"),
+    pytest.param("jumanji:Snake-v1", "jumanji", id="snake-masked-dict"),
+]
 
 
 def _rollout(ppo, runner, key):
@@ -32,8 +42,9 @@ def _rollout(ppo, runner, key):
         a = agent.dist.sample(k, dp)
         return carry, a, agent.dist.log_prob(dp, a), rec
 
-    return jax.jit(lambda r: collect(key, policy, ppo.venv.step, r.env_state, r.obs, ppo.config.num_steps, r.carry,
-                                     r.done))(runner)
+    return jax.jit(
+        lambda r: collect(key, policy, ppo.venv.step, r.env_state, r.obs, ppo.config.num_steps, r.carry, r.done)
+    )(runner)
 
 
 def _np_flat(obs) -> np.ndarray:
@@ -80,8 +91,9 @@ def test_gru_flattens_a_structured_observation_as_numpy_does():
     spec = venv.spec
     assert spec.obs_structure is not None and spec.action_mask
     net = make_recurrent_network(spec, cfg.gru_size, cfg.hidden_sizes, cfg.activation)
-    plain = make_recurrent_network(spec._replace(obs_structure=None, action_mask=False), cfg.gru_size,
-                                   cfg.hidden_sizes, cfg.activation)
+    plain = make_recurrent_network(
+        spec._replace(obs_structure=None, action_mask=False), cfg.gru_size, cfg.hidden_sizes, cfg.activation
+    )
     params = net.init(jax.random.PRNGKey(1))
     obs, _ = venv.reset(jax.random.PRNGKey(2))
     carry = jax.random.normal(jax.random.PRNGKey(3), (cfg.num_envs, cfg.gru_size))
@@ -111,8 +123,9 @@ def test_obs_keep_selects_flat_components_and_keeps_the_mask(env, package):
     action = jnp.argmax(o_raw.action_mask, -1)  # a legal action in every env
     step_raw, step_kept = raw.step(key, s_raw, action), kept.step(key, s_kept, action)
     np.testing.assert_array_equal(step_kept[0].obs, _np_flat(step_raw[0].obs)[:, keep])
-    np.testing.assert_array_equal(step_kept[5]["final_observation"].obs,
-                                  _np_flat(step_raw[5]["final_observation"].obs)[:, keep])
+    np.testing.assert_array_equal(
+        step_kept[5]["final_observation"].obs, _np_flat(step_raw[5]["final_observation"].obs)[:, keep]
+    )
 
 
 def test_obs_keep_on_a_structured_observation_trains_with_the_gru():
@@ -151,7 +164,9 @@ def test_gru_trains_on_multi_discrete_actions():
     _, logits, _ = ppo.agent.act(runner.train.params, runner.carry, tr.obs[0], tr.reset[0])
     logits = np.asarray(logits, np.float64)
     parts = [logits[:, :3], logits[:, 3:]]
-    lsm = [p - p.max(-1, keepdims=True) - np.log(np.exp(p - p.max(-1, keepdims=True)).sum(-1, keepdims=True))
-           for p in parts]
+    lsm = [
+        p - p.max(-1, keepdims=True) - np.log(np.exp(p - p.max(-1, keepdims=True)).sum(-1, keepdims=True))
+        for p in parts
+    ]
     ref = sum(lp[np.arange(cfg.num_envs), a[0, :, k]] for k, lp in enumerate(lsm))
     np.testing.assert_allclose(tr.log_prob[0], ref, rtol=1e-5, atol=1e-5)

@@ -19,8 +19,11 @@ N, T, MAX_LEN = 8, 40, 4
 
 def reset1(key):
     k_len, k_id = jax.random.split(key)
-    state = (jnp.zeros((), jnp.int32), jax.random.randint(k_len, (), 1, MAX_LEN + 1),
-             jax.random.randint(k_id, (), 0, 1_000_000))
+    state = (
+        jnp.zeros((), jnp.int32),
+        jax.random.randint(k_len, (), 1, MAX_LEN + 1),
+        jax.random.randint(k_id, (), 0, 1_000_000),
+    )
     return obs_of(state), state
 
 
@@ -90,6 +93,7 @@ def test_reset_ratio_follows_the_documented_rule(ratio):
 
 def test_optimistic_resets_equal_exact_ones_while_one_episode_per_group_ends():
     """Episodes of fixed, staggered lengths: never two ends per group on one step."""
+
     def reset_staggered(key):
         obs, (t, _, sid) = reset1(key)
         return obs, (t, jnp.int32(4), sid)
@@ -99,11 +103,13 @@ def test_optimistic_resets_equal_exact_ones_while_one_episode_per_group_ends():
 
     def venv(ratio):
         v = auto_reset_vec_env(SPEC, N, reset_staggered, step_staggered, reset_ratio=ratio)
+
         # envs start at different counters so that, in every group of 4, they end on different steps
         def reset(key):
             obs, (t, length, sid) = v.reset(key)
             t = jnp.arange(N, dtype=jnp.int32) % 4
             return obs, (t, length, sid)
+
         return v._replace(reset=reset)
 
     key = jax.random.PRNGKey(3)
@@ -136,6 +142,8 @@ def test_bad_reset_ratio_is_a_clear_error():
     with pytest.raises(ConfigError, match="reset_ratio=3 must be a positive int dividing the 8 envs"):
         auto_reset_vec_env(SPEC, N, reset1, step1, reset_ratio=3)
     with pytest.raises(ConfigError, match="reset_ratio=4 must divide num_envs=6"):
-        validate(PPOConfig(env_name="craftax:Craftax-Classic-Symbolic-v1", num_envs=6, num_minibatches=2, reset_ratio=4))
+        validate(
+            PPOConfig(env_name="craftax:Craftax-Classic-Symbolic-v1", num_envs=6, num_minibatches=2, reset_ratio=4)
+        )
     with pytest.raises(ConfigError, match="gymnax's own step resets CartPole-v1"):
         make_vec_env("CartPole-v1", 4, reset_ratio=2)

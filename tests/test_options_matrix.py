@@ -25,8 +25,16 @@ from purejaxppo.cli import main
 from purejaxppo.config import ConfigError
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "options.md")
-TINY = PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, update_epochs=1, num_minibatches=2,
-                 hidden_sizes=(8,), gru_size=8, max_episode_steps=20)
+TINY = PPOConfig(
+    num_envs=4,
+    num_steps=8,
+    total_timesteps=4 * 8 * 2,
+    update_epochs=1,
+    num_minibatches=2,
+    hidden_sizes=(8,),
+    gru_size=8,
+    max_episode_steps=20,
+)
 SUITES = {"pgx": "pgx", "jumanji": "jumanji"}
 
 # id -> (config changes, text of the refusal: the problem or the fix)
@@ -53,16 +61,32 @@ SUPPORTED_API = {
     "reset-ratio-suite": (dict(env_name="jumanji:Snake-v1", reset_ratio=2), "trace"),
     "gru-obs-keep": (dict(network="gru", obs_keep=(0, 2)), "train"),
     "gru-critic-lr-target-kl": (dict(network="gru", critic_lr=1e-3, target_kl=0.02), "train"),
-    "gru-continuous-normalised": (dict(network="gru", env_name="Pendulum-v1", normalize_obs=True,
-                                       normalize_reward=True), "train"),
+    "gru-continuous-normalised": (
+        dict(network="gru", env_name="Pendulum-v1", normalize_obs=True, normalize_reward=True),
+        "train",
+    ),
     "softplus-feed-forward": (dict(env_name="Pendulum-v1", action_std="softplus"), "train"),
     "critic-lr-separate-torsos": (dict(critic_lr=1e-3), "train"),
     "lr-end-no-anneal": (dict(lr_end=1e-5, lr_ramp_steps=10.0, anneal_lr=False), "train"),
     "cnn-image": (dict(network="cnn", env_name="Breakout-MinAtar"), "train"),
 }
 
-CLI_TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "64",
-            "--update-epochs", "1", "--num-minibatches", "2", "--hidden-sizes", "8"]
+CLI_TINY = [
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "8",
+    "--total-timesteps",
+    "64",
+    "--update-epochs",
+    "1",
+    "--num-minibatches",
+    "2",
+    "--hidden-sizes",
+    "8",
+]
 PBT = ["--pbt", "2", "--search", "lr=loguniform:1e-4:1e-3", "--pbt-interval", "1"]
 # id -> (train flags after CLI_TINY; "RUN" is a trained plain run of CLI_TINY, text of the refusal)
 REFUSED_CLI = {
@@ -81,8 +105,10 @@ REFUSED_CLI = {
 # id -> (whole argv; "RUN" as above), text of the refusal
 REFUSED_CLI_OTHER = {
     "resume-with-flags": (["train", "--resume", "RUN", "--lr", "0.1"], "cannot be changed"),
-    "protocol-episodes": (["eval", "RUN", "--protocol", "gymnax-blines", "--episodes", "3"],
-                          "drop --episodes/--stochastic"),
+    "protocol-episodes": (
+        ["eval", "RUN", "--protocol", "gymnax-blines", "--episodes", "3"],
+        "drop --episodes/--stochastic",
+    ),
 }
 PBT_COMBOS = {
     "pbt-seeds": ["--seeds", "2"],
@@ -110,8 +136,10 @@ def _needs_suite(changes):
 
 def test_the_table_lists_every_case_here_and_no_other():
     doc = documented()
-    here = {**{k: "refused" for k in (*REFUSED_API, *REFUSED_ELSEWHERE, *REFUSED_CLI, *REFUSED_CLI_OTHER)},
-            **{k: "supported" for k in SUPPORTED_API}}
+    here = {
+        **{k: "refused" for k in (*REFUSED_API, *REFUSED_ELSEWHERE, *REFUSED_CLI, *REFUSED_CLI_OTHER)},
+        **{k: "supported" for k in SUPPORTED_API},
+    }
     for k, outcome in here.items():
         assert doc.get(k) == outcome, f"docs/options.md: row `{k}` should say {outcome}, says {doc.get(k)}"
     extra = set(doc) - set(here) - set(PBT_COMBOS)
@@ -151,10 +179,11 @@ def _masked_multi_discrete(cfg):
 # id -> (a call that must refuse, text of the refusal): other entry points, also before any work
 REFUSED_ELSEWHERE = {
     "split-envs-count": (lambda: _split_envs(TINY, 3), "num_envs=4 cannot be split over 3 devices"),
-    "split-envs-units": (lambda: _split_envs(TINY.replace(network="gru", num_minibatches=4), 2),
-                         "a minibatch of 1 env sequences (num_envs/num_minibatches) cannot be split over 2 devices"),
-    "gif-unrenderable": (lambda: _gif(TINY.replace(env_name="MemoryChain-bsuite")),
-                         "cannot render MemoryChain-bsuite"),
+    "split-envs-units": (
+        lambda: _split_envs(TINY.replace(network="gru", num_minibatches=4), 2),
+        "a minibatch of 1 env sequences (num_envs/num_minibatches) cannot be split over 2 devices",
+    ),
+    "gif-unrenderable": (lambda: _gif(TINY.replace(env_name="MemoryChain-bsuite")), "cannot render MemoryChain-bsuite"),
     "masked-multi-discrete": (lambda: _masked_multi_discrete(TINY), "a mask per component is not built"),
 }
 
@@ -208,8 +237,9 @@ def test_refused_by_the_cli(case, trained, capsys):
     root, run = trained
     flags, text = REFUSED_CLI[case]
     flags = [run if f == "RUN" else f for f in flags]
-    _refused_cleanly(["train", "--devices", "1", "--quiet", *CLI_TINY, *flags, "--run-dir", str(root / case)],
-                     text, root, capsys)
+    _refused_cleanly(
+        ["train", "--devices", "1", "--quiet", *CLI_TINY, *flags, "--run-dir", str(root / case)], text, root, capsys
+    )
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED_CLI_OTHER))
@@ -232,8 +262,9 @@ def test_pbt_combination_does_what_the_table_says(case, trained, capsys):
         assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
         assert not os.path.exists(folder)
     else:  # trained: every update of every member is in metrics.csv
-        assert os.path.exists(os.path.join(folder, "metrics.csv")) and os.path.exists(os.path.join(folder,
-                                                                                                "summary.json"))
+        assert os.path.exists(os.path.join(folder, "metrics.csv")) and os.path.exists(
+            os.path.join(folder, "summary.json")
+        )
     said = documented().get(case)
     did = "refused" if rc == 2 else "supported"
     assert said == did, f"docs/options.md says `{case}` is {said}; the code {did} it ({err.strip()[:200]})"

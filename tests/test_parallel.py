@@ -23,7 +23,9 @@ def test_pbt_members_on_two_devices_equal_one_device():
     """The exploit over an all_gather: same lineage, same numbers."""
     r = run_worker("pbt")
     assert r["pbt_copies"] > 0 and r["pbt_same_parents"], r  # exact: integer lineage
-    assert r["pbt_params"] < 1e-5 and r["pbt_metrics"] < 1e-4 and r["pbt_out_devices"] == 2, r  # tolerance: 1 vs 2 devices
+    assert r["pbt_params"] < 1e-5 and r["pbt_metrics"] < 1e-4 and r["pbt_out_devices"] == 2, (
+        r
+    )  # tolerance: 1 vs 2 devices
 
 
 def test_clear_errors():

@@ -36,23 +36,25 @@ def reference_groups(scores, finite, q=0.25):
     valid = [i for i in range(len(scores)) if np.isfinite(scores[i]) and finite[i]]
     order = sorted(valid, key=lambda i: (scores[i], i))
     k = max(1, int(np.floor(len(valid) * q))) if len(valid) >= 2 else 0
-    return set(order[:k]) | {i for i in range(len(scores)) if not finite[i]}, set(order[len(order) - k:])
+    return set(order[:k]) | {i for i in range(len(scores)) if not finite[i]}, set(order[len(order) - k :])
 
 
 def test_exploit_copies_exactly_and_ranks_by_hand():
     n = 16
     pop = toy_population(n)
     hparams = jnp.stack([jnp.full(n, 1e-3), jnp.full(n, 0.01)], 1) * jnp.arange(1, n + 1)[:, None] / 8
-    scores = np.array([3.0, 1.0, np.nan, 1.0, 5.0, 99.0, 2.0, 6.0, 5.0, 3.0, np.nan, 8.0, 9.0, 7.0, 9.0, 3.0],
-                      np.float32)
+    scores = np.array(
+        [3.0, 1.0, np.nan, 1.0, 5.0, 99.0, 2.0, 6.0, 5.0, 3.0, np.nan, 8.0, 9.0, 7.0, 9.0, 3.0], np.float32
+    )
     finite = np.ones(n, bool)
     finite[5] = False  # blew up (best score, but never a winner; always replaced)
     # members 2 and 10: no episode in the window (NaN), neither win nor lose
     exp_losers, exp_top = reference_groups(scores, finite)
     assert exp_losers == {1, 3, 6, 5} and exp_top == {12, 14, 11}  # 13 valid -> 3 per group, by hand
     for seed in range(3):
-        new, new_h, parents = EXPLOIT(jax.random.PRNGKey(seed), pop, hparams, jnp.asarray(scores), SPACE,
-                                      finite=jnp.asarray(finite))
+        new, new_h, parents = EXPLOIT(
+            jax.random.PRNGKey(seed), pop, hparams, jnp.asarray(scores), SPACE, finite=jnp.asarray(finite)
+        )
         parents = np.asarray(parents)
         for i in range(n):
             if i in exp_losers:
@@ -60,7 +62,9 @@ def test_exploit_copies_exactly_and_ranks_by_hand():
                 for name in ("w", "b"):  # bit for bit
                     np.testing.assert_array_equal(new.params[name][i], pop.params[name][parents[i]])
                 h = np.asarray(new_h[i])  # the winner's values, perturbed, inside the ranges
-                assert np.all(h >= np.asarray(SPACE.lows, np.float32)) and np.all(h <= np.asarray(SPACE.highs, np.float32))
+                assert np.all(h >= np.asarray(SPACE.lows, np.float32)) and np.all(
+                    h <= np.asarray(SPACE.highs, np.float32)
+                )
                 assert not np.array_equal(h, np.asarray(hparams[parents[i]]))
             else:
                 assert parents[i] == i
@@ -97,18 +101,26 @@ def test_explore_stays_in_range_and_perturbs_by_the_factors():
 
 def test_search_parsing_and_validation():
     assert parse_search(["lr=loguniform:1e-5:1e-2", "ent-coef=uniform:0:0.05"]) == {
-        "lr": (1e-5, 1e-2, "loguniform"), "ent_coef": (0.0, 0.05, "uniform")}
+        "lr": (1e-5, 1e-2, "loguniform"),
+        "ent_coef": (0.0, 0.05, "uniform"),
+    }
     base = PPOConfig()
-    for bad, msg in ((["lr=1e-5:1e-2"], "name=DIST:LOW:HIGH"), (["lr=loguniform:0:1e-2"], "low > 0"),
-                     (["num_envs=uniform:1:8"], "cannot search"), (["lr=gauss:1e-5:1e-2"], "unknown"),
-                     (["lr=uniform:1e-2:1e-5"], "below"), (["gamma=uniform:0.5:1.5"], "gamma")):
+    for bad, msg in (
+        (["lr=1e-5:1e-2"], "name=DIST:LOW:HIGH"),
+        (["lr=loguniform:0:1e-2"], "low > 0"),
+        (["num_envs=uniform:1:8"], "cannot search"),
+        (["lr=gauss:1e-5:1e-2"], "unknown"),
+        (["lr=uniform:1e-2:1e-5"], "below"),
+        (["gamma=uniform:0.5:1.5"], "gamma"),
+    ):
         with pytest.raises(ConfigError, match=msg):
             search_space(base, parse_search(bad))
 
 
 # --- the compiled program ----------------------------------------------------------------------
-TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=1,
-                 hidden_sizes=(16,))
+TINY = PPOConfig(
+    num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6, update_epochs=1, num_minibatches=1, hidden_sizes=(16,)
+)
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +143,9 @@ def runs(program, tmp_path_factory):
     root = tmp_path_factory.mktemp("pbt")
     whole = train_pbt(TINY, program.settings, 8, seed=3, run_dir=str(root / "whole"), program=program, chunk_updates=2)
     again = train_pbt(TINY, program.settings, 8, seed=3, run_dir=str(root / "again"), program=program, chunk_updates=2)
-    part = train_pbt(TINY, program.settings, 8, seed=3, run_dir=str(root / "part"), program=program, chunk_updates=2,
-                     stop_after=4)
+    part = train_pbt(
+        TINY, program.settings, 8, seed=3, run_dir=str(root / "part"), program=program, chunk_updates=2, stop_after=4
+    )
     resumed = resume_pbt(str(root / "part"), program=program)
     return root, whole, again, part, resumed
 
@@ -156,7 +169,9 @@ def test_one_compile_determinism_and_resume(program, runs):
         assert 1e-4 <= float(r["lr"]) <= 3e-1 * (1 + 1e-6) and 0 <= float(r["ent_coef"]) <= 0.05 * (1 + 1e-6)
     summary = json.load(open(root / "whole" / "summary.json"))
     fr = np.asarray(summary["final_return_per_seed"])
-    assert summary["best_member"] == int(np.nanargmax(fr)) and summary["best_final_return"] == pytest.approx(np.nanmax(fr))
+    assert summary["best_member"] == int(np.nanargmax(fr)) and summary["best_final_return"] == pytest.approx(
+        np.nanmax(fr)
+    )
     assert summary["best_schedule"][0]["from_update"] == 0 and summary["exploits"] == len(copies)
     assert json.load(open(root / "whole" / "config.json"))["kind"] == "pbt"
 
@@ -181,14 +196,21 @@ def test_loser_holds_the_winner_state_after_the_exploit(program, runs):
     assert set(losers) == exp_losers and set(parents[losers]) <= exp_top
     for i in losers:  # the loser now holds the winner's state bit for bit, except its own PRNG key
         take = lambda tree, j: [np.asarray(x[j]) for x in jax.tree.leaves(tree)]
-        for a, b in zip(take((s2.runner.train, s2.runner.env_state, s2.runner.obs), i),
-                        take((s2.runner.train, s2.runner.env_state, s2.runner.obs), parents[i])):
+        for a, b in zip(
+            take((s2.runner.train, s2.runner.env_state, s2.runner.obs), i),
+            take((s2.runner.train, s2.runner.env_state, s2.runner.obs), parents[i]),
+        ):
             np.testing.assert_array_equal(a, b)  # exact: a copy
         assert not np.array_equal(s2.runner.rng[i], s2.runner.rng[parents[i]])
         assert not np.array_equal(s2.hparams[i], s2.hparams[parents[i]])  # explored
     # a blown-up member is replaced at the next exploit and the population goes on
-    bad = state._replace(runner=state.runner._replace(train=jax.tree.map(
-        lambda x: x.at[5].set(jnp.nan) if jnp.issubdtype(x.dtype, jnp.floating) else x, state.runner.train)))
+    bad = state._replace(
+        runner=state.runner._replace(
+            train=jax.tree.map(
+                lambda x: x.at[5].set(jnp.nan) if jnp.issubdtype(x.dtype, jnp.floating) else x, state.runner.train
+            )
+        )
+    )
     (s_bad, m_bad), finite_bad = program.chunk(2, bad, configs)
     assert np.asarray(m_bad["pbt_non_finite"])[5, 1] == 1 and np.asarray(m_bad["pbt_parent"])[5, 1] != 5
     assert np.all(finite_bad)
@@ -202,11 +224,13 @@ def test_cli_pbt_errors_and_eval_best_member(runs, capsys):
     from purejaxppo.cli import main
 
     root, whole, *_ = runs
-    for argv, msg in ((["--search", "lr=loguniform:1e-5:1e-2"], "add --pbt N"),
-                      (["--pbt", "4"], "needs at least one --search"),
-                      (["--pbt", "4", "--search", "lr=1e-5"], "name=DIST:LOW:HIGH"),
-                      (["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--sweep", "lr=1e-3,1e-4"], "--sweep cannot"),
-                      (["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--pbt-quantile", "0.7"], "quantile")):
+    for argv, msg in (
+        (["--search", "lr=loguniform:1e-5:1e-2"], "add --pbt N"),
+        (["--pbt", "4"], "needs at least one --search"),
+        (["--pbt", "4", "--search", "lr=1e-5"], "name=DIST:LOW:HIGH"),
+        (["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--sweep", "lr=1e-3,1e-4"], "--sweep cannot"),
+        (["--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2", "--pbt-quantile", "0.7"], "quantile"),
+    ):
         assert main(["train", "--devices", "1", "--quiet"] + argv) == 2
         err = capsys.readouterr().err
         assert msg in err and "Traceback" not in err, (argv, err)

@@ -19,12 +19,36 @@ from purejaxppo.programs.runs import train_chunked
 from purejaxppo.run.run_folder import load_run
 from purejaxppo.scale.pbt import SearchSpace, exploit_explore, parse_search, search_space
 
-CFG = PPOConfig(env_name="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 8, update_epochs=1,
-                num_minibatches=1)
+CFG = PPOConfig(
+    env_name="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 8, update_epochs=1, num_minibatches=1
+)
 SETTINGS = PBTSettings(search_space(CFG, parse_search(["lr=loguniform:1e-4:1e-2"])), interval=2)
-TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "512",
-        "--update-epochs", "1", "--num-minibatches", "1", "--chunk", "4", "--checkpoint-every", "1", "--quiet",
-        "--no-compile-cache", "--pbt", "4", "--search", "lr=loguniform:1e-4:1e-2", "--pbt-interval", "2"]
+TINY = [
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "16",
+    "--total-timesteps",
+    "512",
+    "--update-epochs",
+    "1",
+    "--num-minibatches",
+    "1",
+    "--chunk",
+    "4",
+    "--checkpoint-every",
+    "1",
+    "--quiet",
+    "--no-compile-cache",
+    "--pbt",
+    "4",
+    "--search",
+    "lr=loguniform:1e-4:1e-2",
+    "--pbt-interval",
+    "2",
+]
 
 
 def test_exploit_populations_equals_one_exploit_per_population():
@@ -40,9 +64,16 @@ def test_exploit_populations_equals_one_exploit_per_population():
     got_r, got_h, got_p = exploit_populations(key, runners, hparams, scores, finite, space, seeds, 0.25, 0.1)
     for s in range(seeds):
         runs = np.arange(s, n * seeds, seeds)  # run m*S + s: member m of population s
-        ref_r, ref_h, ref_p = exploit_explore(jax.random.fold_in(key, s), {"w": runners["w"][runs]}, hparams[runs],
-                                              scores[runs], space, quantile=0.25, resample_prob=0.1,
-                                              finite=finite[runs])
+        ref_r, ref_h, ref_p = exploit_explore(
+            jax.random.fold_in(key, s),
+            {"w": runners["w"][runs]},
+            hparams[runs],
+            scores[runs],
+            space,
+            quantile=0.25,
+            resample_prob=0.1,
+            finite=finite[runs],
+        )
         np.testing.assert_array_equal(np.asarray(got_p)[runs], ref_p)  # same program pieces: exact
         np.testing.assert_array_equal(np.asarray(got_r["w"])[runs], ref_r["w"])
         np.testing.assert_allclose(np.asarray(got_h)[runs], ref_h, rtol=1e-6)  # explore's float math, vmapped

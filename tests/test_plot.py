@@ -27,7 +27,7 @@ def _hand_ema(xs, n):
 def _hand_window(xs, n):
     out = []
     for u, x in enumerate(xs):
-        win = [v for v in xs[max(0, u - n + 1):u + 1] if not np.isnan(v)]
+        win = [v for v in xs[max(0, u - n + 1) : u + 1] if not np.isnan(v)]
         out.append(np.nan if np.isnan(x) else sum(win) / len(win))
     return out
 
@@ -35,7 +35,7 @@ def _hand_window(xs, n):
 def _hand_iqm(col):
     v = sorted(x for x in col if not np.isnan(x))
     k = len(v) // 4
-    mid = v[k:len(v) - k]
+    mid = v[k : len(v) - k]
     return sum(mid) / len(mid) if mid else np.nan
 
 
@@ -103,12 +103,23 @@ def _control(root, name, lr, members=None, seeds=3, updates=20):
     for m in range(len(members) if members else 1):
         for s in range(seeds):
             for u in range(updates):
-                rows.append(([m] if members else []) + [s, u, (u + 1) * 64, round(float(rng.normal() + u), 4),
-                                                        round(float(rng.random()), 4)])
-    cfg = {"kind": "sweep" if members else "run", "config": {"env_name": "CartPole-v1", "lr": lr, "gamma": 0.99},
-           "members": members}
-    return _run(root, name, lead + ["seed", "update", "env_steps", "episode_return", "entropy"], rows, cfg,
-                {"run_s": 2.0, "steps_per_s": seeds * (len(members) if members else 1) * updates * 64 / 2.0})
+                rows.append(
+                    ([m] if members else [])
+                    + [s, u, (u + 1) * 64, round(float(rng.normal() + u), 4), round(float(rng.random()), 4)]
+                )
+    cfg = {
+        "kind": "sweep" if members else "run",
+        "config": {"env_name": "CartPole-v1", "lr": lr, "gamma": 0.99},
+        "members": members,
+    }
+    return _run(
+        root,
+        name,
+        lead + ["seed", "update", "env_steps", "episode_return", "entropy"],
+        rows,
+        cfg,
+        {"run_s": 2.0, "steps_per_s": seeds * (len(members) if members else 1) * updates * 64 / 2.0},
+    )
 
 
 @pytest.fixture
@@ -126,9 +137,13 @@ def test_panels_labels_and_smoothed_line(tmp_path, capture):
     b = _control(tmp_path, "b", 1e-3)
     sw = _control(tmp_path, "sw", 2.5e-4, members=[{"lr": 0.003}, {"lr": 0.01}], seeds=2)
     out = str(tmp_path / "p.png")
-    assert main(["plot", a, b, sw, "--metric", "episode_return,entropy", "--smooth", "4", "--smoother", "window",
-                 "-o", out]) == 0
-    (fig, path), = capture
+    assert (
+        main(
+            ["plot", a, b, sw, "--metric", "episode_return,entropy", "--smooth", "4", "--smoother", "window", "-o", out]
+        )
+        == 0
+    )
+    ((fig, path),) = capture
     import matplotlib.image
 
     h, w = matplotlib.image.imread(out).shape[:2]
@@ -136,8 +151,12 @@ def test_panels_labels_and_smoothed_line(tmp_path, capture):
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in panels] == ["episode return", "entropy"]
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert texts == ["CartPole-v1 lr=0.00025 (3 seeds)", "CartPole-v1 lr=0.001 (3 seeds)",
-                     "CartPole-v1 lr=0.00025 lr=0.003 (2 seeds)", "CartPole-v1 lr=0.00025 lr=0.01 (2 seeds)"]
+    assert texts == [
+        "CartPole-v1 lr=0.00025 (3 seeds)",
+        "CartPole-v1 lr=0.001 (3 seeds)",
+        "CartPole-v1 lr=0.00025 lr=0.003 (2 seeds)",
+        "CartPole-v1 lr=0.00025 lr=0.01 (2 seeds)",
+    ]
     # run a's labelled line is the mean over seeds of each seed's trailing mean over 4 updates
     import csv
 
@@ -153,7 +172,7 @@ def test_panels_labels_and_smoothed_line(tmp_path, capture):
 def test_iqm_line_and_time_axis(tmp_path, capture):
     a = _control(tmp_path, "a", 2.5e-4, seeds=5)
     assert main(["plot", a, "--iqm", "--x", "time", "-o", str(tmp_path / "i.png")]) == 0
-    (fig, _), = capture
+    ((fig, _),) = capture
     ax = fig.axes[0]
     import csv
 
@@ -168,24 +187,32 @@ def test_iqm_line_and_time_axis(tmp_path, capture):
 
 def test_token_level_run_plots_score_and_kl_by_updates(tmp_path, capture):
     rows = [[s, u, 0.1 * u + s, 0.02 * u, 0.5] for s in range(2) for u in range(6)]
-    d = _run(tmp_path, "tok", ["seed", "update", "score", "kl", "entropy"], rows,
-             {"kind": "token", "config": {"batch_size": 16}, "rlhf": {"task": "reverse"}})
+    d = _run(
+        tmp_path,
+        "tok",
+        ["seed", "update", "score", "kl", "entropy"],
+        rows,
+        {"kind": "token", "config": {"batch_size": 16}, "rlhf": {"task": "reverse"}},
+    )
     assert main(["plot", d, "-o", str(tmp_path / "t.png")]) == 0
-    (fig, _), = capture
+    ((fig, _),) = capture
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title() for ax in panels] == ["score", "kl"]
     assert all(ax.get_xlabel() == "updates" for ax in panels)
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["reverse (2 seeds)"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--smooth", "0"], "--smooth 0: give a number of updates of at least 1"),
-    (["--metric", "episode_return,,entropy"], "names an empty column"),
-    (["--metric", "score"], "has no metric 'score'"),
-    (["TOK", "--x", "env_steps"], "--x env_steps: tok has no env_steps column"),
-    (["NOSUM", "--x", "time"], "--x time: nosum has no readable summary.json"),
-    (["TOK"], "the runs share none of the default metrics"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--smooth", "0"], "--smooth 0: give a number of updates of at least 1"),
+        (["--metric", "episode_return,,entropy"], "names an empty column"),
+        (["--metric", "score"], "has no metric 'score'"),
+        (["TOK", "--x", "env_steps"], "--x env_steps: tok has no env_steps column"),
+        (["NOSUM", "--x", "time"], "--x time: nosum has no readable summary.json"),
+        (["TOK"], "the runs share none of the default metrics"),
+    ],
+)
 def test_bad_plot_flags_are_one_line_errors(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     run = _control(tmp_path, "run", 1e-3)

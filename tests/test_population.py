@@ -33,7 +33,7 @@ def test_member_equals_separate_run_and_one_compile():
     for i in (0, 7):  # (lr 1e-4, clip 0.1, gamma 0.9) and (1e-3, 0.3, 0.99)
         cfg, st = member(pop, i, state)
         for x, y in zip(jax.tree.leaves(st.train.params), jax.tree.leaves(state.train.params)):
-            np.testing.assert_array_equal(x, y[2 * i:2 * i + 2])  # exact: a slice; member i = runs 2i, 2i+1
+            np.testing.assert_array_equal(x, y[2 * i : 2 * i + 2])  # exact: a slice; member i = runs 2i, 2i+1
         # a separate run with the member's plain (Python float) config; run i*S + 1
         single = jax.jit(make_ppo(cfg).train)(seed_key, cfg)[1]
         for k in ("actor_loss", "critic_loss", "approx_kl", "episode_return", "lr"):
@@ -68,8 +68,26 @@ def test_cli_sweep_writes_table_best_first(tmp_path, capsys):
     from purejaxppo.cli import main
 
     out = tmp_path / "sweep"
-    rc = main(["train", "--env", "CartPole-v1", "--sweep", "lr=1e-4,3e-3", "--seeds", "2", "--devices", "1",
-               "--num-steps", "32", "--total-timesteps", "4096", "--run-dir", str(out), "--quiet"])
+    rc = main(
+        [
+            "train",
+            "--env",
+            "CartPole-v1",
+            "--sweep",
+            "lr=1e-4,3e-3",
+            "--seeds",
+            "2",
+            "--devices",
+            "1",
+            "--num-steps",
+            "32",
+            "--total-timesteps",
+            "4096",
+            "--run-dir",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     table = (out / "results.md").read_text().splitlines()
     means = [float(line.split("|")[3]) for line in table[2:]]

@@ -15,9 +15,28 @@ from purejaxppo.run.checkpoint import list_checkpoints, read_meta
 from purejaxppo.run.guards import interrupts_deferred
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "8", "--total-timesteps", "256",
-        "--update-epochs", "1", "--num-minibatches", "1", "--devices", "1", "--chunk", "4",
-        "--checkpoint-every", "1", "--quiet", "--no-compile-cache"]
+TINY = [
+    "--env",
+    "CartPole-v1",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "8",
+    "--total-timesteps",
+    "256",
+    "--update-epochs",
+    "1",
+    "--num-minibatches",
+    "1",
+    "--devices",
+    "1",
+    "--chunk",
+    "4",
+    "--checkpoint-every",
+    "1",
+    "--quiet",
+    "--no-compile-cache",
+]
 
 # Runs the CLI with orbax's save patched to signal its own process halfway through the save
 # of update SAVE_AT (after the first array write has started), then go on saving.
@@ -39,8 +58,9 @@ def _run(tmp_path, sig, at, extra=()):
     run = str(tmp_path / "run")
     argv = ["train", *TINY, "--run-dir", run, *extra]
     code = SCRIPT.format(at=at, sig=int(sig), argv=argv)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600,
-                       preexec_fn=_default_sigint)
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600, preexec_fn=_default_sigint
+    )
     return run, p
 
 

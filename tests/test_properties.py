@@ -17,17 +17,29 @@ ints = st.one_of(st.integers(-3, 12), st.sampled_from([2.5, "4", None, True]))
 floats = st.one_of(st.floats(-1.0, 2.0), st.sampled_from([0.0, 1.0, float("nan"), float("inf"), None]))
 
 FIELDS = {
-    "num_envs": ints, "num_steps": ints, "update_epochs": ints, "num_minibatches": ints,
+    "num_envs": ints,
+    "num_steps": ints,
+    "update_epochs": ints,
+    "num_minibatches": ints,
     "total_timesteps": st.one_of(st.integers(0, 300), st.sampled_from([1.5, None])),
-    "hidden_sizes": st.one_of(st.lists(st.integers(-1, 8), max_size=3).map(tuple), st.sampled_from([[8], (8.0,), None])),
+    "hidden_sizes": st.one_of(
+        st.lists(st.integers(-1, 8), max_size=3).map(tuple), st.sampled_from([[8], (8.0,), None])
+    ),
     "activation": st.sampled_from(["tanh", "relu", "gelu", "elu", "swish", "sigmoid", "", None]),
     "adv_norm": st.sampled_from(["minibatch", "batch", "none", "global", None]),
     "network": st.sampled_from(["mlp", "cnn", "gru", "resnet"]),
     "anneal_lr": st.sampled_from([True, False, "yes", 1]),
     "clip_value": st.sampled_from([True, False, 0]),
     "max_episode_steps": st.one_of(st.none(), st.integers(-2, 50)),
-    "lr": floats, "clip_eps": floats, "vf_clip_eps": floats, "vf_coef": floats, "ent_coef": floats,
-    "gamma": floats, "gae_lambda": floats, "max_grad_norm": floats, "adam_eps": floats,
+    "lr": floats,
+    "clip_eps": floats,
+    "vf_clip_eps": floats,
+    "vf_coef": floats,
+    "ent_coef": floats,
+    "gamma": floats,
+    "gae_lambda": floats,
+    "max_grad_norm": floats,
+    "adam_eps": floats,
     "target_kl": st.one_of(st.none(), floats),
 }
 
@@ -41,24 +53,34 @@ def oracle_is_valid(c: PPOConfig) -> bool:
             return False
         return (x > lo if lo_open else x >= lo) and (hi is None or (x < hi if hi_open else x <= hi))
 
-    if not all(pos_int(getattr(c, f)) for f in ("num_envs", "num_steps", "update_epochs", "num_minibatches",
-                                                  "total_timesteps")):
+    if not all(
+        pos_int(getattr(c, f)) for f in ("num_envs", "num_steps", "update_epochs", "num_minibatches", "total_timesteps")
+    ):
         return False
     batch = c.num_envs * c.num_steps
-    return all([
-        batch % c.num_minibatches == 0, c.total_timesteps >= batch,
-        c.max_episode_steps is None or pos_int(c.max_episode_steps),
-        isinstance(c.hidden_sizes, tuple) and len(c.hidden_sizes) > 0 and all(pos_int(h) for h in c.hidden_sizes),
-        c.activation in ("tanh", "relu", "gelu", "elu", "swish"),
-        c.adv_norm in ("minibatch", "batch", "none"),
-        c.network in ("mlp", "cnn", "gru"),
-        c.network != "gru" or c.num_envs % c.num_minibatches == 0,  # minibatches are whole env sequences
-        all(isinstance(getattr(c, f), bool) for f in ("anneal_lr", "clip_value")),
-        num(c.lr, 0, None, True), num(c.clip_eps, 0, None, True), num(c.vf_clip_eps, 0, None, True),
-        num(c.vf_coef, 0, None, False), num(c.ent_coef, 0, None, False), num(c.gamma, 0, 1, True),
-        num(c.gae_lambda, 0, 1, False), num(c.max_grad_norm, 0, None, True), num(c.adam_eps, 0, None, True),
-        c.target_kl is None or num(c.target_kl, 0, None, True),
-    ])
+    return all(
+        [
+            batch % c.num_minibatches == 0,
+            c.total_timesteps >= batch,
+            c.max_episode_steps is None or pos_int(c.max_episode_steps),
+            isinstance(c.hidden_sizes, tuple) and len(c.hidden_sizes) > 0 and all(pos_int(h) for h in c.hidden_sizes),
+            c.activation in ("tanh", "relu", "gelu", "elu", "swish"),
+            c.adv_norm in ("minibatch", "batch", "none"),
+            c.network in ("mlp", "cnn", "gru"),
+            c.network != "gru" or c.num_envs % c.num_minibatches == 0,  # minibatches are whole env sequences
+            all(isinstance(getattr(c, f), bool) for f in ("anneal_lr", "clip_value")),
+            num(c.lr, 0, None, True),
+            num(c.clip_eps, 0, None, True),
+            num(c.vf_clip_eps, 0, None, True),
+            num(c.vf_coef, 0, None, False),
+            num(c.ent_coef, 0, None, False),
+            num(c.gamma, 0, 1, True),
+            num(c.gae_lambda, 0, 1, False),
+            num(c.max_grad_norm, 0, None, True),
+            num(c.adam_eps, 0, None, True),
+            c.target_kl is None or num(c.target_kl, 0, None, True),
+        ]
+    )
 
 
 BASE = PPOConfig(num_envs=2, num_steps=4, total_timesteps=16, update_epochs=1, num_minibatches=2, hidden_sizes=(8,))
@@ -108,15 +130,24 @@ def valid_configs(draw):
     units = e if network == "gru" else e * h  # the GRU splits whole env sequences
     m = draw(st.sampled_from([d for d in range(1, units + 1) if units % d == 0]))
     return BASE.replace(
-        network=network, gru_size=draw(st.integers(1, 8)), num_envs=e, num_steps=h, num_minibatches=m,
+        network=network,
+        gru_size=draw(st.integers(1, 8)),
+        num_envs=e,
+        num_steps=h,
+        num_minibatches=m,
         total_timesteps=e * h * draw(st.integers(1, 3)),
-        update_epochs=draw(st.integers(1, 2)), hidden_sizes=tuple(draw(st.lists(st.integers(1, 8), min_size=1, max_size=2))),
+        update_epochs=draw(st.integers(1, 2)),
+        hidden_sizes=tuple(draw(st.lists(st.integers(1, 8), min_size=1, max_size=2))),
         activation=draw(st.sampled_from(["tanh", "relu", "gelu", "elu", "swish"])),
-        adv_norm=draw(st.sampled_from(["minibatch", "batch", "none"])), anneal_lr=draw(st.booleans()),
-        clip_value=draw(st.booleans()), shared_torso=draw(st.booleans()),
+        adv_norm=draw(st.sampled_from(["minibatch", "batch", "none"])),
+        anneal_lr=draw(st.booleans()),
+        clip_value=draw(st.booleans()),
+        shared_torso=draw(st.booleans()),
         env_name=draw(st.sampled_from(["CartPole-v1", "Pendulum-v1"])),
-        gamma=draw(st.floats(0.01, 1.0)), gae_lambda=draw(st.floats(0.0, 1.0)),
-        target_kl=draw(st.one_of(st.none(), st.floats(1e-4, 1.0))))
+        gamma=draw(st.floats(0.01, 1.0)),
+        gae_lambda=draw(st.floats(0.0, 1.0)),
+        target_kl=draw(st.one_of(st.none(), st.floats(1e-4, 1.0))),
+    )
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -13,8 +13,17 @@ from purejaxppo.stages.rollout import Batch, collect
 from purejaxppo.step.train import rollout_key
 from purejaxppo.stages.update import shuffle_split
 
-SMALL = PPOConfig(network="gru", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, update_epochs=2,
-                  num_minibatches=2, gru_size=16, hidden_sizes=(16,), max_episode_steps=9)
+SMALL = PPOConfig(
+    network="gru",
+    num_envs=4,
+    num_steps=16,
+    total_timesteps=4 * 16 * 3,
+    update_epochs=2,
+    num_minibatches=2,
+    gru_size=16,
+    hidden_sizes=(16,),
+    max_episode_steps=9,
+)
 ROLL = SMALL.replace(num_envs=8, num_steps=48, max_episode_steps=12, total_timesteps=8 * 48)
 
 
@@ -41,8 +50,16 @@ def _policy(agent, params):
 
 def _collect(ppo, key, runner):
     params = runner.train.params
-    return collect(key, _policy(ppo.agent, params), ppo.venv.step, runner.env_state, runner.obs,
-                   ppo.config.num_steps, runner.carry, runner.done)
+    return collect(
+        key,
+        _policy(ppo.agent, params),
+        ppo.venv.step,
+        runner.env_state,
+        runner.obs,
+        ppo.config.num_steps,
+        runner.carry,
+        runner.done,
+    )
 
 
 def _units(ppo, params, traj, carry0):
@@ -115,8 +132,9 @@ def test_next_state_values_use_the_pre_reset_carry():
     np.testing.assert_allclose(nv[:-1][~done[:-1]], value[1:][~done[:-1]], atol=1e-5)
     # episode ends: one GRU step from the carry after step t (NOT a zero carry) on the final observation
     t, e = np.nonzero(done)
-    ref = lambda c: np.asarray(net.step(params, jnp.asarray(c), jnp.asarray(tr.next_obs[t, e]),
-                                                jnp.zeros(len(t), bool))[2])
+    ref = lambda c: np.asarray(
+        net.step(params, jnp.asarray(c), jnp.asarray(tr.next_obs[t, e]), jnp.zeros(len(t), bool))[2]
+    )
     np.testing.assert_allclose(nv[t, e], ref(carry_out[t, e]), atol=1e-5)
     assert np.abs(nv[t, e] - ref(np.zeros_like(carry_out[t, e]))).max() > 1e-4
 
@@ -163,8 +181,13 @@ def test_minibatches_are_whole_env_sequences():
     seen = []
 
     def spy_loss(agent, params, mb, c):
-        jax.debug.callback(lambda *xs: seen.append(tuple(np.asarray(x) for x in xs)),
-                           mb.context.init_carry, mb.obs, mb.action, mb.context.reset)
+        jax.debug.callback(
+            lambda *xs: seen.append(tuple(np.asarray(x) for x in xs)),
+            mb.context.init_carry,
+            mb.obs,
+            mb.action,
+            mb.context.reset,
+        )
         return ppo_loss_fn(agent, params, mb, c)
 
     ppo = make_ppo(cfg, loss_fn=spy_loss)
@@ -204,8 +227,20 @@ def test_determinism_and_vmap_over_seeds_and_stacked_configs():
     train = jax.jit(ppo.train)  # one compile: numeric config fields are traced leaves
     single = [_np(train(k, as_arrays(c))[1]) for k, c in zip(keys, cfgs)]
     again = _np(train(keys[0], as_arrays(cfgs[0]))[1])
-    expected = {"actor_loss", "critic_loss", "entropy", "approx_kl", "clip_frac", "explained_variance",
-                "grad_norm", "lr", "episode_return", "episode_length", "episodes", "minibatches_taken"}
+    expected = {
+        "actor_loss",
+        "critic_loss",
+        "entropy",
+        "approx_kl",
+        "clip_frac",
+        "explained_variance",
+        "grad_norm",
+        "lr",
+        "episode_return",
+        "episode_length",
+        "episodes",
+        "minibatches_taken",
+    }
     assert expected <= set(again) and all(v.shape == (SMALL.num_updates,) for v in again.values())
     for k in again:
         np.testing.assert_array_equal(again[k], single[0][k], err_msg=k)  # exact: one executable, same inputs twice
@@ -221,9 +256,19 @@ def test_determinism_and_vmap_over_seeds_and_stacked_configs():
 
 
 def test_options_continuous_target_kl_batch_norm_no_value_clip_critic_lr():
-    cfg = SMALL.replace(env_name="Pendulum-v1", max_episode_steps=20, target_kl=1e-4, adv_norm="batch",
-                        clip_value=False, anneal_lr=False, activation="relu", hidden_sizes=(8, 8), lr=3e-3,
-                        critic_lr=1e-3, update_epochs=4)
+    cfg = SMALL.replace(
+        env_name="Pendulum-v1",
+        max_episode_steps=20,
+        target_kl=1e-4,
+        adv_norm="batch",
+        clip_value=False,
+        anneal_lr=False,
+        activation="relu",
+        hidden_sizes=(8, 8),
+        lr=3e-3,
+        critic_lr=1e-3,
+        update_epochs=4,
+    )
     m = _np(jax.jit(make_ppo(cfg).train)(jax.random.PRNGKey(0))[1])
     for k, v in m.items():
         assert np.all(np.isfinite(v)) or k in ("episode_return", "episode_length"), k
@@ -239,9 +284,19 @@ def test_options_continuous_target_kl_batch_norm_no_value_clip_critic_lr():
 @pytest.mark.optimised  # a learning check: its time is run time
 def test_gru_beats_mlp_on_position_only_cartpole():
     """A GRU can infer the hidden velocities; a reactive MLP cannot. Same budget, 2 seeds each."""
-    base = PPOConfig(env_name="CartPole-v1", obs_keep=(0, 2), num_envs=16, num_steps=64,
-                     total_timesteps=16 * 64 * 50, update_epochs=4, num_minibatches=4, lr=3e-3,
-                     hidden_sizes=(32,), gru_size=32, ent_coef=0.01)
+    base = PPOConfig(
+        env_name="CartPole-v1",
+        obs_keep=(0, 2),
+        num_envs=16,
+        num_steps=64,
+        total_timesteps=16 * 64 * 50,
+        update_epochs=4,
+        num_minibatches=4,
+        lr=3e-3,
+        hidden_sizes=(32,),
+        gru_size=32,
+        ent_coef=0.01,
+    )
     keys = jax.random.split(jax.random.PRNGKey(0), 2)
     final = {}
     for net in ("gru", "mlp"):

@@ -26,7 +26,14 @@ def test_breakout_reference_is_gymnax_blines_yaml():
     c = _resolved("--env", "Breakout-MinAtar", "--reference", "gymnax-blines")
     assert (c.network, c.hidden_sizes, c.activation, c.shared_torso) == ("mlp", (256, 256), "relu", False)
     assert (c.num_envs, c.num_steps, c.num_minibatches, c.update_epochs) == (64, 128, 8, 4)
-    assert (c.gamma, c.gae_lambda, c.clip_eps, c.vf_clip_eps, c.ent_coef, c.vf_coef) == (0.999, 0.95, 0.2, 0.2, 0.01, 0.5)
+    assert (c.gamma, c.gae_lambda, c.clip_eps, c.vf_clip_eps, c.ent_coef, c.vf_coef) == (
+        0.999,
+        0.95,
+        0.2,
+        0.2,
+        0.01,
+        0.5,
+    )
     assert (c.max_grad_norm, c.lr, c.anneal_lr, c.lr_end, c.adam_eps) == (0.5, 5e-4, False, None, 1e-5)
     assert c.num_updates == 1211 and c.total_timesteps == 1211 * 64 * 128
     assert c.bootstrap_truncated is False and not c.normalize_obs and not c.normalize_reward
@@ -46,11 +53,14 @@ def test_reference_flags_override_and_errors():
         validate(PPOConfig(lr_end=1e-4, anneal_lr=False))
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["train", "--env", "Acrobot-v1", "--preset", "--reference", "gymnax-blines"], "--preset and --reference"),
-    (["train", "--env", "Seaquest-MinAtar", "--reference", "gymnax-blines"], "no PPO configuration"),
-    (["eval", "/nowhere", "--protocol", "gymnax-blines", "--episodes", "5"], "drop --episodes"),
-])
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["train", "--env", "Acrobot-v1", "--preset", "--reference", "gymnax-blines"], "--preset and --reference"),
+        (["train", "--env", "Seaquest-MinAtar", "--reference", "gymnax-blines"], "no PPO configuration"),
+        (["eval", "/nowhere", "--protocol", "gymnax-blines", "--episodes", "5"], "drop --episodes"),
+    ],
+)
 def test_reference_user_errors(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -86,12 +96,30 @@ def test_config_json_records_the_reference(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(Program, "compile", no_compile)
     run = str(tmp_path / "run")
     with pytest.raises(Stop):
-        main(["train", "--env", "Acrobot-v1", "--reference", "gymnax-blines", "--hidden-sizes", "4", "--quiet",
-              "--devices", "1", "--no-compile-cache", "--run-dir", run])
+        main(
+            [
+                "train",
+                "--env",
+                "Acrobot-v1",
+                "--reference",
+                "gymnax-blines",
+                "--hidden-sizes",
+                "4",
+                "--quiet",
+                "--devices",
+                "1",
+                "--no-compile-cache",
+                "--run-dir",
+                run,
+            ]
+        )
     info = json.load(open(os.path.join(run, "config.json")))
     assert info["reference"] == "gymnax-blines"
-    assert (info["config"]["num_envs"], info["config"]["hidden_sizes"], info["config"]["bootstrap_truncated"]) == \
-        (16, [4], False)
+    assert (info["config"]["num_envs"], info["config"]["hidden_sizes"], info["config"]["bootstrap_truncated"]) == (
+        16,
+        [4],
+        False,
+    )
 
 
 def test_truncation_bootstraps_or_ends_the_return():

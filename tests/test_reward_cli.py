@@ -65,8 +65,26 @@ def _rows(run_dir):
 def test_reward_command_trains_and_exports_an_hf_reward_model(folders, capsys):
     root, model, pairs = folders
     run = root / "run"
-    code = main(["reward", "--model", str(model), "--pairs", str(pairs), "--run-dir", str(run), "--epochs", "3",
-                 "--lr", "3e-3", "--minibatch", "8", "--held-out", "0.25", "--quiet"])
+    code = main(
+        [
+            "reward",
+            "--model",
+            str(model),
+            "--pairs",
+            str(pairs),
+            "--run-dir",
+            str(run),
+            "--epochs",
+            "3",
+            "--lr",
+            "3e-3",
+            "--minibatch",
+            "8",
+            "--held-out",
+            "0.25",
+            "--quiet",
+        ]
+    )
     assert code == 0
     rows = _rows(run)
     assert [int(r["update"]) for r in rows] == [0, 1, 2]
@@ -89,8 +107,14 @@ def test_reward_command_trains_and_exports_an_hf_reward_model(folders, capsys):
 def _state_template(run, info, lm, params, train, held):
     from purejaxppo.programs.reward_program import RewardProgram
 
-    prog = RewardProgram(info["config"] if not isinstance(info["config"], dict) else RewardConfig(**info["config"]),
-                         info["settings"], lm, params, train, held)
+    prog = RewardProgram(
+        info["config"] if not isinstance(info["config"], dict) else RewardConfig(**info["config"]),
+        info["settings"],
+        lm,
+        params,
+        train,
+        held,
+    )
     return prog.init(jax.random.split(jax.random.PRNGKey(0), info["num_seeds"]))
 
 
@@ -130,6 +154,10 @@ def test_bad_inputs_exit_2_with_one_error_line(folders, tmp_path, capsys, case):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
     assert not run.exists()
-    want = {"no-pairs-file": "missing.jsonl", "bad-line": "line 97", "no-tokenizer": "tokenizer.json",
-            "no-model": "nowhere"}[case]
+    want = {
+        "no-pairs-file": "missing.jsonl",
+        "bad-line": "line 97",
+        "no-tokenizer": "tokenizer.json",
+        "no-model": "nowhere",
+    }[case]
     assert want in err[0]

@@ -37,8 +37,8 @@ def test_bradley_terry_loss_and_gradient_against_numpy():
         want = np.mean(np.log1p(np.exp(-z)))
         dz = -1 / (1 + np.exp(z)) / len(z)  # d/dz of mean(-log sigmoid(z))
         (loss, metrics), (gc, gr) = jax.value_and_grad(
-            lambda a, b: bradley_terry_loss(a, b, jnp.asarray(margin, jnp.float32)), argnums=(0, 1), has_aux=True)(
-            jnp.asarray(rc, jnp.float32), jnp.asarray(rr, jnp.float32))
+            lambda a, b: bradley_terry_loss(a, b, jnp.asarray(margin, jnp.float32)), argnums=(0, 1), has_aux=True
+        )(jnp.asarray(rc, jnp.float32), jnp.asarray(rr, jnp.float32))
         np.testing.assert_allclose(loss, want, rtol=1e-6)
         np.testing.assert_allclose(gc, dz, rtol=1e-5, atol=1e-7)
         np.testing.assert_allclose(gr, -dz, rtol=1e-5, atol=1e-7)
@@ -58,10 +58,18 @@ def _ragged(b, p, t, seed):
 def test_the_head_reads_the_last_valid_token_of_ragged_rows():
     prompt, pv, response, rm = _ragged(6, 5, 4, seed=1)
     # values that name their slot and token: the one picked tells where it was read
-    lm = type("Marker", (), {"values": staticmethod(
-        lambda params, tokens, valid: (tokens * 100 + jnp.arange(tokens.shape[1])).astype(jnp.float32))})()
-    got = np.asarray(make_reward_fn(lm)(None, jnp.asarray(prompt), jnp.asarray(pv), jnp.asarray(response),
-                                        jnp.asarray(rm)))
+    lm = type(
+        "Marker",
+        (),
+        {
+            "values": staticmethod(
+                lambda params, tokens, valid: (tokens * 100 + jnp.arange(tokens.shape[1])).astype(jnp.float32)
+            )
+        },
+    )()
+    got = np.asarray(
+        make_reward_fn(lm)(None, jnp.asarray(prompt), jnp.asarray(pv), jnp.asarray(response), jnp.asarray(rm))
+    )
     tokens, valid = np.concatenate([prompt, response], 1), np.concatenate([pv, rm], 1)
     for r in range(len(got)):
         last = max(i for i in range(valid.shape[1]) if valid[r, i])
@@ -169,8 +177,9 @@ def test_transformers_gives_the_same_score(gpt2_rm, tmp_path):
     save_reward_model(tmp_path / "rm", lm, params, {"pad_token_id": 0})
     prompt, pv, response, rm = _ragged(4, 4, 4, seed=4)
     rows = [np.concatenate([prompt[r][pv[r]], response[r][rm[r]]]).tolist() for r in range(4)]
-    out = subprocess.run([python, "-c", CROSS, str(tmp_path / "rm"), json.dumps(rows)], capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [python, "-c", CROSS, str(tmp_path / "rm"), json.dumps(rows)], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     theirs = json.loads(out.stdout.strip().splitlines()[-1])
     ours = np.asarray(make_reward_fn(lm)(params, prompt, pv, response, rm))
@@ -201,7 +210,8 @@ def test_llama_family_reward_model_round_trip_and_transformers(name, tmp_path):
     if not python:
         pytest.skip("no Python with torch and transformers (set PUREJAXPPO_TORCH_PYTHON)")
     rows = [np.concatenate([prompt[r][pv[r]], response[r][rm[r]]]).tolist() for r in range(4)]
-    out = subprocess.run([python, "-c", CROSS, str(tmp_path / "rm"), json.dumps(rows)], capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [python, "-c", CROSS, str(tmp_path / "rm"), json.dumps(rows)], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     np.testing.assert_allclose(ours, json.loads(out.stdout.strip().splitlines()[-1]), atol=1e-4, rtol=1e-4)

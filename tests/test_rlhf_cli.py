@@ -32,8 +32,15 @@ from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint
 from purejaxppo.run.guards import NonFiniteError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SETTINGS = RLHFSettings(task="reverse", task_options=(("max_len", 4), ("max_new", 6)), d_model=16, n_layers=1,
-                        sft_steps=20, eval_every=2, eval_batch=16)
+SETTINGS = RLHFSettings(
+    task="reverse",
+    task_options=(("max_len", 4), ("max_new", 6)),
+    d_model=16,
+    n_layers=1,
+    sft_steps=20,
+    eval_every=2,
+    eval_batch=16,
+)
 CONFIG = TokenPPOConfig(batch_size=8, num_iterations=4, update_epochs=1, num_minibatches=2, actor_lr=1e-3)
 
 
@@ -55,8 +62,10 @@ def test_resume_equals_uninterrupted_bit_for_bit(tmp_path):
     assert rows(a) == rows(b) and len(rows(a)) == 1 + 2 * 4  # header + 2 seeds x 4 iterations
     header = rows(a)[0]
     assert {"score", "kl", "eval_score", "eval_exact_match", "clip_frac", "response_length"} <= set(header)
-    state_a, _ = restore_checkpoint(latest_checkpoint(os.path.join(a, "checkpoints")), prog.init(prog.place(
-        jax.random.split(jax.random.PRNGKey(0), 2))[0]))
+    state_a, _ = restore_checkpoint(
+        latest_checkpoint(os.path.join(a, "checkpoints")),
+        prog.init(prog.place(jax.random.split(jax.random.PRNGKey(0), 2))[0]),
+    )
     state_b, _ = restore_checkpoint(latest_checkpoint(os.path.join(b, "checkpoints")), state_a)
     for x, y in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
         assert np.array_equal(np.asarray(x), np.asarray(y))
@@ -83,8 +92,11 @@ def test_non_finite_stops_naming_iteration_metric_and_seed_and_keeps_a_resumable
     with pytest.raises(NonFiniteError) as e:
         train_rlhf(config, settings, run_dir=run, num_seeds=2, chunk_updates=1, sft=sft, program=prog)
     msg = str(e.value)
-    found = re.match(r"non-finite (\w+) \((nan|-?inf)\) at update 1 of metrics.csv \(seed ([01])\); training stopped; "
-                     r"the last finite checkpoint is (\S+) \(update 1\)", msg)
+    found = re.match(
+        r"non-finite (\w+) \((nan|-?inf)\) at update 1 of metrics.csv \(seed ([01])\); training stopped; "
+        r"the last finite checkpoint is (\S+) \(update 1\)",
+        msg,
+    )
     assert found, msg
     assert "--actor-lr" in msg and "--normalize-obs" not in msg  # what to try, in the rlhf command's own flags
     metric, seed, path = found.group(1), int(found.group(3)), found.group(4)
@@ -107,12 +119,36 @@ def test_non_finite_stops_naming_iteration_metric_and_seed_and_keeps_a_resumable
 
 
 def _cli(args, env=None, timeout=900):
-    return subprocess.run([sys.executable, "-m", "purejaxppo", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "purejaxppo", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT, **(env or {})},
+    )
 
 
-SMALL = ["rlhf", "--iterations", "2", "--batch", "8", "--minibatches", "2", "--epochs", "1", "--sft-steps", "10",
-         "--d-model", "16", "--layers", "1", "--eval-every", "2", "--quiet"]
+SMALL = [
+    "rlhf",
+    "--iterations",
+    "2",
+    "--batch",
+    "8",
+    "--minibatches",
+    "2",
+    "--epochs",
+    "1",
+    "--sft-steps",
+    "10",
+    "--d-model",
+    "16",
+    "--layers",
+    "1",
+    "--eval-every",
+    "2",
+    "--quiet",
+]
 
 
 def _bad_folders(root):
@@ -140,8 +176,9 @@ def _bad_folders(root):
     (root / "p.csv").write_text("hello\n")
     (root / "sft_noresp.jsonl").write_text('{"prompt": "hello"}\n')
     (root / "sft_long.jsonl").write_text('{"prompt": "hello", "response": "%s"}\n' % ("one two three " * 20))
-    (root / "reward.py").write_text("def score(prompts, responses):\n    return [0.0] * len(prompts)\n"
-                                    "def one(x):\n    return x\n")
+    (root / "reward.py").write_text(
+        "def score(prompts, responses):\n    return [0.0] * len(prompts)\ndef one(x):\n    return x\n"
+    )
     (root / "broken.py").write_text("def score(:\n")
     (root / "othervocab").mkdir()
     cfg = json.load(open(os.path.join(good, "config.json")))
@@ -205,14 +242,22 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
     (["--model", "{good}", "--prompts", "{prompts.jsonl}"], "--model needs one reward"),
     (TEXT + ["--reward-model", "{good}"], "--model needs one reward"),
     (TEXT + ["--task", "reverse"], "--task belongs to the built-in tasks"),
-    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{othervocab}"],
-     "--reward-model {othervocab}: its vocabulary (321) differs from the policy's (320)"),
-    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{othertok}"],
-     "--reward-model {othertok}: its tokenizer.json differs from the policy's"),
-    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{good}"],
-     "--reward-model {good} holds no score head"),
-    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{missing}"],
-     "--reward-model {missing}: {missing} is not a folder"),
+    (
+        ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{othervocab}"],
+        "--reward-model {othervocab}: its vocabulary (321) differs from the policy's (320)",
+    ),
+    (
+        ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{othertok}"],
+        "--reward-model {othertok}: its tokenizer.json differs from the policy's",
+    ),
+    (
+        ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{good}"],
+        "--reward-model {good} holds no score head",
+    ),
+    (
+        ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{missing}"],
+        "--reward-model {missing}: {missing} is not a folder",
+    ),
     (TEXT + ["--layers", "2"], "--layers belongs to the built-in tasks"),
     (TEXT + ["--sft-steps", "5"], "--sft-steps 5 needs --sft-data FILE"),
     (TEXT + ["--top-k", "1000"], "--top-k 1000 is more than the vocabulary's 320 tokens"),
@@ -223,20 +268,37 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
     (TEXT + ["--max-prompt-tokens", "2"], "--prompts {prompts.jsonl}:1: the prompt has"),
     (["--model", "{missing}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score"], "is not a folder"),
     (["--model", "{notok}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score"], "has no tokenizer.json"),
-    (["--model", "{truncated}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score"],
-     "model.safetensors is not a readable safetensors file"),
+    (
+        ["--model", "{truncated}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score"],
+        "model.safetensors is not a readable safetensors file",
+    ),
     (["--model", "{good}", "--prompts", "{missing}.jsonl", "--reward", "{reward.py}:score"], "does not exist"),
-    (["--model", "{good}", "--prompts", "{badline.jsonl}", "--reward", "{reward.py}:score"],
-     "--prompts {badline.jsonl}:2: \"prompt\" must be a string"),
+    (
+        ["--model", "{good}", "--prompts", "{badline.jsonl}", "--reward", "{reward.py}:score"],
+        "--prompts {badline.jsonl}:2: \"prompt\" must be a string",
+    ),
     (["--model", "{good}", "--prompts", "{p.csv}", "--reward", "{reward.py}:score"], "expected a .jsonl or .txt file"),
-    (["--model", "{nochat}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:score", "--eval-prompts",
-      "{chat.jsonl}"], "--eval-prompts {chat.jsonl}:1: the model folder's tokenizer_config.json has no chat_template"),
+    (
+        [
+            "--model",
+            "{nochat}",
+            "--prompts",
+            "{prompts.jsonl}",
+            "--reward",
+            "{reward.py}:score",
+            "--eval-prompts",
+            "{chat.jsonl}",
+        ],
+        "--eval-prompts {chat.jsonl}:1: the model folder's tokenizer_config.json has no chat_template",
+    ),
     (TEXT + ["--sft-data", "{sft_noresp.jsonl}"], "--sft-data {sft_noresp.jsonl}:1 needs a \"response\" string"),
     (TEXT + ["--sft-data", "{sft_long.jsonl}"], "over --max-new-tokens 16"),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}"], "must be FILE.py:FUNCTION"),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:nope"], "has no function 'nope'"),
-    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:one"],
-     "must take (prompts, responses)"),
+    (
+        ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:one"],
+        "must take (prompts, responses)",
+    ),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{broken.py}:score"], "failed to import"),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{missing}.py:f"], "does not exist"),
 ]
@@ -254,6 +316,7 @@ def test_bad_inputs_get_one_error_line_before_any_work(args, message, bad, tmp_p
         for name, path in sorted(paths.items(), key=lambda x: -len(x[0])):
             s = s.replace("{" + name + "}", path)
         return s
+
     monkeypatch.chdir(tmp_path)
     before = sorted(os.listdir(bad))
     code = main(["rlhf", *map(fill, args), "--quiet"])
@@ -264,8 +327,10 @@ def test_bad_inputs_get_one_error_line_before_any_work(args, message, bad, tmp_p
     assert os.listdir(tmp_path) == [] and sorted(os.listdir(bad)) == before
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorboardX") is not None or importlib.util.find_spec("torch") is not None,
-                    reason="a TensorBoard writer is installed here")
+@pytest.mark.skipif(
+    importlib.util.find_spec("tensorboardX") is not None or importlib.util.find_spec("torch") is not None,
+    reason="a TensorBoard writer is installed here",
+)
 def test_tensorboard_without_its_package_is_refused_before_any_work(tmp_path):
     proc = _cli(["rlhf", "--tensorboard", "--quiet", "--run-dir", str(tmp_path / "tb")], timeout=300)
     assert not (tmp_path / "tb").exists()
@@ -278,8 +343,10 @@ def test_two_devices_equal_one_device_from_the_command_line(tmp_path):
     runs = {}
     for n in (1, 2):
         d = str(tmp_path / f"d{n}")
-        proc = _cli(SMALL + ["--devices", str(n), "--run-dir", d],
-                    env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"})
+        proc = _cli(
+            SMALL + ["--devices", str(n), "--run-dir", d],
+            env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"},
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         runs[n] = rows(d)
     assert runs[1][0] == runs[2][0]
@@ -298,21 +365,54 @@ def test_init_from_a_local_gpt2_folder(tmp_path):
     from purejaxppo.lm.gpt2 import GPT2, save_gpt2
 
     model = GPT2(vocab_size=16, n_positions=16, n_embd=16, n_layer=1, n_head=2)  # the task needs 13 ids, 15 slots
-    save_gpt2(str(tmp_path / "gpt2"), model, jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
-                                                                 jnp.ones((1, 4), bool)))
+    save_gpt2(
+        str(tmp_path / "gpt2"),
+        model,
+        jax.jit(model.init)(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool)),
+    )
     run = str(tmp_path / "run")
-    proc = _cli(["rlhf", "--init", str(tmp_path / "gpt2"), "--iterations", "2", "--batch", "8", "--minibatches", "2",
-                 "--epochs", "1", "--sft-steps", "5", "--eval-every", "0", "--quiet", "--run-dir", run])
+    proc = _cli(
+        [
+            "rlhf",
+            "--init",
+            str(tmp_path / "gpt2"),
+            "--iterations",
+            "2",
+            "--batch",
+            "8",
+            "--minibatches",
+            "2",
+            "--epochs",
+            "1",
+            "--sft-steps",
+            "5",
+            "--eval-every",
+            "0",
+            "--quiet",
+            "--run-dir",
+            run,
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert len(rows(run)) == 1 + 2 and json.load(open(os.path.join(run, "config.json")))["settings"]["init"].endswith("gpt2")
+    assert len(rows(run)) == 1 + 2 and json.load(open(os.path.join(run, "config.json")))["settings"]["init"].endswith(
+        "gpt2"
+    )
     small = GPT2(vocab_size=8, n_positions=16, n_embd=16, n_layer=1, n_head=2)
-    save_gpt2(str(tmp_path / "small"), small, small.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
-                                                          jnp.ones((1, 4), bool)))
+    save_gpt2(
+        str(tmp_path / "small"),
+        small,
+        small.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool)),
+    )
     refused = _cli(["rlhf", "--init", str(tmp_path / "small"), "--quiet", "--run-dir", str(tmp_path / "r2")])
-    assert refused.returncode == 2 and "vocabulary (8) is smaller than the task's (13)" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "vocabulary (8) is smaller than the task's (13)" in refused.stderr, (
+        refused.stderr
+    )
     short = GPT2(vocab_size=16, n_positions=8, n_embd=16, n_layer=1, n_head=2)
-    save_gpt2(str(tmp_path / "short"), short, short.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32),
-                                                          jnp.ones((1, 4), bool)))
+    save_gpt2(
+        str(tmp_path / "short"),
+        short,
+        short.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool)),
+    )
     refused = _cli(["rlhf", "--init", str(tmp_path / "short"), "--quiet", "--run-dir", str(tmp_path / "r3")])
     assert refused.returncode == 2 and "its 8 positions cannot hold" in refused.stderr, refused.stderr
 
@@ -340,11 +440,15 @@ def _text_setup(root, family="gpt2"):
     from _lm_fixtures import tiny_gpt2_folder, tiny_llama_folder
 
     model = tiny_gpt2_folder(root / "model") if family == "gpt2" else tiny_llama_folder(root / "model", family)
-    prompts = [{"prompt": "what is one plus two"}, {"messages": [{"role": "user", "content": "reverse cat dog"}]},
-               {"prompt": "hello"}]
+    prompts = [
+        {"prompt": "what is one plus two"},
+        {"messages": [{"role": "user", "content": "reverse cat dog"}]},
+        {"prompt": "hello"},
+    ]
     (root / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in prompts))
-    (root / "sft.jsonl").write_text('{"prompt": "hello", "response": "world"}\n'
-                                    '{"prompt": "what is one plus two", "response": "three"}\n')
+    (root / "sft.jsonl").write_text(
+        '{"prompt": "hello", "response": "world"}\n{"prompt": "what is one plus two", "response": "three"}\n'
+    )
     return model
 
 
@@ -358,16 +462,43 @@ def test_text_run_end_to_end_writes_decoded_samples_and_records_hashes(tmp_path,
     import hashlib
 
     model = _text_setup(tmp_path, family)
-    (tmp_path / "reward.py").write_text("def score(prompts, responses):\n"
-                                        "    return [float(len(r.split())) for r in responses]\n")
+    (tmp_path / "reward.py").write_text(
+        "def score(prompts, responses):\n    return [float(len(r.split())) for r in responses]\n"
+    )
     run = str(tmp_path / "run")
-    proc = _cli(["rlhf", "--model", model, "--prompts", str(tmp_path / "prompts.jsonl"), "--reward",
-                 str(tmp_path / "reward.py") + ":score", "--sft-data", str(tmp_path / "sft.jsonl"), "--sft-steps", "3",
-                 "--iterations", "2", "--batch", "4", "--minibatches", "2", "--epochs", "1", "--max-new-tokens", "6",
-                 "--eval-every", "2", "--quiet", "--run-dir", run])
+    proc = _cli(
+        [
+            "rlhf",
+            "--model",
+            model,
+            "--prompts",
+            str(tmp_path / "prompts.jsonl"),
+            "--reward",
+            str(tmp_path / "reward.py") + ":score",
+            "--sft-data",
+            str(tmp_path / "sft.jsonl"),
+            "--sft-steps",
+            "3",
+            "--iterations",
+            "2",
+            "--batch",
+            "4",
+            "--minibatches",
+            "2",
+            "--epochs",
+            "1",
+            "--max-new-tokens",
+            "6",
+            "--eval-every",
+            "2",
+            "--quiet",
+            "--run-dir",
+            run,
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     samples = open(os.path.join(run, "samples.txt"), encoding="utf-8").read().splitlines()
-    shown = [json.loads(line[len("prompt: "):]) for line in samples if line.startswith("prompt: ")]
+    shown = [json.loads(line[len("prompt: ") :]) for line in samples if line.startswith("prompt: ")]
     # the first evaluation prompts, decoded: the plain one as written, the chat one through the template
     assert shown == ["what is one plus two", "<user>reverse cat dog<|endoftext|><assistant>", "hello"]
     assert sum(line.startswith("response: ") for line in samples) == 3
@@ -381,8 +512,11 @@ def test_text_run_end_to_end_writes_decoded_samples_and_records_hashes(tmp_path,
 
     m = lambda name: os.path.join(model, name)  # noqa: E731
     assert info["model_dir"] == model and info["hashes"] == {
-        "weights": sha(m("model.safetensors")), "tokenizer": sha(m("tokenizer.json"), m("tokenizer_config.json")),
-        "prompts": sha(str(tmp_path / "prompts.jsonl")), "sft_data": sha(str(tmp_path / "sft.jsonl"))}
+        "weights": sha(m("model.safetensors")),
+        "tokenizer": sha(m("tokenizer.json"), m("tokenizer_config.json")),
+        "prompts": sha(str(tmp_path / "prompts.jsonl")),
+        "sft_data": sha(str(tmp_path / "sft.jsonl")),
+    }
     header = rows(run)[0]
     assert "reward_fn_s" in header and len(rows(run)) == 3
     with open(tmp_path / "prompts.jsonl", "a") as f:
@@ -397,19 +531,45 @@ def test_a_failing_reward_function_stops_with_one_error_line_naming_it_and_the_r
     3: iteration 1): one error line names the function and the row, exit 2, and the checkpoint
     after iteration 0 is kept."""
     model = _text_setup(tmp_path)
-    (tmp_path / "reward.py").write_text("calls = []\n"
-                                        "def score(prompts, responses):\n"
-                                        "    calls.append(1)\n"
-                                        "    if len(calls) >= 3 and len(prompts) > 1:\n"
-                                        "        raise ValueError('bad row')\n"
-                                        "    if len(calls) >= 3 and prompts[0] == 'hello':\n"
-                                        "        raise ValueError('bad row')\n"
-                                        "    return [0.0] * len(prompts)\n")
+    (tmp_path / "reward.py").write_text(
+        "calls = []\n"
+        "def score(prompts, responses):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) >= 3 and len(prompts) > 1:\n"
+        "        raise ValueError('bad row')\n"
+        "    if len(calls) >= 3 and prompts[0] == 'hello':\n"
+        "        raise ValueError('bad row')\n"
+        "    return [0.0] * len(prompts)\n"
+    )
     run = str(tmp_path / "run")
-    proc = _cli(["rlhf", "--model", model, "--prompts", str(tmp_path / "prompts.jsonl"), "--reward",
-                 str(tmp_path / "reward.py") + ":score", "--iterations", "3", "--batch", "4", "--minibatches", "2",
-                 "--epochs", "1", "--max-new-tokens", "4", "--eval-every", "0", "--chunk", "1", "--quiet",
-                 "--run-dir", run])
+    proc = _cli(
+        [
+            "rlhf",
+            "--model",
+            model,
+            "--prompts",
+            str(tmp_path / "prompts.jsonl"),
+            "--reward",
+            str(tmp_path / "reward.py") + ":score",
+            "--iterations",
+            "3",
+            "--batch",
+            "4",
+            "--minibatches",
+            "2",
+            "--epochs",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--eval-every",
+            "0",
+            "--chunk",
+            "1",
+            "--quiet",
+            "--run-dir",
+            run,
+        ]
+    )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "reward.py:score raised ValueError: bad row on row " in errors[0] and "prompt 'hello'" in errors[0]
@@ -426,16 +586,47 @@ def test_a_reward_model_scores_the_run_and_starts_the_critic(tmp_path):
     model = _text_setup(tmp_path)
     lm, params, _ = load_reward_trunk(model)
     head = params["params"]["value_head"]
-    params = {**params, "params": {**params["params"], "value_head": {
-        "kernel": jax.random.normal(jax.random.PRNGKey(5), head["kernel"].shape), "bias": head["bias"]}}}
+    params = {
+        **params,
+        "params": {
+            **params["params"],
+            "value_head": {
+                "kernel": jax.random.normal(jax.random.PRNGKey(5), head["kernel"].shape),
+                "bias": head["bias"],
+            },
+        },
+    }
     save_reward_model(str(tmp_path / "rm"), lm, params)
     import shutil
 
     shutil.copy(os.path.join(model, "tokenizer.json"), tmp_path / "rm" / "tokenizer.json")
     run = str(tmp_path / "run")
-    proc = _cli(["rlhf", "--model", model, "--prompts", str(tmp_path / "prompts.jsonl"), "--reward-model",
-                 str(tmp_path / "rm"), "--iterations", "1", "--batch", "4", "--minibatches", "2", "--epochs", "1",
-                 "--max-new-tokens", "4", "--eval-every", "0", "--quiet", "--run-dir", run])
+    proc = _cli(
+        [
+            "rlhf",
+            "--model",
+            model,
+            "--prompts",
+            str(tmp_path / "prompts.jsonl"),
+            "--reward-model",
+            str(tmp_path / "rm"),
+            "--iterations",
+            "1",
+            "--batch",
+            "4",
+            "--minibatches",
+            "2",
+            "--epochs",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--eval-every",
+            "0",
+            "--quiet",
+            "--run-dir",
+            run,
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     header, first = rows(run)[0], rows(run)[1]
     score = float(first[header.index("score")])

@@ -36,18 +36,38 @@ def test_every_config_field_has_a_flag_whose_default_is_the_configs():
     # a text run takes the config's defaults, a built-in task its preset (written out here)
     args = p.parse_args([])
     assert token_config(args, text=True) == TokenPPOConfig()
-    assert token_config(args, text=False) == TokenPPOConfig(num_iterations=80, actor_lr=1e-3, critic_lr=1e-3,
-                                                            beta=0.02)
-    given = p.parse_args(["--whiten-advantages", "false", "--kl-target", "3", "--clip-value", "no", "--lora-rank", "4",
-                          "--lora-targets", "c_attn,c_fc"])
+    assert token_config(args, text=False) == TokenPPOConfig(num_iterations=80, actor_lr=1e-3, critic_lr=1e-3, beta=0.02)
+    given = p.parse_args(
+        [
+            "--whiten-advantages",
+            "false",
+            "--kl-target",
+            "3",
+            "--clip-value",
+            "no",
+            "--lora-rank",
+            "4",
+            "--lora-targets",
+            "c_attn,c_fc",
+        ]
+    )
     cfg = token_config(given, text=True)
     assert (cfg.whiten_advantages, cfg.clip_value, cfg.adaptive_kl, cfg.kl_target) == (False, False, True, 3.0)
     assert (cfg.lora_rank, cfg.lora_targets) == (4, ("c_attn", "c_fc"))
 
 
-@pytest.mark.parametrize("flags", [["--batch", "5e5"], ["--iterations", "1.0"], ["--beta", "0,1"],
-                                   ["--whiten-advantages", "maybe"], ["--seeds", "2.5"], ["--max-new-tokens", "x"],
-                                   ["--lora-targets", "c_attn,,c_fc"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--batch", "5e5"],
+        ["--iterations", "1.0"],
+        ["--beta", "0,1"],
+        ["--whiten-advantages", "maybe"],
+        ["--seeds", "2.5"],
+        ["--max-new-tokens", "x"],
+        ["--lora-targets", "c_attn,,c_fc"],
+    ],
+)
 def test_the_strict_parsers_refuse_loose_spellings(flags):
     with pytest.raises(argparse.ArgumentError):
         parser().parse_args(flags)
@@ -66,8 +86,11 @@ def test_python_api_refuses_a_prompt_function_of_the_wrong_batch_or_past_the_pos
     task = make_task("reverse", max_len=4, max_new=6)
     half = lambda key, batch: task.prompts(key, batch // 2)  # noqa: E731
     _, ppo, state = _ppo(half)
-    with pytest.raises(ConfigError, match=r"prompts\(key, 8\) returned prompt \(4, 5\) and prompt_valid \(4, 5\); "
-                                          r"both must be \[batch_size=8, P\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"prompts\(key, 8\) returned prompt \(4, 5\) and prompt_valid \(4, 5\); "
+        r"both must be \[batch_size=8, P\]",
+    ):
         jax.eval_shape(ppo.iteration, state)
 
     def wide(key, batch):  # 20 more left-padding slots: 25 + 6 > the TinyLM's 11 positions

@@ -22,8 +22,9 @@ def _random_policy(key, obs):
 def _rollout(num_steps=200, num_envs=8):
     venv = episode_statistics(make_vec_env("CartPole-v1", num_envs, max_episode_steps=LIMIT))
     obs, state = venv.reset(jax.random.PRNGKey(0))
-    (_, last_obs, carry, last_done), tr = collect(jax.random.PRNGKey(1), stateless(_random_policy), venv.step,
-                                                  state, obs, num_steps)
+    (_, last_obs, carry, last_done), tr = collect(
+        jax.random.PRNGKey(1), stateless(_random_policy), venv.step, state, obs, num_steps
+    )
     assert carry == () and tr.record == ()  # a stateless policy carries and records nothing
     return jax.device_get(tr), np.asarray(last_obs), np.asarray(last_done)
 
@@ -67,8 +68,9 @@ def test_carry_and_done_are_threaded_through_the_policy():
         return carry, jnp.zeros(obs.shape[:1], jnp.int32), jnp.zeros(obs.shape[:1]), carry
 
     start_done = jnp.array([False, True, False])
-    (_, _, carry, done), tr = collect(jax.random.PRNGKey(1), counting, venv.step, state, obs, 12,
-                                      carry=jnp.array([10, 10, 3]), done=start_done)
+    (_, _, carry, done), tr = collect(
+        jax.random.PRNGKey(1), counting, venv.step, state, obs, 12, carry=jnp.array([10, 10, 3]), done=start_done
+    )
     tr = jax.device_get(tr)
     # Python reference: the count restarts after every episode end (and where done was passed in)
     ref, count, prev = [], np.array([10, 10, 3]), np.asarray(start_done)
@@ -89,12 +91,16 @@ def test_truncated_bootstraps_from_final_observation_terminated_from_zero():
     critic = lambda o: jnp.tanh(o @ w) + 2.0  # any nonzero function of the observation
     values, next_values = critic_values(critic, tr)
     gamma = 0.9
-    adv, _ = gae(jnp.asarray(tr.reward), values, next_values, jnp.asarray(tr.terminated), jnp.asarray(tr.truncated), gamma, 0.0)
+    adv, _ = gae(
+        jnp.asarray(tr.reward), values, next_values, jnp.asarray(tr.terminated), jnp.asarray(tr.truncated), gamma, 0.0
+    )
     adv, values = np.asarray(adv), np.asarray(values)
     f = lambda o: np.tanh(o @ w) + 2.0
     trunc_only = tr.truncated & ~tr.terminated
     # truncated: r + gamma * V(final observation) - V(s)
-    np.testing.assert_allclose(adv[trunc_only], (tr.reward + gamma * f(tr.next_obs) - f(tr.obs))[trunc_only], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        adv[trunc_only], (tr.reward + gamma * f(tr.next_obs) - f(tr.obs))[trunc_only], rtol=1e-5, atol=1e-5
+    )
     # ...which is NOT the value of the reset observation stored at t+1
     t_idx, e_idx = np.nonzero(trunc_only[:-1])
     wrong = tr.reward[t_idx, e_idx] + gamma * f(tr.obs[t_idx + 1, e_idx]) - f(tr.obs[t_idx, e_idx])
@@ -118,16 +124,22 @@ def test_critic_values_against_numpy_vmapped_and_pytree_obs():
     np.testing.assert_allclose(next_values, f(tr.next_obs), rtol=1e-6, atol=1e-6)
 
     # a second rollout whose episodes end elsewhere: the first one reversed in time, truncations moved
-    tr2 = tr._replace(obs=tr.obs[::-1], next_obs=tr.next_obs[::-1], terminated=tr.terminated[::-1],
-                      truncated=np.roll(tr.truncated, 5, axis=0))
+    tr2 = tr._replace(
+        obs=tr.obs[::-1],
+        next_obs=tr.next_obs[::-1],
+        terminated=tr.terminated[::-1],
+        truncated=np.roll(tr.truncated, 5, axis=0),
+    )
     both = jax.tree.map(lambda a, b: np.stack([a, b]), tr, tr2)
     vv, nv = jax.jit(jax.vmap(lambda t: critic_values(critic, t)))(both)
     for i, t in enumerate((tr, tr2)):
         np.testing.assert_allclose(vv[i], f(t.obs), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(nv[i], f(t.next_obs), rtol=1e-6, atol=1e-6)
 
-    tree = tr._replace(obs={"a": tr.obs[..., :2], "b": tr.obs[..., 2:]},
-                       next_obs={"a": tr.next_obs[..., :2], "b": tr.next_obs[..., 2:]})
+    tree = tr._replace(
+        obs={"a": tr.obs[..., :2], "b": tr.obs[..., 2:]},
+        next_obs={"a": tr.next_obs[..., :2], "b": tr.next_obs[..., 2:]},
+    )
     tree_critic = lambda o: critic(jnp.concatenate([o["a"], o["b"]], axis=-1))
     tv, tn = critic_values(tree_critic, tree)
     np.testing.assert_allclose(tv, values, rtol=1e-6, atol=1e-6)
@@ -159,8 +171,15 @@ def test_critic_values_without_final_states_one_pass_of_h_e_plus_e():
     ends = jnp.asarray(done)  # bootstrap_truncated=False: the GAE sees every end as terminal
     for lam in (0.0, 0.95):
         adv, _ = gae(jnp.asarray(tr.reward), values, next_values, ends, jnp.asarray(tr.truncated), 0.9, lam)
-        ref, _ = gae(jnp.asarray(tr.reward), jnp.asarray(f(tr.obs)), jnp.asarray(f(tr.next_obs)), ends,
-                     jnp.asarray(tr.truncated), 0.9, lam)
+        ref, _ = gae(
+            jnp.asarray(tr.reward),
+            jnp.asarray(f(tr.obs)),
+            jnp.asarray(f(tr.next_obs)),
+            ends,
+            jnp.asarray(tr.truncated),
+            0.9,
+            lam,
+        )
         np.testing.assert_allclose(adv, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -180,8 +199,16 @@ def test_step_targets_against_a_numpy_gae(network, bootstrap):
     values of every observation and every TRUE next state: truncations bootstrap from the final
     state's value with ``bootstrap_truncated``, and are terminal without it (where the step
     skips the final states' pass: a wrong skip fails the first case)."""
-    cfg = PPOConfig(network=network, num_envs=8, num_steps=48, max_episode_steps=12, total_timesteps=8 * 48,
-                    bootstrap_truncated=bootstrap, gamma=0.9, gae_lambda=0.8)
+    cfg = PPOConfig(
+        network=network,
+        num_envs=8,
+        num_steps=48,
+        max_episode_steps=12,
+        total_timesteps=8 * 48,
+        bootstrap_truncated=bootstrap,
+        gamma=0.9,
+        gae_lambda=0.8,
+    )
     ppo = make_ppo(cfg)
     parts = StepParts(cfg, ppo.venv, ppo.agent, ppo_loss_fn, DeviceSplit(None, 1, cfg.num_envs, cfg.num_envs))
     runner = jax.jit(ppo.init)(jax.random.PRNGKey(0))

@@ -25,16 +25,26 @@ from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.run.record import RunRecord
 from purejaxppo.scale.pbt import parse_search, search_space
 
-CFG = PPOConfig(env_name="CartPole-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 4, update_epochs=1,
-                num_minibatches=2)
+CFG = PPOConfig(
+    env_name="CartPole-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 4, update_epochs=1, num_minibatches=2
+)
 SPACE = search_space(CFG, parse_search(["lr=loguniform:1e-4:1e-3"]))
-SETTINGS = RLHFSettings(task="reverse", task_options=(("max_len", 4), ("max_new", 6)), d_model=16, n_layers=1,
-                        sft_steps=2, eval_every=0, eval_batch=8)
+SETTINGS = RLHFSettings(
+    task="reverse",
+    task_options=(("max_len", 4), ("max_new", 6)),
+    d_model=16,
+    n_layers=1,
+    sft_steps=2,
+    eval_every=0,
+    eval_batch=8,
+)
 TOKEN = TokenPPOConfig(batch_size=8, num_iterations=4, update_epochs=1, num_minibatches=2)
-RECORDS = {"run": RunRecord("run", CFG),
-           "sweep": RunRecord("sweep", CFG, members=[{"lr": 1e-3}, {"lr": 3e-4}]),
-           "pbt": RunRecord("pbt", CFG, PBTSettings(SPACE, 2), members=[{"lr": 1e-3}, {"lr": 3e-4}]),
-           "rlhf": RunRecord("rlhf", TOKEN, SETTINGS)}
+RECORDS = {
+    "run": RunRecord("run", CFG),
+    "sweep": RunRecord("sweep", CFG, members=[{"lr": 1e-3}, {"lr": 3e-4}]),
+    "pbt": RunRecord("pbt", CFG, PBTSettings(SPACE, 2), members=[{"lr": 1e-3}, {"lr": 3e-4}]),
+    "rlhf": RunRecord("rlhf", TOKEN, SETTINGS),
+}
 TRAIN = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "32", "--total-timesteps", "256", "--quiet"]
 
 
@@ -74,42 +84,68 @@ def _refused(capsys, argv, touched, *needles):
 
 @pytest.mark.parametrize("kind", ["run", "sweep", "pbt"])
 def test_rlhf_resume_of_a_control_folder_names_train_resume(folders, kind, capsys):
-    _refused(capsys, ["rlhf", "--resume", folders[kind]], [folders[kind]],
-             f"python -m purejaxppo train --resume {folders[kind]}")
+    _refused(
+        capsys,
+        ["rlhf", "--resume", folders[kind]],
+        [folders[kind]],
+        f"python -m purejaxppo train --resume {folders[kind]}",
+    )
 
 
 def test_train_resume_of_an_rlhf_folder_names_rlhf_resume(folders, capsys):
-    _refused(capsys, ["train", "--resume", folders["rlhf"]], [folders["rlhf"]],
-             f"python -m purejaxppo rlhf --resume {folders['rlhf']}")
+    _refused(
+        capsys,
+        ["train", "--resume", folders["rlhf"]],
+        [folders["rlhf"]],
+        f"python -m purejaxppo rlhf --resume {folders['rlhf']}",
+    )
 
 
 def test_init_from_an_rlhf_folder_is_refused_naming_its_command(folders, tmp_path, capsys):
     new = str(tmp_path / "new")
-    _refused(capsys, ["train", *TRAIN, "--init-from", folders["rlhf"], "--run-dir", new], [folders["rlhf"]],
-             "token-level PPO", f"rlhf --resume {folders['rlhf']}")
+    _refused(
+        capsys,
+        ["train", *TRAIN, "--init-from", folders["rlhf"], "--run-dir", new],
+        [folders["rlhf"]],
+        "token-level PPO",
+        f"rlhf --resume {folders['rlhf']}",
+    )
     assert not os.path.exists(new)
 
 
 @pytest.mark.parametrize("kind", ["sweep", "pbt"])
 def test_init_from_a_folder_with_members_needs_member(folders, kind, tmp_path, capsys):
-    _refused(capsys, ["train", *TRAIN, "--init-from", folders[kind], "--run-dir", str(tmp_path / "n")],
-             [folders[kind]], "--member K (0..1)")
+    _refused(
+        capsys,
+        ["train", *TRAIN, "--init-from", folders[kind], "--run-dir", str(tmp_path / "n")],
+        [folders[kind]],
+        "--member K (0..1)",
+    )
 
 
-@pytest.mark.parametrize("kind, command", [("run", "train"), ("sweep", "train"), ("pbt", "train"),
-                                           ("rlhf", "rlhf")])
+@pytest.mark.parametrize("kind, command", [("run", "train"), ("sweep", "train"), ("pbt", "train"), ("rlhf", "rlhf")])
 def test_a_new_train_run_into_a_used_folder_names_the_folders_own_command(folders, kind, command, capsys):
-    _refused(capsys, ["train", *TRAIN, "--run-dir", folders[kind]], [folders[kind]],
-             f"python -m purejaxppo {command} --resume {folders[kind]}")
+    _refused(
+        capsys,
+        ["train", *TRAIN, "--run-dir", folders[kind]],
+        [folders[kind]],
+        f"python -m purejaxppo {command} --resume {folders[kind]}",
+    )
 
 
 def test_a_new_rlhf_run_into_a_used_folder_is_refused_before_its_sft(folders, capsys):
-    _refused(capsys, ["rlhf", "--run-dir", folders["run"], "--sft-steps", "100000", "--quiet"], [folders["run"]],
-             f"python -m purejaxppo train --resume {folders['run']}")
+    _refused(
+        capsys,
+        ["rlhf", "--run-dir", folders["run"], "--sft-steps", "100000", "--quiet"],
+        [folders["run"]],
+        f"python -m purejaxppo train --resume {folders['run']}",
+    )
 
 
-@pytest.mark.parametrize("flag", [["--episodes", "3"], ["--stochastic"], ["--member", "0"], ["--gif", "x.gif"],
-                                  ["--protocol", "gymnax-blines"]])
+@pytest.mark.parametrize(
+    "flag",
+    [["--episodes", "3"], ["--stochastic"], ["--member", "0"], ["--gif", "x.gif"], ["--protocol", "gymnax-blines"]],
+)
 def test_eval_of_an_rlhf_folder_refuses_the_episode_flags(folders, flag, capsys):
     _refused(capsys, ["eval", folders["rlhf"], *flag], [folders["rlhf"]], "does not apply", "token-level PPO")
 
@@ -133,14 +169,20 @@ def test_reward_folders_route_to_the_reward_command_and_back(folders, tmp_path, 
 
     d = tmp_path / "reward"
     d.mkdir()
-    record = RunRecord("reward-model", RewardConfig(), RewardSettings(model="m", pairs="p.jsonl", pairs_sha256="0" * 64))
+    record = RunRecord(
+        "reward-model", RewardConfig(), RewardSettings(model="m", pairs="p.jsonl", pairs_sha256="0" * 64)
+    )
     (d / "config.json").write_text(json.dumps(record.to_json()))
     for command in ("train", "rlhf"):
         _refused(capsys, [command, "--resume", str(d)], [str(d)], f"python -m purejaxppo reward --resume {d}")
     _refused(capsys, ["eval", str(d)], [str(d)], "eval_accuracy")
     for kind, command in (("run", "train"), ("rlhf", "rlhf")):
-        _refused(capsys, ["reward", "--resume", folders[kind]], [folders[kind]],
-                 f"python -m purejaxppo {command} --resume {folders[kind]}")
+        _refused(
+            capsys,
+            ["reward", "--resume", folders[kind]],
+            [folders[kind]],
+            f"python -m purejaxppo {command} --resume {folders[kind]}",
+        )
 
 
 def _old_layout(folder: str) -> None:
@@ -148,8 +190,11 @@ def _old_layout(folder: str) -> None:
     record was versioned: no ``version``, settings under the kind's own name, and (for plain
     runs and sweeps, as the first folders) no ``kind`` at all."""
     paths = [os.path.join(folder, "config.json")]
-    paths += [os.path.join(folder, "checkpoints", c, "meta.json") for c in os.listdir(os.path.join(folder, "checkpoints"))
-              if os.path.isfile(os.path.join(folder, "checkpoints", c, "meta.json"))]
+    paths += [
+        os.path.join(folder, "checkpoints", c, "meta.json")
+        for c in os.listdir(os.path.join(folder, "checkpoints"))
+        if os.path.isfile(os.path.join(folder, "checkpoints", c, "meta.json"))
+    ]
     for path in paths:
         raw = json.load(open(path))
         raw.pop("version")
@@ -219,7 +264,9 @@ def test_every_command_does_the_right_thing_on_every_kind(trained, tmp_path, cap
         assert main(["plot", folder, "-o", png]) == 0 and os.path.getsize(png) > 0
         if kind != "rlhf":
             member = [] if kind == "run" else ["--member", "1"]
-            assert main(["train", *TRAIN, "--init-from", folder, *member, "--run-dir", str(tmp_path / f"w-{kind}")]) == 0
+            assert (
+                main(["train", *TRAIN, "--init-from", folder, *member, "--run-dir", str(tmp_path / f"w-{kind}")]) == 0
+            )
     capsys.readouterr()
     assert main(["eval", trained["rlhf"], "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

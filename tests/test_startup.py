@@ -22,8 +22,13 @@ print("pyplot:", type(fig).__name__, plt.subplots is pong.plt.subplots)
 
 
 def test_gymnax_import_defers_seaborn_and_pyplot_until_used():
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300,
-                         env={"MPLBACKEND": "Agg", **__import__("os").environ})
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"MPLBACKEND": "Agg", **__import__("os").environ},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert "after import: False False" in lines, lines

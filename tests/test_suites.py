@@ -35,8 +35,9 @@ def _flat(obs, spec):
     x = obs.obs if isinstance(obs, MaskedObs) else obs
     if spec.obs_structure is not None:
         return np.asarray(observation.flatten(x, spec.obs_structure))
-    return np.asarray(x, np.float64).reshape(np.shape(jax.tree.leaves(x)[0])[: np.ndim(x) - len(spec.obs_shape)]
-                                             + (-1,))
+    return np.asarray(x, np.float64).reshape(
+        np.shape(jax.tree.leaves(x)[0])[: np.ndim(x) - len(spec.obs_shape)] + (-1,)
+    )
 
 
 # --- the suites, stepped by hand: (state of one env, action, key) -> (obs, terminated, truncated)
@@ -74,8 +75,11 @@ def _jumanji_hand(name, limit):
         s, ts = env_step(s, a)
         last = int(ts.step_type) == int(StepType.LAST)
         o = ts.observation
-        return MaskedObs({"grid": o.grid, "step_count": o.step_count},
-                         o.action_mask), last and float(ts.discount) == 0, last and float(ts.discount) != 0
+        return (
+            MaskedObs({"grid": o.grid, "step_count": o.step_count}, o.action_mask),
+            last and float(ts.discount) == 0,
+            last and float(ts.discount) != 0,
+        )
 
     return hand
 
@@ -141,16 +145,36 @@ def _pgx_hand(name, limit):
 
 
 SUITE_CASES = [  # (suite package, env name, time limit, steps, hand-stepper)
-    pytest.param("brax", "brax:inverted_pendulum", 12, 30, lambda: _brax_hand("inverted_pendulum", 12, "brax"),
-                 id="brax"),
-    pytest.param("mujoco_playground", "playground:CartpoleBalance", 6, 14,
-                 lambda: _brax_hand("CartpoleBalance", 6, "playground"), id="playground", marks=pytest.mark.slow),
+    pytest.param(
+        "brax", "brax:inverted_pendulum", 12, 30, lambda: _brax_hand("inverted_pendulum", 12, "brax"), id="brax"
+    ),
+    pytest.param(
+        "mujoco_playground",
+        "playground:CartpoleBalance",
+        6,
+        14,
+        lambda: _brax_hand("CartpoleBalance", 6, "playground"),
+        id="playground",
+        marks=pytest.mark.slow,
+    ),
     pytest.param("jumanji", "jumanji:Snake-v1", 9, 24, lambda: _jumanji_hand("Snake-v1", 9), id="jumanji"),
-    pytest.param("craftax", "craftax:Craftax-Classic-Symbolic-v1", 5, 12,
-                 lambda: _craftax_hand("Craftax-Classic-Symbolic-v1", 5), id="craftax"),
+    pytest.param(
+        "craftax",
+        "craftax:Craftax-Classic-Symbolic-v1",
+        5,
+        12,
+        lambda: _craftax_hand("Craftax-Classic-Symbolic-v1", 5),
+        id="craftax",
+    ),
     pytest.param("navix", "navix:Navix-Empty-5x5-v0", 7, 20, lambda: _navix_hand("Navix-Empty-5x5-v0", 7), id="navix"),
-    pytest.param("xminigrid", "xminigrid:MiniGrid-Empty-6x6", 7, 20, lambda: _xminigrid_hand("MiniGrid-Empty-6x6", 7),
-                 id="xminigrid"),
+    pytest.param(
+        "xminigrid",
+        "xminigrid:MiniGrid-Empty-6x6",
+        7,
+        20,
+        lambda: _xminigrid_hand("MiniGrid-Empty-6x6", 7),
+        id="xminigrid",
+    ),
     pytest.param("pgx", "pgx:2048", 6, 14, lambda: _pgx_hand("2048", 6), id="pgx"),
 ]
 
@@ -183,8 +207,12 @@ def test_suite_episode_ends_and_bootstrap_match_the_suite(package, name, limit, 
     spec, hand = venv.spec, make_hand()
     step = jax.jit(venv.step)
     obs, state = jax.jit(venv.reset)(jax.random.PRNGKey(0))
-    w = np.random.default_rng(0).normal(size=(spec.obs_shape[0] if spec.obs_structure is not None
-                                              else int(np.prod(spec.obs_shape)),)) * 0.1
+    w = (
+        np.random.default_rng(0).normal(
+            size=(spec.obs_shape[0] if spec.obs_structure is not None else int(np.prod(spec.obs_shape)),)
+        )
+        * 0.1
+    )
     value = lambda o: _flat(o, spec) @ w  # a fixed critic on the (flattened) observation
     rec = {k: [] for k in ("v", "v_next_ours", "v_next_ref", "r", "term", "trunc")}
     for t in range(steps):
@@ -197,23 +225,42 @@ def test_suite_episode_ends_and_bootstrap_match_the_suite(package, name, limit, 
         ref_obs = jax.tree.map(lambda *xs: np.stack([np.asarray(x, np.float32) for x in xs]), *[r[0] for r in refs])
         np.testing.assert_array_equal(np.asarray(term), [r[1] for r in refs], err_msg=f"terminated at t={t}")
         np.testing.assert_array_equal(np.asarray(trunc), [r[2] for r in refs], err_msg=f"truncated at t={t}")
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a, np.float32), b, rtol=1e-5, atol=1e-5),
-                     final, ref_obs)
+        jax.tree.map(
+            lambda a, b: np.testing.assert_allclose(np.asarray(a, np.float32), b, rtol=1e-5, atol=1e-5), final, ref_obs
+        )
         # where the episode goes on, the final observation IS the next one (the VecEnv contract)
         going_on = ~(np.asarray(term) | np.asarray(trunc))
-        jax.tree.map(lambda f, n: np.testing.assert_array_equal(np.asarray(f)[going_on], np.asarray(n)[going_on],
-                                                                err_msg=f"final != next observation at t={t}"),
-                     final, nobs)
+        jax.tree.map(
+            lambda f, n: np.testing.assert_array_equal(
+                np.asarray(f)[going_on], np.asarray(n)[going_on], err_msg=f"final != next observation at t={t}"
+            ),
+            final,
+            nobs,
+        )
         rec["v"].append(value(obs)), rec["v_next_ours"].append(value(final)), rec["v_next_ref"].append(value(ref_obs))
-        rec["r"].append(np.asarray(reward)), rec["term"].append(np.asarray(term)), rec["trunc"].append(np.asarray(trunc))
+        (
+            rec["r"].append(np.asarray(reward)),
+            rec["term"].append(np.asarray(term)),
+            rec["trunc"].append(np.asarray(trunc)),
+        )
         if t == 0:  # reset and step give the same types (weak types too): jit(step) compiles once
-            typ = lambda tree: (jax.tree.structure(tree), [(x.shape, x.dtype, x.weak_type) for x in jax.tree.leaves(tree)])
+            typ = lambda tree: (
+                jax.tree.structure(tree),
+                [(x.shape, x.dtype, x.weak_type) for x in jax.tree.leaves(tree)],
+            )
             assert typ((nobs, nstate)) == typ((obs, state)), "reset's types differ from step's"
         obs, state = nobs, nstate
     R = {k: np.stack(v) for k, v in rec.items()}
     assert (R["term"] | R["trunc"]).any(), "the short time limit must end some episodes"
-    adv, _ = gae(jnp.asarray(R["r"], jnp.float32), jnp.asarray(R["v"], jnp.float32),
-                 jnp.asarray(R["v_next_ours"], jnp.float32), jnp.asarray(R["term"]), jnp.asarray(R["trunc"]), GAMMA, LAM)
+    adv, _ = gae(
+        jnp.asarray(R["r"], jnp.float32),
+        jnp.asarray(R["v"], jnp.float32),
+        jnp.asarray(R["v_next_ours"], jnp.float32),
+        jnp.asarray(R["term"]),
+        jnp.asarray(R["trunc"]),
+        GAMMA,
+        LAM,
+    )
     ref, last = np.zeros_like(R["r"], np.float64), np.zeros(E)
     for t in reversed(range(steps)):  # NumPy GAE: bootstrap V(suite's own next obs), 0 at terminal states
         boot = np.where(R["term"][t], 0.0, R["v_next_ref"][t])

@@ -66,9 +66,14 @@ def test_missing_or_broken_tokenizer_files_are_named(tmp_path):
 
 
 def test_prompt_files_plain_chat_and_text_against_hand_rendered_strings(tmp_path, tok):
-    path = write(tmp_path / "p.jsonl", [{"prompt": "what is one plus two"}, "",
-                                        {"messages": [{"role": "system", "content": "be brief"},
-                                                      {"role": "user", "content": "reverse cat dog"}]}])
+    path = write(
+        tmp_path / "p.jsonl",
+        [
+            {"prompt": "what is one plus two"},
+            "",
+            {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "reverse cat dog"}]},
+        ],
+    )
     records = pd.read_records(path)
     assert [r.where for r in records] == [f"{path}:1", f"{path}:3"]
     plain = [pd.render(r, tok, chat=False) for r in records]
@@ -95,21 +100,26 @@ def test_prompt_table_is_left_padded_and_cut_from_the_left_only_when_asked(tmp_p
     np.testing.assert_array_equal(table.valid, expect != tok.pad_id)
     assert table.cut == 0 and table.texts == tuple(texts)
     budget = len(ids[0])  # the second prompt is longer
-    with pytest.raises(pd.PromptFileError, match=f"{path}:2: the prompt has {len(ids[1])} tokens, over the budget "
-                                                 f"of {budget} \\(1 of 2 prompts are\\)"):
+    with pytest.raises(
+        pd.PromptFileError,
+        match=f"{path}:2: the prompt has {len(ids[1])} tokens, over the budget of {budget} \\(1 of 2 prompts are\\)",
+    ):
         pd.encode_prompts(pd.read_records(path), tok, budget=budget, truncate=False, chat=False)
     cut = pd.encode_prompts(pd.read_records(path), tok, budget=budget, truncate=True, chat=False)
     assert cut.cut == 1 and cut.tokens[1].tolist() == ids[1][-budget:]
 
 
-@pytest.mark.parametrize("line,message", [
-    ("{not json", ":1 is not JSON"),
-    ("[1, 2]", ":1 holds list"),
-    ('{"text": "x"}', 'needs exactly one of "prompt"'),
-    ('{"prompt": "a", "messages": [{"role": "user", "content": "b"}]}', 'needs exactly one of "prompt"'),
-    ('{"prompt": 3}', '"prompt" must be a string'),
-    ('{"messages": [{"role": "user"}]}', '"messages" must be a non-empty list'),
-])
+@pytest.mark.parametrize(
+    "line,message",
+    [
+        ("{not json", ":1 is not JSON"),
+        ("[1, 2]", ":1 holds list"),
+        ('{"text": "x"}', 'needs exactly one of "prompt"'),
+        ('{"prompt": "a", "messages": [{"role": "user", "content": "b"}]}', 'needs exactly one of "prompt"'),
+        ('{"prompt": 3}', '"prompt" must be a string'),
+        ('{"messages": [{"role": "user"}]}', '"messages" must be a non-empty list'),
+    ],
+)
 def test_a_bad_line_is_named_with_file_and_line(tmp_path, line, message):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "fine"}\n' + line.replace(":1", "") + "\n")
@@ -131,12 +141,12 @@ def test_text_reward_sees_exactly_the_decoded_strings_with_eos_and_padding_strip
     prompt = np.full((2, P), pad, np.int32)
     response = np.full((2, T), pad, np.int32)
     for i, x in enumerate(p_ids):
-        prompt[i, P - len(x):] = x
-    response[0, :len(r_ids[0])], response[0, len(r_ids[0])] = r_ids[0], eos  # EOS, then padding
-    response[1, :len(r_ids[1])] = r_ids[1]  # no EOS: cut by the budget
+        prompt[i, P - len(x) :] = x
+    response[0, : len(r_ids[0])], response[0, len(r_ids[0])] = r_ids[0], eos  # EOS, then padding
+    response[1, : len(r_ids[1])] = r_ids[1]  # no EOS: cut by the budget
     mask = np.zeros((2, T), bool)
-    mask[0, :len(r_ids[0]) + 1] = True
-    mask[1, :len(r_ids[1])] = True
+    mask[0, : len(r_ids[0]) + 1] = True
+    mask[1, : len(r_ids[1])] = True
     seen = []
 
     def fn(ps, rs):
@@ -153,15 +163,20 @@ def test_text_reward_sees_exactly_the_decoded_strings_with_eos_and_padding_strip
     assert reward.error is None and reward.seconds > 0
 
 
-@pytest.mark.parametrize("body,message", [
-    ("return [1.0] * len(r)", None),
-    ("if 'dog' in r[0] and len(r) == 1: raise KeyError('no dogs')\n    if any('dog' in x for x in r): raise KeyError('x')"
-     "\n    return [0.0] * len(r)", "raised KeyError: 'no dogs' on row 1 (prompt 'what is the answer', "
-                                   "response 'cat dog bird')"),
-    ("return [0.0]", "returned 1 values for 2 rows"),
-    ("return [0.0, float('nan')]", "returned nan for row 1 (prompt 'what is the answer', response 'cat dog bird')"),
-    ("return None", "must return a list of numbers"),
-])
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        ("return [1.0] * len(r)", None),
+        (
+            "if 'dog' in r[0] and len(r) == 1: raise KeyError('no dogs')\n    if any('dog' in x for x in r): raise KeyError('x')"
+            "\n    return [0.0] * len(r)",
+            "raised KeyError: 'no dogs' on row 1 (prompt 'what is the answer', response 'cat dog bird')",
+        ),
+        ("return [0.0]", "returned 1 values for 2 rows"),
+        ("return [0.0, float('nan')]", "returned nan for row 1 (prompt 'what is the answer', response 'cat dog bird')"),
+        ("return None", "must return a list of numbers"),
+    ],
+)
 def test_a_failing_reward_function_is_named_with_its_row_and_gives_nan(tok, body, message):
     scope = {}
     exec(f"def score(p, r):\n    {body}\n", scope)
@@ -173,7 +188,7 @@ def test_a_failing_reward_function_is_named_with_its_row_and_gives_nan(tok, body
     for ids, w in zip(rows, width):
         a = np.full((2, w), tok.pad_id, np.int32)
         for i, x in enumerate(ids):
-            a[i, w - len(x):] = x
+            a[i, w - len(x) :] = x
         arrays += [a, a != tok.pad_id]
     out = np.asarray(reward(*map(jnp.asarray, arrays)))
     if message is None:
@@ -183,14 +198,18 @@ def test_a_failing_reward_function_is_named_with_its_row_and_gives_nan(tok, body
 
 
 def test_reward_specs(tmp_path):
-    (tmp_path / "r.py").write_text("def score(prompts, responses):\n    return [0.0] * len(prompts)\n"
-                                   "def one(x):\n    return x\nvalue = 3\n")
+    (tmp_path / "r.py").write_text(
+        "def score(prompts, responses):\n    return [0.0] * len(prompts)\ndef one(x):\n    return x\nvalue = 3\n"
+    )
     assert load_reward_function(f"{tmp_path}/r.py:score")(["a"], ["b"]) == [0.0]
     assert load_reward_function("os.path:join") is os.path.join
-    for spec, message in [("r.py", "must be FILE.py:FUNCTION"), (f"{tmp_path}/nope.py:f", "does not exist"),
-                          (f"{tmp_path}/r.py:missing", "has no function 'missing'"),
-                          (f"{tmp_path}/r.py:value", "has no function 'value'"),
-                          (f"{tmp_path}/r.py:one", "must take (prompts, responses)"),
-                          ("no_such_module_xyz:f", "failed to import")]:
+    for spec, message in [
+        ("r.py", "must be FILE.py:FUNCTION"),
+        (f"{tmp_path}/nope.py:f", "does not exist"),
+        (f"{tmp_path}/r.py:missing", "has no function 'missing'"),
+        (f"{tmp_path}/r.py:value", "has no function 'value'"),
+        (f"{tmp_path}/r.py:one", "must take (prompts, responses)"),
+        ("no_such_module_xyz:f", "failed to import"),
+    ]:
         with pytest.raises(RewardSpecError, match=__import__("re").escape(message)):
             load_reward_function(spec)

@@ -44,6 +44,7 @@ def count_threes(_, prompt, prompt_valid, response, mask):
 def tiny_model():
     model = TinyLM(V, 16, 1, 2, max_len=P + T)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool))
+
     # a value head that is not zero, so the critic's values matter. Not a uniform one: a kernel with
     # equal entries on the final LayerNorm's output (whose features sum to 0) gives values that do
     # not depend on the trunk, whose gradient is then rounding noise that Adam scales up to lr-sized
@@ -52,6 +53,7 @@ def tiny_model():
         if "value_head" not in str(path):
             return x
         return x + 0.1 + 0.3 * jax.random.normal(jax.random.PRNGKey(7), x.shape, x.dtype)
+
     params = jax.tree_util.tree_map_with_path(head, params)
     return FlaxLM(model), params
 
@@ -62,8 +64,17 @@ def tiny():
 
 
 def config(**kw):
-    base = dict(batch_size=B, num_iterations=2, update_epochs=2, num_minibatches=2, max_new_tokens=T, stop_ids=(1,),
-                actor_lr=1e-3, critic_lr=1e-3, beta=0.1)
+    base = dict(
+        batch_size=B,
+        num_iterations=2,
+        update_epochs=2,
+        num_minibatches=2,
+        max_new_tokens=T,
+        stop_ids=(1,),
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        beta=0.1,
+    )
     return TokenPPOConfig(**{**base, **kw})
 
 
@@ -83,12 +94,16 @@ def test_pad_is_never_sampled_and_every_log_prob_renormalises_without_it(tiny):
     PPO ratio's) and the reference's (the KL's) are those of the law without pad, as sampled."""
     lm, params = tiny
     boosted = jax.tree_util.tree_map_with_path(  # the policy's pad logit +3: pad is likely
-        lambda path, x: x.at[0].add(3.0) if "lm_head" in str(path) and "bias" in str(path) else x, params)
+        lambda path, x: x.at[0].add(3.0) if "lm_head" in str(path) and "bias" in str(path) else x, params
+    )
     cfg = config(temperature=0.8)
     models = experience.Models(lm, lm, lm, count_threes)
     prompt, valid = prompts(jax.random.PRNGKey(3), B)
-    exp = jax.jit(lambda k: experience.collect(models, {"policy": boosted, "critic": boosted}, params, None,
-                                               jax.random.split(k, B), prompt, valid, cfg))(jax.random.PRNGKey(9))
+    exp = jax.jit(
+        lambda k: experience.collect(
+            models, {"policy": boosted, "critic": boosted}, params, None, jax.random.split(k, B), prompt, valid, cfg
+        )
+    )(jax.random.PRNGKey(9))
     toks, mask = np.asarray(exp["tokens"]), np.asarray(exp["mask"])
     pol = np.asarray(lm.logits(boosted, exp["tokens"], exp["valid"]))
     p_pad = jax.nn.softmax(pol[:, :-1] / 0.8)[..., 0][mask[:, 1:]]
@@ -96,14 +111,21 @@ def test_pad_is_never_sampled_and_every_log_prob_renormalises_without_it(tiny):
     assert mask.sum() > 10 and not (toks[mask] == 0).any()
     ref = np.asarray(lm.logits(params, exp["tokens"], exp["valid"]))
     for name, logits in (("logp_old", pol), ("logp_ref", ref)):
-        np.testing.assert_allclose(np.where(mask, exp[name], 0), np.where(mask, _np_logp_without(logits, toks, 0.8, 0), 0),
-                                   atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(
+            np.where(mask, exp[name], 0),
+            np.where(mask, _np_logp_without(logits, toks, 0.8, 0), 0),
+            atol=1e-5,
+            err_msg=name,
+        )
     # the sampler's own log-probs are the same law's (TOL: the cache's decode against the recompute)
     np.testing.assert_allclose(np.where(mask, exp["logp_sampled"], 0), np.where(mask, exp["logp_old"], 0), atol=1e-4)
 
 
-@pytest.mark.parametrize("top_k,top_p,temperature", [(0, 1.0, 1.0), (0, 1.0, 0.7), (3, 1.0, 1.0), (0, 0.8, 1.3)],
-                         ids=["defaults", "temperature", "top_k", "top_p"])
+@pytest.mark.parametrize(
+    "top_k,top_p,temperature",
+    [(0, 1.0, 1.0), (0, 1.0, 0.7), (3, 1.0, 1.0), (0, 0.8, 1.3)],
+    ids=["defaults", "temperature", "top_k", "top_p"],
+)
 def test_first_minibatch_is_on_policy(tiny, top_k, top_p, temperature):
     lm, params = tiny
     cfg = config(top_k=top_k, top_p=top_p, temperature=temperature)
@@ -143,15 +165,18 @@ def test_the_reference_is_frozen_and_gets_no_gradient(tiny):
     new, _ = jax.jit(tp.iteration)(state)
     for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(new.reference)):
         np.testing.assert_array_equal(a, np.asarray(b))  # exact: the reference is never written to
-    moved = max(float(jnp.max(jnp.abs(a - b))) for a, b in
-                zip(jax.tree.leaves(new.train.params["policy"]), jax.tree.leaves(params)))
+    moved = max(
+        float(jnp.max(jnp.abs(a - b)))
+        for a, b in zip(jax.tree.leaves(new.train.params["policy"]), jax.tree.leaves(params))
+    )
     assert moved > 0  # while the policy moved
     models = experience.Models(lm, lm, lm, count_threes)
     prompt, valid = prompts(jax.random.PRNGKey(3), B)
 
     def loss_through_the_rollout(ref):  # the reference shapes the rewards, but no gradient reaches it
-        exp = experience.collect(models, state.train.params, ref, None, jax.random.split(jax.random.PRNGKey(4), B),
-                                 prompt, valid, cfg)
+        exp = experience.collect(
+            models, state.train.params, ref, None, jax.random.split(jax.random.PRNGKey(4), B), prompt, valid, cfg
+        )
         data, _ = experience.finish(exp, 0.1, cfg)
         return tp.loss(state.train.params, data, {"units": jnp.sum(data["mask"], dtype=jnp.float32)})[0]
 
@@ -161,8 +186,9 @@ def test_the_reference_is_frozen_and_gets_no_gradient(tiny):
 
 def _scripted(script):
     """A policy whose row ``b`` always emits ``script[b, P:]`` (logits 50 on the scripted token)."""
-    return FullRecompute(lambda s, tokens, valid: 50.0 * jax.nn.one_hot(
-        jnp.concatenate([s[:, 1:], s[:, -1:]], axis=1), V))
+    return FullRecompute(
+        lambda s, tokens, valid: 50.0 * jax.nn.one_hot(jnp.concatenate([s[:, 1:], s[:, -1:]], axis=1), V)
+    )
 
 
 def test_score_sits_on_the_last_valid_response_token_and_the_eos_penalty_where_no_stop():
@@ -175,14 +201,31 @@ def test_score_sits_on_the_last_valid_response_token_and_the_eos_penalty_where_n
     lm = _scripted(script)
     score = lambda _, p, pv, r, m: jnp.sum(jnp.where(m, r, 0), axis=1).astype(jnp.float32)  # noqa: E731
     gamma, penalty = 0.5, 2.0
-    cfg = config(batch_size=4, num_minibatches=1, beta=0.0, gamma=gamma, gae_lambda=1.0, whiten_advantages=False,
-                 missing_eos_penalty=penalty)
+    cfg = config(
+        batch_size=4,
+        num_minibatches=1,
+        beta=0.0,
+        gamma=gamma,
+        gae_lambda=1.0,
+        whiten_advantages=False,
+        missing_eos_penalty=penalty,
+    )
     models = experience.Models(lm, lm, lm, score)
-    exp = experience.collect(models, {"policy": script, "critic": script}, script, None, jax.random.split(
-        jax.random.PRNGKey(0), 4), jnp.asarray(prompt), jnp.asarray(pvalid), cfg)
+    exp = experience.collect(
+        models,
+        {"policy": script, "critic": script},
+        script,
+        None,
+        jax.random.split(jax.random.PRNGKey(0), 4),
+        jnp.asarray(prompt),
+        jnp.asarray(pvalid),
+        cfg,
+    )
     data, stats = experience.finish(exp, 0.0, cfg)
-    np.testing.assert_array_equal(np.asarray(exp["tokens"])[:, P:] * np.asarray(exp["mask"])[:, P:],
-                                  np.where(np.asarray(exp["mask"])[:, P:], resp, 0))
+    np.testing.assert_array_equal(
+        np.asarray(exp["tokens"])[:, P:] * np.asarray(exp["mask"])[:, P:],
+        np.where(np.asarray(exp["mask"])[:, P:], resp, 0),
+    )
     # by hand: the response is valid up to and including the first stop; total = sum - penalty if none
     returns = np.zeros((4, P + T))
     for b in range(4):
@@ -204,15 +247,29 @@ def test_micro_batches_sum_to_the_one_pass_gradient(tiny):
     models = experience.Models(lm, lm, lm, count_threes)
     prompt, valid = prompts(jax.random.PRNGKey(3), B)
     both = {"policy": params, "critic": params}
-    data, _ = experience.finish(experience.collect(models, both, params, None, jax.random.split(
-        jax.random.PRNGKey(4), B), prompt, valid, cfg), 0.1, cfg)
+    data, _ = experience.finish(
+        experience.collect(models, both, params, None, jax.random.split(jax.random.PRNGKey(4), B), prompt, valid, cfg),
+        0.1,
+        cfg,
+    )
 
     def direct(p):  # the library's loss on the whole minibatch, with no shares at all
         logits, values = experience.heads(models, p, data["tokens"], data["valid"])
         logp, ent = experience.filtered_logprobs(logits, data["tokens"], cfg)
-        return tk.token_ppo_loss(logp, ent, values, data["logp_old"], data["values_old"], data["advantages"],
-                                 data["returns"], data["mask"], clip_eps=0.2, vf_coef=0.5, ent_coef=0.0,
-                                 vf_clip_eps=0.2)[0]
+        return tk.token_ppo_loss(
+            logp,
+            ent,
+            values,
+            data["logp_old"],
+            data["values_old"],
+            data["advantages"],
+            data["returns"],
+            data["mask"],
+            clip_eps=0.2,
+            vf_coef=0.5,
+            ent_coef=0.0,
+            vf_clip_eps=0.2,
+        )[0]
 
     # a perturbed point, so the ratio is not 1 and the clipping matters
     point = jax.tree.map(lambda x: x + 0.05 * jnp.sin(jnp.arange(x.size).reshape(x.shape)), both)
@@ -236,7 +293,8 @@ def test_each_network_has_its_own_learning_rate(tiny):
     for critic in ("separate", "value_head"):  # actor frozen (lr ~0): only the critic's leaves move
         cfg = config(critic=critic, actor_lr=1e-30, critic_lr=1e-2, num_iterations=1)
         state, _ = jax.jit(make_token_ppo(cfg, lm, count_threes, prompts=prompts).train)(
-            jax.random.PRNGKey(1), params, params)
+            jax.random.PRNGKey(1), params, params
+        )
         new = state.train.params
         moved = lambda a, b: float(max(jnp.max(jnp.abs(x - y)) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))))  # noqa: E731
         if critic == "separate":
@@ -255,15 +313,17 @@ def test_adaptive_kl_follows_the_controller_and_a_beta_sweep_equals_separate_run
     betas = jnp.array([0.2, 0.5])
     cfgs = jax.tree.map(lambda x: jnp.full((2,), x, jnp.float32), cfg).replace(beta=betas)
     key = jax.random.PRNGKey(2)
-    state, m = jax.jit(jax.vmap(tp.train, in_axes=(None, None, None, None, None, 0)))(key, params, params, None, None,
-                                                                                   cfgs)
+    state, m = jax.jit(jax.vmap(tp.train, in_axes=(None, None, None, None, None, 0)))(
+        key, params, params, None, None, cfgs
+    )
     for i, b0 in enumerate([0.2, 0.5]):
         kl, beta = np.asarray(m["kl_k1"][i], np.float64), np.asarray(m["beta"][i], np.float64)
         assert beta[0] == np.float32(b0)
         after = list(beta[1:]) + [float(state.beta[i])]
         for t in range(len(kl)):  # Ziegler et al.: beta *= 1 + clip(KL/target - 1, +-0.2) * B / horizon
-            np.testing.assert_allclose(after[t], beta[t] * (1 + np.clip(kl[t] / 0.05 - 1, -0.2, 0.2) * B / 40.0),
-                                       rtol=1e-6)
+            np.testing.assert_allclose(
+                after[t], beta[t] * (1 + np.clip(kl[t] / 0.05 - 1, -0.2, 0.2) * B / 40.0), rtol=1e-6
+            )
         assert after[-1] != beta[0]  # the controller moved it
     one, m1 = jax.jit(tp.train)(key, params, params, None, None, cfg.replace(beta=0.5))
     for k in ("score", "kl", "actor_loss", "critic_loss"):  # vmap vs one run: two programs, float tolerance
@@ -279,7 +339,8 @@ def test_ptx_adds_the_pretraining_nll(tiny):
 
     cfg = config(ptx=True, ptx_coef=1.0, num_iterations=1, update_epochs=1, num_minibatches=1)
     _, m = jax.jit(make_token_ppo(cfg, lm, count_threes, prompts=prompts, ptx=ptx).train)(
-        jax.random.PRNGKey(1), params, params)
+        jax.random.PRNGKey(1), params, params
+    )
     toks, valid, mask = ptx(jax.random.split(jax.random.PRNGKey(1), 5)[4], B)  # the iteration's ptx key
     want = -float(tk.masked_mean(tk.token_logprobs(lm.logits(params, toks, valid), toks), mask))
     # one minibatch, one step: the metric is the NLL at the parameters before the step
@@ -292,7 +353,8 @@ def test_bf16_compute_keeps_float32_parameters_and_optimizer_state():
     lm = FlaxLM(model)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool))
     state, m = jax.jit(make_token_ppo(config(), lm, count_threes, prompts=prompts).train)(
-        jax.random.PRNGKey(1), params, params)
+        jax.random.PRNGKey(1), params, params
+    )
     assert {str(x.dtype) for x in jax.tree.leaves((state.train, state.reference))} <= {"float32", "int32"}
     for k in ("score", "kl", "actor_loss", "critic_loss", "entropy", "grad_norm"):
         assert np.all(np.isfinite(np.asarray(m[k]))), k
@@ -359,7 +421,6 @@ out["fsdp"] = dict(split_leaves=split, metric=max(float(np.max(np.abs(np.asarray
                zip(jax.tree.leaves(s1.train.params), jax.tree.leaves(s2.train.params))))
 print("RESULT " + json.dumps(out))
 """
-
 
 
 @pytest.mark.slow

@@ -75,14 +75,11 @@ def test_kl_estimators_hand_values():
 
 def test_shaped_rewards_hand_vector():
     #            prompt prompt  r0    r1    r2   pad
-    mask = jnp.array([[0, 0, 1, 1, 1, 0],
-                      [0, 1, 1, 1, 1, 1]], bool)
-    kl = jnp.array([[9.0, 9.0, 0.2, -0.1, 0.4, jnp.nan],
-                    [jnp.inf, 0.0, 1.0, 0.5, 0.0, 2.0]])
+    mask = jnp.array([[0, 0, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1]], bool)
+    kl = jnp.array([[9.0, 9.0, 0.2, -0.1, 0.4, jnp.nan], [jnp.inf, 0.0, 1.0, 0.5, 0.0, 2.0]])
     score = jnp.array([2.0, -1.0])
     r = np.asarray(tk.shaped_rewards(score, kl, mask, beta=0.1))
-    expect = np.array([[0, 0, -0.02, 0.01, -0.04 + 2.0, 0],
-                       [0, 0, -0.1, -0.05, 0.0, -0.2 - 1.0]])
+    expect = np.array([[0, 0, -0.02, 0.01, -0.04 + 2.0, 0], [0, 0, -0.1, -0.05, 0.0, -0.2 - 1.0]])
     np.testing.assert_allclose(r, expect, atol=1e-6)
     # per-sequence beta [B]
     r2 = np.asarray(tk.shaped_rewards(score, kl, mask, beta=jnp.array([0.1, 1.0])))
@@ -96,7 +93,7 @@ def test_reward_conservation():
     starts = rng.integers(0, 3, size=b)
     mask = np.zeros((b, l), bool)
     for i in range(b):
-        mask[i, starts[i]:starts[i] + lengths[i]] = True
+        mask[i, starts[i] : starts[i] + lengths[i]] = True
     kl = rng.normal(size=(b, l))
     score = rng.normal(size=b)
     beta = 0.37
@@ -105,8 +102,9 @@ def test_reward_conservation():
         expected = (score[i] - beta * kl[i][mask[i]].sum()) if lengths[i] > 0 else 0.0
         np.testing.assert_allclose(r[i].sum(), expected, atol=1e-5)
         assert np.all(r[i][~mask[i]] == 0)
-    np.testing.assert_allclose(tk.sequence_kl(jnp.asarray(kl), jnp.asarray(mask)),
-                               [kl[i][mask[i]].sum() for i in range(b)], atol=1e-5)
+    np.testing.assert_allclose(
+        tk.sequence_kl(jnp.asarray(kl), jnp.asarray(mask)), [kl[i][mask[i]].sum() for i in range(b)], atol=1e-5
+    )
 
 
 # --- masked GAE -------------------------------------------------------------------------
@@ -208,9 +206,21 @@ def test_clip_losses_hand_vectors_token_and_seq_mean():
 def _loss_from_logits(logits, values_new, toks, mask, logp_old, v_old, adv, ret, aggregation):
     logp = tk.token_logprobs(logits, toks)
     ent = tk.token_entropy(logits)
-    loss, _ = tk.token_ppo_loss(logp, ent, values_new, logp_old, v_old, tk.masked_whiten(adv, mask), ret, mask,
-                                clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, vf_clip_eps=0.2,
-                                aggregation=aggregation)
+    loss, _ = tk.token_ppo_loss(
+        logp,
+        ent,
+        values_new,
+        logp_old,
+        v_old,
+        tk.masked_whiten(adv, mask),
+        ret,
+        mask,
+        clip_eps=0.2,
+        vf_coef=0.5,
+        ent_coef=0.01,
+        vf_clip_eps=0.2,
+        aggregation=aggregation,
+    )
     return loss
 
 
@@ -219,9 +229,7 @@ def test_nan_inf_in_masked_slots_change_neither_loss_nor_grads(aggregation):
     rng = np.random.default_rng(4)
     b, l, vocab = 3, 8, 6
     toks = jnp.asarray(rng.integers(0, vocab, size=(b, l)))
-    mask = jnp.asarray(np.array([[0, 0, 0, 1, 1, 1, 0, 0],
-                                 [0, 1, 1, 1, 1, 1, 1, 1],
-                                 [0, 0, 0, 0, 0, 1, 1, 0]], bool))
+    mask = jnp.asarray(np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1, 0]], bool))
     logits = jnp.asarray(rng.normal(size=(b, l, vocab)), jnp.float32)
     values_new = jnp.asarray(rng.normal(size=(b, l)), jnp.float32)
     clean = [jnp.asarray(rng.normal(size=(b, l)), jnp.float32) - 1.0 for _ in range(4)]

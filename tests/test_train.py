@@ -55,8 +55,20 @@ def test_chunked_driver_equals_single_train_call(ppo):
 
 def test_metrics_are_complete_and_sane(ppo):
     m = _metrics(jax.jit(ppo.train)(jax.random.PRNGKey(0)))
-    expected = {"actor_loss", "critic_loss", "entropy", "approx_kl", "clip_frac", "explained_variance",
-                "grad_norm", "lr", "episode_return", "episode_length", "episodes", "minibatches_taken"}
+    expected = {
+        "actor_loss",
+        "critic_loss",
+        "entropy",
+        "approx_kl",
+        "clip_frac",
+        "explained_variance",
+        "grad_norm",
+        "lr",
+        "episode_return",
+        "episode_length",
+        "episodes",
+        "minibatches_taken",
+    }
     assert expected <= set(m)
     assert all(v.shape == (SMALL.num_updates,) for v in m.values())
     # a random CartPole policy finishes episodes of ~20 steps: returns are their lengths
@@ -69,8 +81,15 @@ def test_metrics_are_complete_and_sane(ppo):
 
 def test_episode_return_is_over_completed_episodes_only():
     # 40-step rollouts, 60-step time limit: episodes end at steps 60, 120, 180 (updates 1, 2, 4)
-    cfg = PPOConfig(env_name="Pendulum-v1", num_envs=2, num_steps=40, total_timesteps=2 * 40 * 5,
-                    num_minibatches=2, update_epochs=1, max_episode_steps=60)
+    cfg = PPOConfig(
+        env_name="Pendulum-v1",
+        num_envs=2,
+        num_steps=40,
+        total_timesteps=2 * 40 * 5,
+        num_minibatches=2,
+        update_epochs=1,
+        max_episode_steps=60,
+    )
     m = _metrics(jax.jit(make_ppo(cfg).train)(jax.random.PRNGKey(0)))
     np.testing.assert_array_equal(m["episodes"], [0, 2, 2, 0, 2])
     np.testing.assert_array_equal(np.isnan(m["episode_return"]), [True, False, False, True, False])
@@ -99,8 +118,11 @@ def test_structural_config_mismatch_is_refused(ppo):
 
     state = ppo.init(jax.random.PRNGKey(0))
     for bad in (SMALL.replace(num_steps=16), SMALL.replace(normalize_reward=True)):
-        for call in (lambda: ppo.init(jax.random.PRNGKey(0), bad), lambda: ppo.step(state, bad),
-                     lambda: ppo.train(jax.random.PRNGKey(0), bad)):
+        for call in (
+            lambda: ppo.init(jax.random.PRNGKey(0), bad),
+            lambda: ppo.step(state, bad),
+            lambda: ppo.train(jax.random.PRNGKey(0), bad),
+        ):
             with pytest.raises(ConfigError, match="structural"):
                 call()
     jax.eval_shape(ppo.step, state, SMALL.replace(lr=1e-3, gamma=0.9))  # numeric changes are fine
@@ -116,8 +138,10 @@ def test_target_kl_stops_after_one_minibatch_step():
     full = make_ppo(cfg.replace(target_kl=None))
     s_full, m_full = jax.jit(full.step)(state0, cfg.replace(target_kl=None))
     assert int(m_full["minibatches_taken"]) == 4
-    moved = [np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in
-             zip(jax.tree.leaves(state0.train.params), jax.tree.leaves(state1.train.params))]
+    moved = [
+        np.abs(np.asarray(a) - np.asarray(b)).max()
+        for a, b in zip(jax.tree.leaves(state0.train.params), jax.tree.leaves(state1.train.params))
+    ]
     assert max(moved) > 0
     # Adam's first step moves every coordinate with nonzero gradient by ~lr (sign of grad)
     assert max(moved) <= 2.5e-4 * 1.01
@@ -152,6 +176,7 @@ def test_gamma_sweep_with_reward_scaling_equals_separate_runs():
     assert np.abs(np.asarray(separate[0]["critic_loss"]) - np.asarray(separate[1]["critic_loss"])).max() > 1e-3
     # ... and a scaler fixed at ONE discount (the old behaviour) would not reproduce member 1:
     from purejaxppo.stages.normalize import init_reward_scale, scale_rewards
+
     r = jnp.ones((20, 2))
     d = jnp.zeros((20, 2), bool)
     s_lo = scale_rewards(init_reward_scale(2), r, d, 0.8)[1]

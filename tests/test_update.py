@@ -39,4 +39,3 @@ def test_clipped_adam_matches_a_numpy_loop_and_optax():
         for k in np_p:
             np.testing.assert_allclose(np.asarray(p[k]), np_p[k], rtol=1e-5, atol=1e-7, err_msg=f"step {t} {k}")
             np.testing.assert_allclose(np.asarray(p[k]), np.asarray(ref_p[k]), rtol=1e-5, atol=1e-7)
-

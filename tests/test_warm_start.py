@@ -16,8 +16,16 @@ from purejaxppo.cli import main
 from purejaxppo.scale.population import seed_keys
 from purejaxppo.run.warm_start import apply, describe
 
-CFG = PPOConfig(num_envs=2, num_steps=8, total_timesteps=64, update_epochs=1, num_minibatches=1, hidden_sizes=(8,),
-                normalize_obs=True, normalize_reward=True)
+CFG = PPOConfig(
+    num_envs=2,
+    num_steps=8,
+    total_timesteps=64,
+    update_epochs=1,
+    num_minibatches=1,
+    hidden_sizes=(8,),
+    normalize_obs=True,
+    normalize_reward=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +39,7 @@ def init():
         if seed not in cache:
             cache[seed] = jax.device_get(fn(seed_keys(seed, 3)))
         return jax.device_put(jax.tree.map(lambda x: x[:runs], cache[seed]))
+
     return make
 
 
@@ -40,8 +49,14 @@ def _source(init, folder, num_seeds=2, members=None, kind="run"):
     runs = num_seeds * len(members or [None])
     state = jax.device_get(init(0, runs))
     offsets = np.arange(1, runs + 1, dtype=np.float32)
-    state = jax.tree.map(lambda x: x + offsets.reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
-                         if jax.dtypes.issubdtype(x.dtype, np.floating) else x, state)
+    state = jax.tree.map(
+        lambda x: (
+            x + offsets.reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
+            if jax.dtypes.issubdtype(x.dtype, np.floating)
+            else x
+        ),
+        state,
+    )
     meta = {"kind": kind, "config": CFG.to_dict(), "seed": 0, "num_seeds": num_seeds, "members": members}
     save_checkpoint(os.path.join(folder, "checkpoints"), 5, state, meta)
     return state
@@ -52,8 +67,15 @@ def _carried(s):
 
 
 def _own(s):
-    return (s.env_state.env_state, s.obs, s.update, s.carry, s.done, s.reward_scale.discounted_return,
-            jax.random.key_data(s.rng) if jax.dtypes.issubdtype(s.rng.dtype, jax.dtypes.prng_key) else s.rng)
+    return (
+        s.env_state.env_state,
+        s.obs,
+        s.update,
+        s.carry,
+        s.done,
+        s.reward_scale.discounted_return,
+        jax.random.key_data(s.rng) if jax.dtypes.issubdtype(s.rng.dtype, jax.dtypes.prng_key) else s.rng,
+    )
 
 
 def _equal(a, b):
@@ -119,9 +141,11 @@ def test_cli_refuses_before_making_the_folder(tmp_path, capsys):
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
     os.makedirs(os.path.join(src, "checkpoints"))
     base = ["train", "--devices", "1", "--quiet", "--run-dir", dst]
-    for argv, needle in [(["--init-from", src], "no complete checkpoint"),
-                         (["--member", "1"], "add --init-from RUN_DIR"),
-                         (["--init-from", src, "--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2"], "no complete checkpoint")]:
+    for argv, needle in [
+        (["--init-from", src], "no complete checkpoint"),
+        (["--member", "1"], "add --init-from RUN_DIR"),
+        (["--init-from", src, "--pbt", "4", "--search", "lr=loguniform:1e-5:1e-2"], "no complete checkpoint"),
+    ]:
         assert main(base + argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and needle in err and err.count("\n") == 1, err

@@ -59,10 +59,23 @@ def train_ours(seed: int) -> dict:
     from purejaxppo import PPOConfig, envs, make_ppo
     from purejaxppo.envs.gymnasium_bridge import gymnasium_vec_env
 
-    cfg = PPOConfig(env_name=ENV, num_envs=NUM_ENVS, num_steps=NUM_STEPS, total_timesteps=TOTAL,
-                    update_epochs=ZOO["n_epochs"], num_minibatches=NUM_ENVS * NUM_STEPS // ZOO["batch_size"],
-                    gamma=ZOO["gamma"], gae_lambda=ZOO["gae_lambda"], ent_coef=ZOO["ent_coef"],
-                    lr=3e-4, anneal_lr=False, clip_eps=0.2, clip_value=False, vf_coef=0.5, max_grad_norm=0.5)
+    cfg = PPOConfig(
+        env_name=ENV,
+        num_envs=NUM_ENVS,
+        num_steps=NUM_STEPS,
+        total_timesteps=TOTAL,
+        update_epochs=ZOO["n_epochs"],
+        num_minibatches=NUM_ENVS * NUM_STEPS // ZOO["batch_size"],
+        gamma=ZOO["gamma"],
+        gae_lambda=ZOO["gae_lambda"],
+        ent_coef=ZOO["ent_coef"],
+        lr=3e-4,
+        anneal_lr=False,
+        clip_eps=0.2,
+        clip_value=False,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+    )
     ppo = make_ppo(cfg, venv=envs.episode_statistics(gymnasium_vec_env(ENV, num_envs=NUM_ENVS)))
     key = jax.random.PRNGKey(seed)
     t = time.perf_counter()
@@ -75,10 +88,14 @@ def train_ours(seed: int) -> dict:
     params = runner.train.params
     act = jax.jit(lambda o: ppo.agent.dist.mode(ppo.agent.act(params, (), o[None], np.ones(1, bool))[1])[0])
     evals = greedy_eval(lambda o: act(np.asarray(o, np.float32)), seed)
-    return {"compile_s": compile_s, "train_s": run_s,
-            "curve_steps": [(u + 1) * cfg.batch_size for u in range(len(curve))],
-            "curve_return": [None if not np.isfinite(x) else float(x) for x in curve],
-            "config": cfg.to_dict(), "eval_returns": evals}
+    return {
+        "compile_s": compile_s,
+        "train_s": run_s,
+        "curve_steps": [(u + 1) * cfg.batch_size for u in range(len(curve))],
+        "curve_return": [None if not np.isfinite(x) else float(x) for x in curve],
+        "config": cfg.to_dict(),
+        "eval_returns": evals,
+    }
 
 
 def train_sb3(seed: int, torch_threads: int = 1) -> dict:
@@ -100,13 +117,27 @@ def train_sb3(seed: int, torch_threads: int = 1) -> dict:
         rets += mon.get_episode_rewards()
     ends, rets = np.asarray(ends), np.asarray(rets)
     batch = NUM_ENVS * NUM_STEPS
-    curve = [float(rets[(ends > u * batch) & (ends <= (u + 1) * batch)].mean())
-             if ((ends > u * batch) & (ends <= (u + 1) * batch)).any() else None for u in range(UPDATES)]
+    curve = [
+        float(rets[(ends > u * batch) & (ends <= (u + 1) * batch)].mean())
+        if ((ends > u * batch) & (ends <= (u + 1) * batch)).any()
+        else None
+        for u in range(UPDATES)
+    ]
     evals = greedy_eval(lambda o: model.predict(o, deterministic=True)[0], seed)
-    return {"compile_s": 0.0, "train_s": train_s, "curve_steps": [(u + 1) * batch for u in range(UPDATES)],
-            "curve_return": curve, "config": {"n_envs": NUM_ENVS, "n_steps": NUM_STEPS, **ZOO,
-                                              "total_timesteps": TOTAL, "torch_threads": torch_threads},
-            "eval_returns": evals}
+    return {
+        "compile_s": 0.0,
+        "train_s": train_s,
+        "curve_steps": [(u + 1) * batch for u in range(UPDATES)],
+        "curve_return": curve,
+        "config": {
+            "n_envs": NUM_ENVS,
+            "n_steps": NUM_STEPS,
+            **ZOO,
+            "total_timesteps": TOTAL,
+            "torch_threads": torch_threads,
+        },
+        "eval_returns": evals,
+    }
 
 
 def summarize(figure: str | None) -> str:
@@ -118,13 +149,17 @@ def summarize(figure: str | None) -> str:
         rs = [json.load(open(os.path.join(RUNS, f))) for f in runs]
         means = [float(np.mean(r["eval_returns"])) for r in rs]
         curves[runner] = rs
-        rows.append(f"| {'purejaxppo (bridge)' if runner == 'ours' else 'SB3 PPO'} | {len(rs)} | "
-                    f"{', '.join(f'{m:.1f}' for m in means)} | **{np.mean(means):.1f}** | "
-                    f"{sum(m >= 200 for m in means)} / {len(rs)} | {TOTAL:,} | "
-                    f"{np.mean([r['train_s'] for r in rs]):.0f} | {np.mean([r['compile_s'] for r in rs]):.0f} |")
-    table = ("| runner | seeds | greedy eval, mean of 100 episodes, per seed | mean over seeds | solved (>= 200) | "
-             "env steps / seed | train s / seed (mean) | compile s / seed |\n|---|---|---|---|---|---|---|---|\n"
-             + "\n".join(rows))
+        rows.append(
+            f"| {'purejaxppo (bridge)' if runner == 'ours' else 'SB3 PPO'} | {len(rs)} | "
+            f"{', '.join(f'{m:.1f}' for m in means)} | **{np.mean(means):.1f}** | "
+            f"{sum(m >= 200 for m in means)} / {len(rs)} | {TOTAL:,} | "
+            f"{np.mean([r['train_s'] for r in rs]):.0f} | {np.mean([r['compile_s'] for r in rs]):.0f} |"
+        )
+    table = (
+        "| runner | seeds | greedy eval, mean of 100 episodes, per seed | mean over seeds | solved (>= 200) | "
+        "env steps / seed | train s / seed (mean) | compile s / seed |\n|---|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+    )
     if figure and curves:
         import matplotlib
 
@@ -135,8 +170,13 @@ def summarize(figure: str | None) -> str:
         for (runner, rs), color in zip(curves.items(), ("C0", "C1")):
             for k, r in enumerate(rs):
                 y = np.array([np.nan if v is None else v for v in r["curve_return"]])
-                ax.plot(np.asarray(r["curve_steps"]) / 1e6, y, color=color, alpha=0.7,
-                        label=("purejaxppo" if runner == "ours" else "SB3") if k == 0 else None)
+                ax.plot(
+                    np.asarray(r["curve_steps"]) / 1e6,
+                    y,
+                    color=color,
+                    alpha=0.7,
+                    label=("purejaxppo" if runner == "ours" else "SB3") if k == 0 else None,
+                )
         ax.axhline(200, color="k", ls="--", lw=0.8)
         ax.set_xlabel("env steps (millions)"), ax.set_ylabel("training episode return"), ax.legend()
         ax.set_title("LunarLander-v3, RL Zoo hyperparameters, one line per seed")

@@ -55,17 +55,32 @@ def main():
         n = ppo.venv.spec.num_agents
         rets, _ = evaluate_runner(cfg, ppo.agent, runner, jax.random.PRNGKey(1), num_episodes=32 * n)
         per_env = np.asarray(rets)[:, ::n]  # [seeds, 32 envs]: every row of an env holds its team return
-        extra = dict(greedy_team_return_per_seed=np.nanmean(per_env, axis=1).tolist(),
-                     greedy_win_rate_per_seed=np.mean(per_env > 1.5 * n, axis=1).tolist())
+        extra = dict(
+            greedy_team_return_per_seed=np.nanmean(per_env, axis=1).tolist(),
+            greedy_win_rate_per_seed=np.mean(per_env > 1.5 * n, axis=1).tolist(),
+        )
     tail = max(1, ret.shape[1] // 10)
     final = np.nanmean(ret[:, -tail:], axis=1)
     q = np.sort(final)
-    iqm = float(np.mean(q[len(q) // 4: len(q) - len(q) // 4])) if len(q) >= 4 else float(np.mean(q))
-    out = dict(env=a.env, critic=a.critic, bootstrap=not a.no_bootstrap, network=cfg.network, num_envs=cfg.num_envs,
-               agents=ppo.venv.spec.num_agents, agent_steps=cfg.num_updates * cfg.batch_size, seeds=a.seeds,
-               final_per_seed=final.tolist(), iqm=iqm, compile_s=t1 - t0, run_s=t2 - t1,
-               agent_steps_per_s=a.seeds * cfg.num_updates * cfg.batch_size / (t2 - t1),
-               curve=np.nanmean(ret, axis=0).tolist(), config=cfg.to_dict(), **extra)
+    iqm = float(np.mean(q[len(q) // 4 : len(q) - len(q) // 4])) if len(q) >= 4 else float(np.mean(q))
+    out = dict(
+        env=a.env,
+        critic=a.critic,
+        bootstrap=not a.no_bootstrap,
+        network=cfg.network,
+        num_envs=cfg.num_envs,
+        agents=ppo.venv.spec.num_agents,
+        agent_steps=cfg.num_updates * cfg.batch_size,
+        seeds=a.seeds,
+        final_per_seed=final.tolist(),
+        iqm=iqm,
+        compile_s=t1 - t0,
+        run_s=t2 - t1,
+        agent_steps_per_s=a.seeds * cfg.num_updates * cfg.batch_size / (t2 - t1),
+        curve=np.nanmean(ret, axis=0).tolist(),
+        config=cfg.to_dict(),
+        **extra,
+    )
     json.dump(out, open(a.out, "w"), indent=1)
     print(json.dumps({k: v for k, v in out.items() if k not in ("curve", "config")}))
 

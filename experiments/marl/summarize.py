@@ -13,7 +13,7 @@ import numpy as np
 def iqm(x):
     q = np.sort(np.asarray(x))
     k = len(q) // 4
-    return float(np.mean(q[k: len(q) - k]))
+    return float(np.mean(q[k : len(q) - k]))
 
 
 def interval(x, reps=10_000, seed=0):
@@ -27,18 +27,22 @@ RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
 def main(folder=RESULTS):
-    print("| env | agent | critic | truncation bootstrap | agent steps | seeds | final team return IQM [95% CI] | per seed | "
-          "compile s | agent-steps/s |")
+    print(
+        "| env | agent | critic | truncation bootstrap | agent steps | seeds | final team return IQM [95% CI] | per seed | "
+        "compile s | agent-steps/s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         r = json.load(open(path))
         if "final_per_seed" not in r:
             continue
         lo, hi = interval(r["final_per_seed"])
-        print(f"| {r['env']} | {r['network']} | {r['critic']} | {'yes' if r['bootstrap'] else 'no'} | "
-              f"{r['agent_steps']:,} | {r['seeds']} | {iqm(r['final_per_seed']):.2f} [{lo:.2f}, {hi:.2f}] | "
-              f"{', '.join(f'{v:.2f}' for v in r['final_per_seed'])} | {r['compile_s']:.0f} | "
-              f"{r['agent_steps_per_s']:,.0f} |")
+        print(
+            f"| {r['env']} | {r['network']} | {r['critic']} | {'yes' if r['bootstrap'] else 'no'} | "
+            f"{r['agent_steps']:,} | {r['seeds']} | {iqm(r['final_per_seed']):.2f} [{lo:.2f}, {hi:.2f}] | "
+            f"{', '.join(f'{v:.2f}' for v in r['final_per_seed'])} | {r['compile_s']:.0f} | "
+            f"{r['agent_steps_per_s']:,.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -61,8 +61,10 @@ def main() -> None:
             runs.setdefault(m["tag"], {}).setdefault(arm, []).append((int(m["seed"]), int(m["interval"]), path))
     for tag, arms in runs.items():
         print(f"\n### {tag}\n")
-        print("| arm | rep (seed) | best member | median member | worst member | exploits | "
-              "median member's mean return over training |")
+        print(
+            "| arm | rep (seed) | best member | median member | worst member | exploits | "
+            "median member's mean return over training |"
+        )
         print("|---|---|---|---|---|---|---|")
         summary = {}
         for arm in ("PBT", "no exploitation"):
@@ -72,25 +74,33 @@ def main() -> None:
                 s = json.load(open(os.path.join(path, "summary.json")))
                 auc = float(np.nanmedian(area(path)))
                 best.append((np.nanmax(f), np.nanmedian(f), np.nanmin(f), auc))
-                print(f"| {arm} (interval {interval}) | {seed} | {np.nanmax(f):.1f} | {np.nanmedian(f):.1f} | "
-                      f"{np.nanmin(f):.1f} | {s.get('exploits', 0)} | {auc:.1f} |")
+                print(
+                    f"| {arm} (interval {interval}) | {seed} | {np.nanmax(f):.1f} | {np.nanmedian(f):.1f} | "
+                    f"{np.nanmin(f):.1f} | {s.get('exploits', 0)} | {auc:.1f} |"
+                )
             if best:
                 b = np.array(best)
                 summary[arm] = b
-                print(f"| **{arm}, mean of {len(b)}** | | **{b[:, 0].mean():.1f}** | **{b[:, 1].mean():.1f}** | "
-                      f"**{b[:, 2].mean():.1f}** | | **{b[:, 3].mean():.1f}** |")
+                print(
+                    f"| **{arm}, mean of {len(b)}** | | **{b[:, 0].mean():.1f}** | **{b[:, 1].mean():.1f}** | "
+                    f"**{b[:, 2].mean():.1f}** | | **{b[:, 3].mean():.1f}** |"
+                )
         preset = os.path.join(args.out, f"{tag}-preset-4seeds")
         if os.path.exists(os.path.join(preset, "summary.json")):
             f = finals(preset)
-            print(f"| preset, 4 seeds | - | {np.nanmax(f):.1f} | {np.nanmedian(f):.1f} | {np.nanmin(f):.1f} | "
-                  f"(mean {np.nanmean(f):.1f}) | {np.nanmedian(area(preset)):.1f} |")
+            print(
+                f"| preset, 4 seeds | - | {np.nanmax(f):.1f} | {np.nanmedian(f):.1f} | {np.nanmin(f):.1f} | "
+                f"(mean {np.nanmean(f):.1f}) | {np.nanmedian(area(preset)):.1f} |"
+            )
         if "PBT" in summary and "no exploitation" in summary:
             p, s = summary["PBT"], summary["no exploitation"]
             n = min(len(p), len(s))
             wins = int(np.sum(p[:n, 0] > s[:n, 0] + 1e-6))
             ties = int(np.sum(np.abs(p[:n, 0] - s[:n, 0]) <= 1e-6))
-            print(f"\nPBT's best member vs the static population's best, paired by seed: {wins} wins, {ties} ties, "
-                  f"{n - wins - ties} losses of {n}; best-member difference mean {np.mean(p[:n, 0] - s[:n, 0]):+.1f}.")
+            print(
+                f"\nPBT's best member vs the static population's best, paired by seed: {wins} wins, {ties} ties, "
+                f"{n - wins - ties} losses of {n}; best-member difference mean {np.mean(p[:n, 0] - s[:n, 0]):+.1f}."
+            )
         plot(tag, arms, preset, os.path.join(args.figures, f"{tag}-curves.png"))
 
 
@@ -116,7 +126,10 @@ def plot(tag: str, arms: dict, preset: str, out: str) -> None:
         ax.plot(steps, r.mean(axis=0), color="C2", lw=2, label="preset: mean of 4 seeds")
     ax.set_xlabel("env steps per member")
     ax.set_ylabel("training episode return")
-    ax.set_title(f"{tag}: mean over repetitions, 10-update moving average\n(thin: each repetition's max over members)", fontsize=9)
+    ax.set_title(
+        f"{tag}: mean over repetitions, 10-update moving average\n(thin: each repetition's max over members)",
+        fontsize=9,
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -41,12 +41,12 @@ def angle_normalize(x):
 
 
 def reward(th, thdot, u):
-    return -(angle_normalize(th) ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2)
+    return -(angle_normalize(th) ** 2 + 0.1 * thdot**2 + 0.001 * u**2)
 
 
 def dynamics(th, thdot, u):
     """gymnax Pendulum-v1's step, written out: semi-implicit Euler, speed clipped to +-8."""
-    thdot = jnp.clip(thdot + (3 * G / (2 * L) * jnp.sin(th) + 3.0 / (M * L ** 2) * u) * DT, -MAX_SPEED, MAX_SPEED)
+    thdot = jnp.clip(thdot + (3 * G / (2 * L) * jnp.sin(th) + 3.0 / (M * L**2) * u) * DT, -MAX_SPEED, MAX_SPEED)
     return th + thdot * DT, thdot
 
 
@@ -64,8 +64,7 @@ def interpolate(v, th, thdot):
     fy = y - j0
     j0 = j0.astype(jnp.int32)
     j1 = j0 + 1
-    return ((1 - fx) * (1 - fy) * v[i0, j0] + fx * (1 - fy) * v[i1, j0]
-            + (1 - fx) * fy * v[i0, j1] + fx * fy * v[i1, j1])
+    return (1 - fx) * (1 - fy) * v[i0, j0] + fx * (1 - fy) * v[i1, j0] + (1 - fx) * fy * v[i0, j1] + fx * fy * v[i1, j1]
 
 
 def q_values(v_next, th, thdot, torques):
@@ -130,10 +129,14 @@ def main():
     control_torques = jnp.linspace(-MAX_TORQUE, MAX_TORQUE, args.control_actions)
     rng = np.random.default_rng(args.seed)
     rows = []
-    print(f"{args.episodes} episodes from gymnax's reset; {args.actions} torques in value iteration, "
-          f"{args.control_actions} in the controller")
-    print("| grid (theta x theta_dot) | controller mean return on gymnax [95% CI] | grid value at the starts | "
-          f"P(mean of {args.protocol_episodes} episodes >= -130) | 5-95% of {args.protocol_episodes}-episode means | s |")
+    print(
+        f"{args.episodes} episodes from gymnax's reset; {args.actions} torques in value iteration, "
+        f"{args.control_actions} in the controller"
+    )
+    print(
+        "| grid (theta x theta_dot) | controller mean return on gymnax [95% CI] | grid value at the starts | "
+        f"P(mean of {args.protocol_episodes} episodes >= -130) | 5-95% of {args.protocol_episodes}-episode means | s |"
+    )
     print("|---|---|---|---|---|---|")
     for n in (int(g) for g in args.grids.split(",")):
         t = time.perf_counter()
@@ -142,15 +145,26 @@ def main():
         wall = time.perf_counter() - t
         mean, se = returns.mean(), returns.std(ddof=1) / np.sqrt(len(returns))
         batches = rng.choice(returns, size=(20000, args.protocol_episodes)).mean(1)
-        row = dict(grid=[n, n + 1], episodes=len(returns), mean=mean, ci95=[mean - 1.96 * se, mean + 1.96 * se],
-                   std=returns.std(ddof=1), grid_value_mean=v0.mean(),
-                   p_protocol_mean_ge_minus130=float((batches >= -130).mean()),
-                   protocol_mean_5_95=np.percentile(batches, [5, 95]).tolist(),
-                   min=returns.min(), median=float(np.median(returns)), wall_s=wall)
+        row = dict(
+            grid=[n, n + 1],
+            episodes=len(returns),
+            mean=mean,
+            ci95=[mean - 1.96 * se, mean + 1.96 * se],
+            std=returns.std(ddof=1),
+            grid_value_mean=v0.mean(),
+            p_protocol_mean_ge_minus130=float((batches >= -130).mean()),
+            protocol_mean_5_95=np.percentile(batches, [5, 95]).tolist(),
+            min=returns.min(),
+            median=float(np.median(returns)),
+            wall_s=wall,
+        )
         rows.append(row)
-        print(f"| {n} x {n + 1} | {mean:.1f} [{row['ci95'][0]:.1f}, {row['ci95'][1]:.1f}] | {v0.mean():.1f} | "
-              f"{row['p_protocol_mean_ge_minus130']:.3f} | {row['protocol_mean_5_95'][0]:.1f} .. "
-              f"{row['protocol_mean_5_95'][1]:.1f} | {wall:.0f} |", flush=True)
+        print(
+            f"| {n} x {n + 1} | {mean:.1f} [{row['ci95'][0]:.1f}, {row['ci95'][1]:.1f}] | {v0.mean():.1f} | "
+            f"{row['p_protocol_mean_ge_minus130']:.3f} | {row['protocol_mean_5_95'][0]:.1f} .. "
+            f"{row['protocol_mean_5_95'][1]:.1f} | {wall:.0f} |",
+            flush=True,
+        )
     with open(args.json, "w") as f:
         json.dump(dict(args=vars(args), rows=rows), f, indent=1, default=float)
 

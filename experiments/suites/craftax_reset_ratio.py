@@ -7,6 +7,7 @@ resets, so the reset_ratio is what cuts them.
 
     python experiments/suites/craftax_reset_ratio.py --seeds 4 --ratios 1,8,32
 """
+
 import argparse
 import time
 
@@ -56,6 +57,9 @@ for ratio in (int(r) for r in args.ratios.split(",")):
         times.append(time.perf_counter() - t)
         ends.append(np.asarray(per_group))
     ends = np.concatenate([e.reshape(-1) for e in ends])
-    print(f"reset_ratio {ratio}: {args.seeds} seeds x {E} envs: env-steps/s {args.seeds * E * T / sorted(times)[1]:.0f} "
-          f"(median of 3), compile {comp:.1f} s; episode ends per env-step {ends.sum() / (ends.size * ratio):.4f}; "
-          f"group-steps with >1 end: {(ends > 1).mean():.4f}", flush=True)
+    print(
+        f"reset_ratio {ratio}: {args.seeds} seeds x {E} envs: env-steps/s {args.seeds * E * T / sorted(times)[1]:.0f} "
+        f"(median of 3), compile {comp:.1f} s; episode ends per env-step {ends.sum() / (ends.size * ratio):.4f}; "
+        f"group-steps with >1 end: {(ends > 1).mean():.4f}",
+        flush=True,
+    )

@@ -5,6 +5,7 @@ with uniformly random actions (masks ignored), vmapped over --seeds like the tra
 
 Prints compile seconds and env-steps/s (all seeds together; median of --repeats timed calls).
 """
+
 import argparse
 import statistics
 import time
@@ -56,5 +57,7 @@ for _ in range(a.repeats):
     f(keys).block_until_ready()
     ts.append(time.perf_counter() - t)
 sps = a.steps * a.num_envs * a.seeds / statistics.median(ts)
-print(f"env={a.env} num_envs={a.num_envs} seeds={a.seeds} steps={a.steps} "
-      f"compile_plus_first_s={compile_s:.1f} env_only_steps_per_s={sps:.0f}")
+print(
+    f"env={a.env} num_envs={a.num_envs} seeds={a.seeds} steps={a.steps} "
+    f"compile_plus_first_s={compile_s:.1f} env_only_steps_per_s={sps:.0f}"
+)

@@ -46,10 +46,12 @@ class GRUWeights(NamedTuple):
 def fuse(params) -> GRUWeights:
     """``flax.linen.GRUCell`` params (``{"ir": {"kernel", "bias"}, ..., "hn": {...}}``) -> :class:`GRUWeights`."""
     cat = lambda *xs: jnp.concatenate(xs, axis=-1)
-    return GRUWeights(cat(params["ir"]["kernel"], params["iz"]["kernel"], params["in"]["kernel"]),
-                      cat(params["ir"]["bias"], params["iz"]["bias"], params["in"]["bias"]),
-                      cat(params["hr"]["kernel"], params["hz"]["kernel"], params["hn"]["kernel"]),
-                      params["hn"]["bias"])
+    return GRUWeights(
+        cat(params["ir"]["kernel"], params["iz"]["kernel"], params["in"]["kernel"]),
+        cat(params["ir"]["bias"], params["iz"]["bias"], params["in"]["bias"]),
+        cat(params["hr"]["kernel"], params["hz"]["kernel"], params["hn"]["kernel"]),
+        params["hn"]["bias"],
+    )
 
 
 def input_projection(w: GRUWeights, x: jax.Array) -> jax.Array:
@@ -62,9 +64,9 @@ def _gates(wh, bhn, h, xi):
     g = h.shape[-1]
     hh = h @ wh
     r = jax.nn.sigmoid(xi[..., :g] + hh[..., :g])
-    z = jax.nn.sigmoid(xi[..., g:2 * g] + hh[..., g:2 * g])
-    hn = hh[..., 2 * g:] + bhn
-    n = jnp.tanh(xi[..., 2 * g:] + r * hn)
+    z = jax.nn.sigmoid(xi[..., g : 2 * g] + hh[..., g : 2 * g])
+    hn = hh[..., 2 * g :] + bhn
+    n = jnp.tanh(xi[..., 2 * g :] + r * hn)
     return (1.0 - z) * n + z * h, (r, z, n, hn)
 
 
@@ -120,7 +122,7 @@ def _backward(saved, d_hs):
     g = wh.shape[0]
     # the recurrent kernel's gradient over all steps at once: sum_t h_in[t]^T d_hh[t]
     d_wh = h_in.reshape(-1, g).T @ d_hh.reshape(-1, 3 * g)
-    d_bhn = d_hh[..., 2 * g:].sum(axis=tuple(range(d_hh.ndim - 1)))
+    d_bhn = d_hh[..., 2 * g :].sum(axis=tuple(range(d_hh.ndim - 1)))
     return d_wh, d_bhn, dh0, d_xi, None
 
 

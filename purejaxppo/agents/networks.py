@@ -103,7 +103,7 @@ class MLPTorso(nn.Module):
 def patches3x3(x: jax.Array) -> jax.Array:
     """``[N, H, W, C] -> [N, H-2, W-2, 9*C]``: the 3x3 VALID neighbourhoods, by slicing."""
     h, w = x.shape[1] - 2, x.shape[2] - 2
-    return jnp.concatenate([x[:, i:i + h, j:j + w, :] for i in range(3) for j in range(3)], axis=-1)
+    return jnp.concatenate([x[:, i : i + h, j : j + w, :] for i in range(3) for j in range(3)], axis=-1)
 
 
 class CNNTorso(nn.Module):
@@ -175,9 +175,11 @@ def distribution_for(spec) -> Distribution:
     """The action distribution an :class:`~purejaxppo.envs.EnvSpec` calls for."""
     if spec.action_mask:
         if spec.action_nvec:
-            raise ConfigError(f"{spec.name} has action masks and MultiDiscrete actions; the masked categorical "
-                              "is over one flat set of actions, and a mask per component is not built: give the env "
-                              "one Discrete action (the product of the components) with one flat mask")
+            raise ConfigError(
+                f"{spec.name} has action masks and MultiDiscrete actions; the masked categorical "
+                "is over one flat set of actions, and a mask per component is not built: give the env "
+                "one Discrete action (the product of the components) with one flat mask"
+            )
         return MASKED_CATEGORICAL
     if spec.action_nvec:
         return multi_discrete(spec.action_nvec)
@@ -204,8 +206,11 @@ def observation_adapter(spec, flatten: bool = True):
 def dummy_observation(spec, batch: tuple = (1,)):
     """A zero observation of ``spec`` (with leading dims ``batch``) for initialisation."""
     structure = spec.obs_structure
-    x = (observation.zeros(structure, batch) if structure is not None
-         else jnp.zeros(tuple(batch) + tuple(spec.obs_shape), jnp.float32))
+    x = (
+        observation.zeros(structure, batch)
+        if structure is not None
+        else jnp.zeros(tuple(batch) + tuple(spec.obs_shape), jnp.float32)
+    )
     if spec.action_mask:
         x = observation.MaskedObs(x, jnp.ones(tuple(batch) + (spec.num_actions,), bool))
     if spec.global_state_shape:
@@ -248,8 +253,10 @@ def make_network(
         action_std=action_std,
     )
     if spec.global_state_shape and (shared_torso or torso_fn is not None or len(spec.obs_shape) != 1):
-        raise ConfigError(f"a centralised critic (global state of {spec.name}) has its own MLP torso: it takes "
-                          "neither shared_torso=True nor a custom torso_fn, and needs flat observations")
+        raise ConfigError(
+            f"a centralised critic (global state of {spec.name}) has its own MLP torso: it takes "
+            "neither shared_torso=True nor a custom torso_fn, and needs flat observations"
+        )
     prepare = observation_adapter(spec, flatten=torso_fn is None)
     critic_input = critic_adapter(spec, prepare)
     dummy_obs = dummy_observation(spec)

@@ -55,8 +55,14 @@ import jax.numpy as jnp
 from purejaxppo.agents.agent import Agent
 from purejaxppo.stages.distributions import Distribution
 from purejaxppo.agents.gru import fuse, gru_cell, gru_sequence, input_projection
-from purejaxppo.agents.networks import (ACTIVATION_FNS, MLPTorso, distribution_for, dummy_observation,
-                                        observation_adapter, orthogonal)
+from purejaxppo.agents.networks import (
+    ACTIVATION_FNS,
+    MLPTorso,
+    distribution_for,
+    dummy_observation,
+    observation_adapter,
+    orthogonal,
+)
 from purejaxppo.stages.rollout import Batch, Transition
 
 
@@ -152,14 +158,21 @@ class RecurrentNetwork(NamedTuple):
     gru_size: int
 
 
-def make_recurrent_network(spec, gru_size: int = 128, hidden_sizes: Sequence[int] = (64, 64),
-                           activation: str = "tanh") -> RecurrentNetwork:
+def make_recurrent_network(
+    spec, gru_size: int = 128, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"
+) -> RecurrentNetwork:
     """The GRU actor-critic for an :class:`~purejaxppo.envs.EnvSpec`. ``obs`` may be a
     structured observation (flattened) or a ``MaskedObs`` (its mask joins the logits)."""
     central = bool(spec.global_state_shape)
-    module = GRUActorCritic(num_actions=spec.num_actions, discrete=spec.discrete, gru_size=int(gru_size),
-                            hidden_sizes=tuple(hidden_sizes), activation=activation, obs_ndim=len(spec.obs_shape),
-                            central_critic=central)
+    module = GRUActorCritic(
+        num_actions=spec.num_actions,
+        discrete=spec.discrete,
+        gru_size=int(gru_size),
+        hidden_sizes=tuple(hidden_sizes),
+        activation=activation,
+        obs_ndim=len(spec.obs_shape),
+        central_critic=central,
+    )
     prepare = observation_adapter(spec)  # obs -> (array the torso sees, action mask or None)
     state_of = (lambda obs: obs.global_state) if central else (lambda obs: None)  # a CriticObs's global state
     with_mask = lambda dist_params, mask: dist_params if mask is None else (dist_params, mask)
@@ -206,8 +219,9 @@ def next_values(network: RecurrentNetwork, params, traj: Transition) -> jax.Arra
 def sequence_outputs(network: RecurrentNetwork, params, mb: Batch):
     """Replay a minibatch of whole sequences ``[B, H]``: ``(dist_params, values)``, each ``[B, H, ...]``."""
     time_major = lambda x: jnp.swapaxes(x, 0, 1)
-    _, dist_params, values = network.apply(params, mb.context.init_carry, jax.tree.map(time_major, mb.obs),
-                                           time_major(mb.context.reset))
+    _, dist_params, values = network.apply(
+        params, mb.context.init_carry, jax.tree.map(time_major, mb.obs), time_major(mb.context.reset)
+    )
     return jax.tree.map(time_major, dist_params), time_major(values)
 
 
@@ -235,8 +249,15 @@ def recurrent_agent(network: RecurrentNetwork) -> Agent:
         env_major = lambda x: jnp.swapaxes(x, 0, 1)
         return jax.tree.map(env_major, batch)._replace(context=SequenceContext(carry0, env_major(reset)))
 
-    return Agent(network.init, network.initial_carry, act, values, units,
-                 lambda params, mb: sequence_outputs(network, params, mb), network.dist)
+    return Agent(
+        network.init,
+        network.initial_carry,
+        act,
+        values,
+        units,
+        lambda params, mb: sequence_outputs(network, params, mb),
+        network.dist,
+    )
 
 
 def gru_agent(spec, gru_size: int = 128, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh") -> Agent:

@@ -67,9 +67,15 @@ class AgentKind(NamedTuple):
 _REGISTRY: dict[str, AgentKind] = {}
 
 
-def register_agent(name: str, build: BuildAgent, *, sequence_units: bool = False,
-                   check: Optional[CheckConfig] = None, fields: tuple = DEFAULT_FIELDS,
-                   replace: bool = False) -> AgentKind:
+def register_agent(
+    name: str,
+    build: BuildAgent,
+    *,
+    sequence_units: bool = False,
+    check: Optional[CheckConfig] = None,
+    fields: tuple = DEFAULT_FIELDS,
+    replace: bool = False,
+) -> AgentKind:
     """Register ``build`` as the agent ``PPOConfig(network=name)`` builds; returns its entry.
 
     A name already registered is refused unless ``replace=True`` (so a typo cannot silently
@@ -79,12 +85,15 @@ def register_agent(name: str, build: BuildAgent, *, sequence_units: bool = False
     if not callable(build):
         raise ConfigError(f"register_agent({name!r}, build): build must be callable as build(config, spec) -> Agent")
     if name in _REGISTRY and not replace:
-        raise ConfigError(f"an agent named {name!r} is already registered; choose another name, or pass "
-                          "replace=True to replace it")
+        raise ConfigError(
+            f"an agent named {name!r} is already registered; choose another name, or pass replace=True to replace it"
+        )
     unknown = [f for f in fields if f not in PPOConfig.static_fields()]
     if unknown:
-        raise ConfigError(f"register_agent({name!r}): fields {unknown} are not structural PPOConfig fields; "
-                          f"choose from {PPOConfig.static_fields()}")
+        raise ConfigError(
+            f"register_agent({name!r}): fields {unknown} are not structural PPOConfig fields; "
+            f"choose from {PPOConfig.static_fields()}"
+        )
     kind = AgentKind(name, build, bool(sequence_units), check, tuple(fields))
     _REGISTRY[name] = kind
     return kind
@@ -105,8 +114,10 @@ def registered_agents() -> tuple:
 def agent_kind(name: str) -> AgentKind:
     """The entry of ``name``; an unknown name is a ``ConfigError`` listing the registered ones."""
     if name not in _REGISTRY:
-        raise ConfigError(f"network={name!r} is not a registered agent; choose one of {registered_agents()}, "
-                          "or register your own first with purejaxppo.agents.registry.register_agent(name, build)")
+        raise ConfigError(
+            f"network={name!r} is not a registered agent; choose one of {registered_agents()}, "
+            "or register your own first with purejaxppo.agents.registry.register_agent(name, build)"
+        )
     return _REGISTRY[name]
 
 
@@ -117,7 +128,8 @@ def check_agent(config: PPOConfig) -> AgentKind:
     if kind.sequence_units and config.num_envs % config.num_minibatches:
         raise ConfigError(
             f"num_minibatches={config.num_minibatches} must divide num_envs={config.num_envs} for the "
-            f"{config.network!r} agent (minibatches are whole env sequences); choose a divisor of num_envs")
+            f"{config.network!r} agent (minibatches are whole env sequences); choose a divisor of num_envs"
+        )
     if kind.check is not None:
         kind.check(config)
     return kind
@@ -147,10 +159,20 @@ def build_agent(config: PPOConfig, spec: EnvSpec) -> Agent:
 def _feed_forward(torso: str):
     def build(config: PPOConfig, spec: EnvSpec) -> Agent:
         if torso == "cnn" and len(spec.obs_shape) != 3:
-            raise ConfigError(f"network='cnn' needs image observations [H, W, C]; {config.env_name} has shape "
-                              f"{spec.obs_shape}; use network='mlp'")
-        return feed_forward(make_network(spec, config.hidden_sizes, config.activation, torso=torso,
-                                         shared_torso=config.shared_torso, action_std=config.action_std))
+            raise ConfigError(
+                f"network='cnn' needs image observations [H, W, C]; {config.env_name} has shape "
+                f"{spec.obs_shape}; use network='mlp'"
+            )
+        return feed_forward(
+            make_network(
+                spec,
+                config.hidden_sizes,
+                config.activation,
+                torso=torso,
+                shared_torso=config.shared_torso,
+                action_std=config.action_std,
+            )
+        )
 
     return build
 
@@ -161,8 +183,10 @@ def _gru(config: PPOConfig, spec: EnvSpec) -> Agent:
 
 def _gru_check(config: PPOConfig) -> None:
     if config.action_std != "param":
-        raise ConfigError("action_std='softplus' is for the feed-forward networks; the GRU agent has a "
-                          "state-independent log-std (action_std='param')")
+        raise ConfigError(
+            "action_std='softplus' is for the feed-forward networks; the GRU agent has a "
+            "state-independent log-std (action_std='param')"
+        )
 
 
 FF_FIELDS = ("hidden_sizes", "activation", "shared_torso")

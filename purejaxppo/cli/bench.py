@@ -30,8 +30,12 @@ def _parse(argv):
     p.add_argument("--num-steps", type=strict_int, default=128)
     p.add_argument("--total-timesteps", type=strict_int, default=500_000)
     p.add_argument("--seeds", type=strict_int, default=1, help="vmapped seeds (aggregate steps/s reported)")
-    p.add_argument("--devices", type=strict_int, default=1,
-                   help="host CPU devices to split seeds over (sets XLA_FLAGS before JAX starts)")
+    p.add_argument(
+        "--devices",
+        type=strict_int,
+        default=1,
+        help="host CPU devices to split seeds over (sets XLA_FLAGS before JAX starts)",
+    )
     p.add_argument("--repeats", type=strict_int, default=3)
     p.add_argument("--rollout-rng", default="threefry", help="PRNG of the rollout (training AND the limits)")
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
@@ -70,7 +74,7 @@ def _train_figures(args, cfg, ppo, keys) -> dict:
         times.append(dt)
     steps = cfg.num_updates * cfg.batch_size * args.seeds
     ret = np.asarray(outs[1]["episode_return"]).reshape(args.seeds, -1)
-    final = np.array([np.nanmean(r[-max(1, r.shape[0] // 20):]) for r in ret])
+    final = np.array([np.nanmean(r[-max(1, r.shape[0] // 20) :]) for r in ret])
     return {"compile_s": compile_s, "times": times, "train_sps": steps / statistics.median(times), "final": final}
 
 
@@ -98,6 +102,7 @@ def _stepping(cfg, ppo, act):
             return (state, obs), jnp.sum(r + extra) + seen
 
         return jax.lax.scan(body, (state, obs), jax.random.split(key, n_iter), unroll=cfg.rollout_unroll)[1].sum()
+
     return run
 
 
@@ -136,34 +141,50 @@ def _limits(args, cfg, ppo, keys) -> dict:
 def main(argv=None):
     args = _parse(argv)
     if args.devices > 1:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={args.devices}")
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.devices}"
+        )
 
     import jax
     import numpy as np
 
     from purejaxppo import PPOConfig, make_ppo
 
-    cfg = PPOConfig(env_name=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
-                    total_timesteps=args.total_timesteps, rollout_rng=args.rollout_rng)
+    cfg = PPOConfig(
+        env_name=args.env,
+        num_envs=args.num_envs,
+        num_steps=args.num_steps,
+        total_timesteps=args.total_timesteps,
+        rollout_rng=args.rollout_rng,
+    )
     ppo = make_ppo(cfg)
     keys = jax.random.split(jax.random.PRNGKey(0), args.seeds)
     tr = _train_figures(args, cfg, ppo, keys)
     limits = _limits(args, cfg, ppo, keys)  # same number of env steps, same batch
     train_sps, final = tr["train_sps"], tr["final"]
     res = {
-        "env": args.env, "rollout_rng": cfg.rollout_rng, "num_envs": cfg.num_envs, "num_steps": cfg.num_steps,
-        "total_timesteps": cfg.total_timesteps, "seeds": args.seeds, "devices": args.devices,
-        "compile_s": round(tr["compile_s"], 2), "train_steps_per_s": round(train_sps),
+        "env": args.env,
+        "rollout_rng": cfg.rollout_rng,
+        "num_envs": cfg.num_envs,
+        "num_steps": cfg.num_steps,
+        "total_timesteps": cfg.total_timesteps,
+        "seeds": args.seeds,
+        "devices": args.devices,
+        "compile_s": round(tr["compile_s"], 2),
+        "train_steps_per_s": round(train_sps),
         "train_times_s": [round(t, 3) for t in tr["times"]],
         "env_only_steps_per_s": round(limits["env_only"]),
         "env_actor_steps_per_s": round(limits["env_actor"]),
         "ratio_train_to_env_only": round(train_sps / limits["env_only"], 3),
         "ratio_train_to_env_actor": round(train_sps / limits["env_actor"], 3),
-        "final_return_mean": float(np.mean(final)), "final_return_min": float(np.min(final)),
-        "jax": jax.__version__, "backend": jax.default_backend(), "device_kind": jax.devices()[0].device_kind,
+        "final_return_mean": float(np.mean(final)),
+        "final_return_min": float(np.min(final)),
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
         "cpu_count": os.cpu_count(),
-        "machine": platform.machine(), "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
     }
     w = max(len(k) for k in res)
     for k, v in res.items():

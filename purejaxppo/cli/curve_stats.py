@@ -76,8 +76,9 @@ def iqm(values: np.ndarray, axis: int = -2) -> np.ndarray:
         return np.where(keep, srt, 0.0).sum(-1) / keep.sum(-1)
 
 
-def bootstrap_iqm(values: np.ndarray, resamples: int = 1000, level: float = 0.95, seed: int = 0,
-                  block: int = 100) -> tuple:
+def bootstrap_iqm(
+    values: np.ndarray, resamples: int = 1000, level: float = 0.95, seed: int = 0, block: int = 100
+) -> tuple:
     """``(low [U], high [U])``: the percentile-bootstrap interval at ``level`` of the IQM over the
     seeds of ``values [S, U]``. Each resample draws ``S`` seeds with replacement and keeps whole
     curves (every update of a resampled seed comes with it); ``seed`` fixes the draws, so a plot

@@ -20,14 +20,18 @@ import numpy as np
 
 HEADLINES = (("episode_return",), ("score", "kl"))
 X_AXES = ("env_steps", "updates", "time")
-X_LABELS = {"env_steps": "env steps (per run)", "updates": "updates",
-            "time": "training time (s, at the run's measured speed)"}
+X_LABELS = {
+    "env_steps": "env steps (per run)",
+    "updates": "updates",
+    "time": "training time (s, at the run's measured speed)",
+}
 
 
 class Curve(NamedTuple):
     """One run's (or member's) metric over updates: ``values [S, U]`` (NaN: no value at that
     update), ``env_steps [U]`` per run (``updates`` where the file has no such column),
     ``updates [U]`` (1, 2, ...)."""
+
     label: str
     run_dir: str
     member: Optional[int]
@@ -53,7 +57,7 @@ def _header(path: str) -> list:
 def metric_columns(run_dir: str) -> list:
     """The metric columns of ``run_dir``'s metrics.csv (after ``update``), from its header."""
     first = _header(os.path.join(run_dir, "metrics.csv"))
-    return first[first.index("update") + 1:] if "update" in first else []
+    return first[first.index("update") + 1 :] if "update" in first else []
 
 
 def headline_metrics(run_dirs: Sequence[str]) -> list:
@@ -62,8 +66,11 @@ def headline_metrics(run_dirs: Sequence[str]) -> list:
     for names in HEADLINES:
         if all(set(names) <= h for h in have):
             return list(names)
-    raise KeyError("the runs share none of the default metrics (" + "; ".join(",".join(h) for h in HEADLINES)
-                   + "); name the columns to draw with --metric a,b")
+    raise KeyError(
+        "the runs share none of the default metrics ("
+        + "; ".join(",".join(h) for h in HEADLINES)
+        + "); name the columns to draw with --metric a,b"
+    )
 
 
 def load_curves(run_dir: str, metric: str = "episode_return") -> list:
@@ -80,8 +87,9 @@ def load_curves(run_dir: str, metric: str = "episode_return") -> list:
     if not first:
         raise empty
     if "seed" not in first or "update" not in first:
-        raise KeyError(f"{path} has no seed/update columns (header {first[:3]}); pass run folders written by "
-                       "purejaxppo train")
+        raise KeyError(
+            f"{path} has no seed/update columns (header {first[:3]}); pass run folders written by purejaxppo train"
+        )
     header, body, lines, _ = load_table(path)  # damage or bytes that are not UTF-8: CheckpointError
     if not body:
         raise empty
@@ -93,10 +101,15 @@ def load_curves(run_dir: str, metric: str = "episode_return") -> list:
     if metric in text:
         line, x = text[metric]
         if metric not in numeric:
-            raise KeyError(f"{path} column {metric!r} holds text, not numbers (line {line}: {x[:30]!r}); plot one "
-                           f"of: {', '.join(n for n in numeric if n not in text)}")
-        print(f"warning: {path} column {metric!r} has text where numbers belong (first on line {line}: {x[:30]!r}); "
-              "plotted as gaps", file=sys.stderr)
+            raise KeyError(
+                f"{path} column {metric!r} holds text, not numbers (line {line}: {x[:30]!r}); plot one "
+                f"of: {', '.join(n for n in numeric if n not in text)}"
+            )
+        print(
+            f"warning: {path} column {metric!r} has text where numbers belong (first on line {line}: {x[:30]!r}); "
+            "plotted as gaps",
+            file=sys.stderr,
+        )
     col = {name: i for i, name in enumerate(header)}
     label = os.path.basename(os.path.normpath(run_dir))
     groups: dict = {}
@@ -117,8 +130,9 @@ def load_curves(run_dir: str, metric: str = "episode_return") -> list:
             steps[upd] = np.array([_number(r[col["env_steps"]]) for r in rs], np.float64)
         else:
             steps = updates
-        curves.append(Curve(label if member is None else f"{label} [member {member}]", run_dir, member, updates,
-                            steps, values))
+        curves.append(
+            Curve(label if member is None else f"{label} [member {member}]", run_dir, member, updates, steps, values)
+        )
     return curves
 
 
@@ -134,16 +148,20 @@ def x_values(curve: Curve, axis: str, num_runs: int) -> np.ndarray:
     has_steps = "env_steps" in metric_columns(curve.run_dir)
     if axis == "env_steps":
         if not has_steps:
-            raise KeyError(f"--x env_steps: {where} has no env_steps column (its updates are iterations); "
-                           "use --x updates or --x time")
+            raise KeyError(
+                f"--x env_steps: {where} has no env_steps column (its updates are iterations); "
+                "use --x updates or --x time"
+            )
         return curve.env_steps
     try:
         with open(os.path.join(curve.run_dir, "summary.json")) as f:
             summary = json.load(f)
         run_s, rate = float(summary["run_s"]), float(summary["steps_per_s"])
     except (OSError, ValueError, KeyError, TypeError):
-        raise KeyError(f"--x time: {where} has no readable summary.json with run_s and steps_per_s (a session "
-                       "not finished yet); use --x env_steps or --x updates") from None
+        raise KeyError(
+            f"--x time: {where} has no readable summary.json with run_s and steps_per_s (a session "
+            "not finished yet); use --x env_steps or --x updates"
+        ) from None
     if has_steps:
         return curve.env_steps * num_runs / rate
     return curve.updates * run_s / curve.updates[-1]
@@ -205,12 +223,18 @@ def labels(curves: Sequence[Curve], max_fields: int = 3) -> list:
             parts.append("...")
         members = info.get("members")
         if c.member is not None:
-            if (isinstance(members, list) and c.member < len(members) and isinstance(members[c.member], dict)
-                    and not os.path.exists(os.path.join(c.run_dir, "lineage.csv"))):
+            if (
+                isinstance(members, list)
+                and c.member < len(members)
+                and isinstance(members[c.member], dict)
+                and not os.path.exists(os.path.join(c.run_dir, "lineage.csv"))
+            ):
                 parts += [f"{k}={_fmt(v)}" for k, v in _flat(members[c.member]).items()]
             else:
                 parts.append(f"member {c.member}")
         out.append(" ".join(parts))
     twice = {lab for lab in out if out.count(lab) > 1}
-    return [f"{lab} ({os.path.basename(os.path.normpath(c.run_dir))})" if lab in twice else lab
-            for lab, c in zip(out, curves)]
+    return [
+        f"{lab} ({os.path.basename(os.path.normpath(c.run_dir))})" if lab in twice else lab
+        for lab, c in zip(out, curves)
+    ]

@@ -20,8 +20,9 @@ def set_devices(n: int) -> None:
     """Expose ``n`` host CPU devices: must happen before JAX creates its CPU client (first use,
     not import). A count already forced in ``XLA_FLAGS`` wins."""
     if n > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={n}").strip()
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={n}"
+        ).strip()
 
 
 def started_devices() -> Optional[int]:
@@ -60,9 +61,13 @@ def choose_devices(spec: str, divides: int, what: str, check: bool = True) -> in
     if devices < 1 or (check and divides % devices):
         raise ConfigError(f"--devices={devices} must be >= 1 and divide {what}")
     if started is not None and devices > started:
-        raise ConfigError(f"--devices={devices}: JAX already started with {started} device(s) in this process; "
-                          "use --devices 1 or run from the command line")
+        raise ConfigError(
+            f"--devices={devices}: JAX already started with {started} device(s) in this process; "
+            "use --devices 1 or run from the command line"
+        )
     if forced and devices > int(forced.group(1)):
-        raise ConfigError(f"--devices={devices}: XLA_FLAGS forces {forced.group(1)} host device(s); use --devices "
-                          f"{forced.group(1)} (or fewer), or unset xla_force_host_platform_device_count in XLA_FLAGS")
+        raise ConfigError(
+            f"--devices={devices}: XLA_FLAGS forces {forced.group(1)} host device(s); use --devices "
+            f"{forced.group(1)} (or fewer), or unset xla_force_host_platform_device_count in XLA_FLAGS"
+        )
     return devices

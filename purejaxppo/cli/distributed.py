@@ -17,11 +17,18 @@ from purejaxppo.cli.flags import strict_int
 
 def add_process_flags(t: argparse.ArgumentParser) -> None:
     g = t.add_argument_group("several processes (jax.distributed; see docs/multihost.md)")
-    g.add_argument("--distributed", action="store_true",
-                   help="join the other processes with jax.distributed.initialize() and no arguments (SLURM, "
-                        "Open MPI, TPU pods and Kubernetes launchers provide them); process 0 writes the run folder")
-    g.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                   help="process 0's address, with --num-processes and --process-id (instead of --distributed)")
+    g.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join the other processes with jax.distributed.initialize() and no arguments (SLURM, "
+        "Open MPI, TPU pods and Kubernetes launchers provide them); process 0 writes the run folder",
+    )
+    g.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="process 0's address, with --num-processes and --process-id (instead of --distributed)",
+    )
     g.add_argument("--num-processes", type=strict_int, default=None, metavar="N", help="processes in the run")
     g.add_argument("--process-id", type=strict_int, default=None, metavar="I", help="this process, 0..N-1")
 
@@ -31,35 +38,50 @@ def join(args):
     :class:`~purejaxppo.run.processes.ProcessGroup` (one process when they do not)."""
     from purejaxppo.run import processes
 
-    explicit = {"--coordinator": args.coordinator, "--num-processes": args.num_processes,
-                "--process-id": args.process_id}
+    explicit = {
+        "--coordinator": args.coordinator,
+        "--num-processes": args.num_processes,
+        "--process-id": args.process_id,
+    }
     given = [k for k, v in explicit.items() if v is not None]
     if not args.distributed and not given:
         return processes.current()
     if args.distributed and given:
-        raise UserError(f"--distributed takes the process layout from the launcher; drop {', '.join(given)} "
-                        "(or drop --distributed and give --coordinator, --num-processes and --process-id)")
+        raise UserError(
+            f"--distributed takes the process layout from the launcher; drop {', '.join(given)} "
+            "(or drop --distributed and give --coordinator, --num-processes and --process-id)"
+        )
     if given and len(given) < 3:
         missing = [k for k in explicit if k not in given]
-        raise UserError(f"{', '.join(given)} needs {', '.join(missing)} too: every process gets --coordinator "
-                        "HOST:PORT (process 0's address) --num-processes N --process-id I")
+        raise UserError(
+            f"{', '.join(given)} needs {', '.join(missing)} too: every process gets --coordinator "
+            "HOST:PORT (process 0's address) --num-processes N --process-id I"
+        )
     if given:
         host, _, port = args.coordinator.rpartition(":")
         if not host or not port.isdigit():
-            raise UserError(f"--coordinator={args.coordinator!r} must be HOST:PORT (process 0's address), "
-                            "e.g. 127.0.0.1:12355")
+            raise UserError(
+                f"--coordinator={args.coordinator!r} must be HOST:PORT (process 0's address), e.g. 127.0.0.1:12355"
+            )
         if args.num_processes < 1 or not 0 <= args.process_id < args.num_processes:
-            raise UserError(f"--process-id={args.process_id} must be in 0..{args.num_processes - 1} "
-                            f"(--num-processes={args.num_processes})")
+            raise UserError(
+                f"--process-id={args.process_id} must be in 0..{args.num_processes - 1} "
+                f"(--num-processes={args.num_processes})"
+            )
     run_dir = args.resume or args.run_dir
     if not run_dir:
         raise UserError("several processes need --run-dir (the same on every process; process 0 writes it)")
     if getattr(args, "eval_every", None) is not None:
-        raise UserError("--eval-every does not run across processes yet; train without it and evaluate the run "
-                        f"folder afterwards: python -m purejaxppo eval {run_dir}")
-    group = processes.initialize(args.coordinator, args.num_processes, args.process_id,
-                                 on_loss=f" Start every process again with --resume {run_dir} to continue from "
-                                         "the last checkpoint.")
+        raise UserError(
+            "--eval-every does not run across processes yet; train without it and evaluate the run "
+            f"folder afterwards: python -m purejaxppo eval {run_dir}"
+        )
+    group = processes.initialize(
+        args.coordinator,
+        args.num_processes,
+        args.process_id,
+        on_loss=f" Start every process again with --resume {run_dir} to continue from the last checkpoint.",
+    )
     if not group.writer:
         args.quiet = True  # process 0 shows the progress and the summary
     return group
@@ -72,8 +94,10 @@ def global_devices(spec: str, divides: int, what: str, check: bool = True) -> in
 
     n = jax.device_count()
     if spec not in ("auto", "all") and spec != str(n):
-        raise UserError(f"--devices={spec}: {jax.process_count()} processes have {n} devices together and a run "
-                        f"across processes uses all of them; pass --devices all")
+        raise UserError(
+            f"--devices={spec}: {jax.process_count()} processes have {n} devices together and a run "
+            f"across processes uses all of them; pass --devices all"
+        )
     if check and divides % n:
         raise UserError(f"{n} devices (all processes') must divide {what}; change the count or the processes")
     return n

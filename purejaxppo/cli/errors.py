@@ -15,5 +15,7 @@ def check_seed(flag: str, seed) -> None:
     """A seed JAX keeps apart from every other: without x64 ``PRNGKey(2**32) == PRNGKey(0)`` and
     ``PRNGKey(-1) == PRNGKey(2**32 - 1)``."""
     if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise UserError(f"{flag}={seed} must be between 0 and {MAX_SEED:,} (JAX's random keys hold 32 bits of a "
-                        f"seed: a larger or negative one would repeat another seed's numbers)")
+        raise UserError(
+            f"{flag}={seed} must be between 0 and {MAX_SEED:,} (JAX's random keys hold 32 bits of a "
+            f"seed: a larger or negative one would repeat another seed's numbers)"
+        )

@@ -21,8 +21,15 @@ def cmd_eval(args) -> int:
     if args.gif:
         check_out_file(args.gif, "--gif", (".gif",))
     kind, record = kinds.folder(args.run_dir)
-    request = EvalRequest(episodes=episodes, stochastic=stochastic, seed=args.seed, member=args.member,
-                          gif=args.gif, protocol=args.protocol, checkpoint=args.checkpoint)
+    request = EvalRequest(
+        episodes=episodes,
+        stochastic=stochastic,
+        seed=args.seed,
+        member=args.member,
+        gif=args.gif,
+        protocol=args.protocol,
+        checkpoint=args.checkpoint,
+    )
     summary, lines = kind.evaluate(args.run_dir, record, request)
     print(json.dumps(summary, indent=2) if args.json else "\n".join(lines))
     return 0
@@ -35,11 +42,15 @@ def _episodes_and_policy(args) -> tuple:
         from purejaxppo.config.references import EVAL_PROTOCOLS
 
         if args.episodes is not None or args.stochastic:
-            raise UserError(f"--protocol {args.protocol} fixes the episodes and the policy "
-                            f"({EVAL_PROTOCOLS[args.protocol]}); drop --episodes/--stochastic")
+            raise UserError(
+                f"--protocol {args.protocol} fixes the episodes and the policy "
+                f"({EVAL_PROTOCOLS[args.protocol]}); drop --episodes/--stochastic"
+            )
         episodes, stochastic = EVAL_PROTOCOLS[args.protocol]["episodes"], EVAL_PROTOCOLS[args.protocol]["stochastic"]
     check_seed("--seed", args.seed)
     if episodes is not None and not 1 <= episodes <= MAX_EPISODES:
-        raise UserError(f"--episodes={episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of "
-                        "all seeds run in parallel, in memory)")
+        raise UserError(
+            f"--episodes={episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of "
+            "all seeds run in parallel, in memory)"
+        )
     return episodes, stochastic

@@ -11,11 +11,13 @@ from purejaxppo.config.numbers import parse_float, parse_int
 
 def _argtype(parse):
     """An argparse type from a strict parser: its message becomes argparse's error."""
+
     def conv(s: str):
         try:
             return parse(s)
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
+
     conv.__name__ = parse.__name__
     return conv
 
@@ -49,8 +51,9 @@ def _parse_int_tuple(s: str) -> tuple:
             raise ValueError
         return tuple(parse_int(x) for x in items)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 64,64 (no empty items), "
-                                         f"got {s!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers like 64,64 (no empty items), got {s!r}"
+        ) from None
 
 
 def _parse_indices(s: str) -> tuple:
@@ -72,8 +75,14 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         flag = "--" + f.name.replace("_", "-")
         if f.name == "env_name":
             flag = "--env"
-        group.add_argument(flag, dest=f"cfg_{f.name}", type=flag_type(hints[f.name], f.name), default=None,
-                           metavar=f.name.upper(), help=f"default: {f.default}")
+        group.add_argument(
+            flag,
+            dest=f"cfg_{f.name}",
+            type=flag_type(hints[f.name], f.name),
+            default=None,
+            metavar=f.name.upper(),
+            help=f"default: {f.default}",
+        )
 
 
 def flag_type(t, name: str = ""):
@@ -106,8 +115,10 @@ def config_from_args(args, base=None):
         env = getattr(args, "cfg_env_name", None) or PPOConfig().env_name
         reference = getattr(args, "reference", None)
         if reference and getattr(args, "preset", False):
-            raise ConfigError(f"--preset and --reference {reference} are two different starting configs; pass one "
-                              "(explicit flags override either)")
+            raise ConfigError(
+                f"--preset and --reference {reference} are two different starting configs; pass one "
+                "(explicit flags override either)"
+            )
         if reference:
             from purejaxppo.config.references import reference_config
 

@@ -56,14 +56,23 @@ def _main(args, bench: bool, argv: list) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except OSError as e:  # e.g. a full disk while writing results.md or a plot
-        print(f"error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}; free some space or fix "
-              "permissions and run the command again", file=sys.stderr)
+        print(
+            f"error: {e.strerror or e}{f': {e.filename}' if e.filename else ''}; free some space or fix "
+            "permissions and run the command again",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt as e:
         ckpt = e.checkpoint if isinstance(e, TrainingInterrupted) else None
         command = args.command if args is not None else "train"  # the command that was running continues it
-        where = (f"; progress saved in {ckpt} (update {e.updates_done}). Continue with "
-                 f"`python -m purejaxppo {command} --resume {os.path.dirname(os.path.dirname(ckpt))}`") if ckpt else ""
+        where = (
+            (
+                f"; progress saved in {ckpt} (update {e.updates_done}). Continue with "
+                f"`python -m purejaxppo {command} --resume {os.path.dirname(os.path.dirname(ckpt))}`"
+            )
+            if ckpt
+            else ""
+        )
         print(f"\ninterrupted{where}", file=sys.stderr)
         sigterm = getattr(e, "reason", None) == "SIGTERM" or str(e) == "SIGTERM"
         return 143 if sigterm else 130  # 128 + the signal's number, as a shell reports it
@@ -84,8 +93,11 @@ def _check_args(args) -> None:
     for dest, v in vars(args).items():
         values = v if isinstance(v, list) and dest != "rest" else [v]
         if not dest.startswith("_") and any(isinstance(x, str) and not x.strip() for x in values):
-            flag = dest.upper() if dest in ("run_dir", "run_dirs") and args.command != "train" else \
-                "--" + dest.removeprefix("cfg_").replace("_", "-")
+            flag = (
+                dest.upper()
+                if dest in ("run_dir", "run_dirs") and args.command != "train"
+                else "--" + dest.removeprefix("cfg_").replace("_", "-")
+            )
             flag = {"--env-name": "--env", "--out": "-o/--out"}.get(flag, flag)
             raise UserError(f"{flag} is empty; pass a value (see python -m purejaxppo {args.command} --help)")
 

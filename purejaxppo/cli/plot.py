@@ -39,9 +39,18 @@ def _metrics(metric) -> list:
     return [m for m in metric.split(",")] if isinstance(metric, str) else list(metric)
 
 
-def plot_runs(run_dirs: Sequence[str], out: str, metric: Union[str, Sequence[str], None] = None, *,
-              smooth: int = 1, smoother: str = "ema", x: Optional[str] = None, iqm: bool = False,
-              title: Optional[str] = None, resamples: int = 1000) -> str:
+def plot_runs(
+    run_dirs: Sequence[str],
+    out: str,
+    metric: Union[str, Sequence[str], None] = None,
+    *,
+    smooth: int = 1,
+    smoother: str = "ema",
+    x: Optional[str] = None,
+    iqm: bool = False,
+    title: Optional[str] = None,
+    resamples: int = 1000,
+) -> str:
     """Draw ``metric`` (a name, ``"a,b,c"`` or a list: one panel each; ``None``: the runs'
     headline metrics) of every run/member against ``x`` (``env_steps``, ``updates``, ``time``;
     ``None``: env steps where every run counts them, else updates) into ``out`` (png/pdf/svg by
@@ -62,19 +71,39 @@ def plot_runs(run_dirs: Sequence[str], out: str, metric: Union[str, Sequence[str
     evals = {m: [_eval_curve(c, m) for c in first] for m in metrics}
     ncols = 2 if len(metrics) in (2, 4) else min(len(metrics), 3)
     nrows = -(-len(metrics) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(7, 4.5) if len(metrics) == 1 else (5.4 * ncols, 3.8 * nrows),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(7, 4.5) if len(metrics) == 1 else (5.4 * ncols, 3.8 * nrows), squeeze=False, sharex=True
+    )
     colors = [f"C{i % 10}" for i in range(len(first))]
     for ax, m in zip(axes.flat, metrics):
         for i, c in enumerate(panels[m]):
             v = ffill(c.values) if m in FILLED else c.values
             n = v.shape[0]
-            _draw(ax, xs[i], v, f"{names[i]} ({n} seed{'s' if n > 1 else ''})", colors[i],
-                  marker="o" if _sparse(m) else None, smooth=smooth, smoother=smoother, iqm=iqm, resamples=resamples)
+            _draw(
+                ax,
+                xs[i],
+                v,
+                f"{names[i]} ({n} seed{'s' if n > 1 else ''})",
+                colors[i],
+                marker="o" if _sparse(m) else None,
+                smooth=smooth,
+                smoother=smoother,
+                iqm=iqm,
+                resamples=resamples,
+            )
             e = evals[m][i]
             if e is not None:
-                _draw(ax, xs[i], e.values, f"{names[i]} {'greedy eval' if m == 'episode_return' else 'eval'}",
-                      colors[i], "--", "o", iqm=iqm, resamples=resamples)
+                _draw(
+                    ax,
+                    xs[i],
+                    e.values,
+                    f"{names[i]} {'greedy eval' if m == 'episode_return' else 'eval'}",
+                    colors[i],
+                    "--",
+                    "o",
+                    iqm=iqm,
+                    resamples=resamples,
+                )
         ax.set_ylabel(m.replace("_", " "))
         ax.set_title(m.replace("_", " "), fontsize=10)
         ax.grid(alpha=0.3)
@@ -125,8 +154,20 @@ def center_band(values: np.ndarray, iqm: bool, resamples: int = 1000):
         return np.nanmean(values, 0), np.nanmin(values, 0), np.nanmax(values, 0)
 
 
-def _draw(ax, steps: np.ndarray, values: np.ndarray, label: str, color=None, style: str = "-", marker=None, *,
-          smooth: int = 1, smoother: str = "ema", iqm: bool = False, resamples: int = 1000):
+def _draw(
+    ax,
+    steps: np.ndarray,
+    values: np.ndarray,
+    label: str,
+    color=None,
+    style: str = "-",
+    marker=None,
+    *,
+    smooth: int = 1,
+    smoother: str = "ema",
+    iqm: bool = False,
+    resamples: int = 1000,
+):
     """The statistic over seeds of ``values [S, U]`` (line) and its band; updates where every
     seed is NaN are left out (so a sparse metric's points are joined). With ``smooth > 1`` each
     seed is smoothed first and the raw statistic is drawn faint behind. Returns the line's colour."""

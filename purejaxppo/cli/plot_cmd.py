@@ -21,13 +21,16 @@ def cmd_plot(args) -> int:
     if args.metric is not None:
         metrics = [m.strip() for m in args.metric.split(",")]
         if not all(metrics):
-            raise UserError(f"--metric {args.metric!r} names an empty column; give names separated by commas, "
-                            "e.g. --metric episode_return,entropy")
+            raise UserError(
+                f"--metric {args.metric!r} names an empty column; give names separated by commas, "
+                "e.g. --metric episode_return,entropy"
+            )
     if args.smooth < 1:
         raise UserError(f"--smooth {args.smooth}: give a number of updates of at least 1 (1 = no smoothing)")
     try:
-        out = plot_runs(args.run_dirs, args.out, metrics, smooth=args.smooth, smoother=args.smoother, x=args.x,
-                        iqm=args.iqm)
+        out = plot_runs(
+            args.run_dirs, args.out, metrics, smooth=args.smooth, smoother=args.smoother, x=args.x, iqm=args.iqm
+        )
     except KeyError as e:
         raise UserError(e.args[0]) from None
     print(f"learning curves of {len(args.run_dirs)} run(s) written to {out}")
@@ -37,8 +40,11 @@ def cmd_plot(args) -> int:
             from purejaxppo.cli.plot import plot_schedules
 
             stem, ext = os.path.splitext(out)
-            path = plot_schedules(d, f"{stem}-{os.path.basename(os.path.normpath(d))}-schedules{ext or '.png'}",
-                                  read_summary(d).get("best_member"))
+            path = plot_schedules(
+                d,
+                f"{stem}-{os.path.basename(os.path.normpath(d))}-schedules{ext or '.png'}",
+                read_summary(d).get("best_member"),
+            )
             print(f"hyperparameter schedules of {d} written to {path}")
     return 0
 
@@ -49,6 +55,8 @@ def _headline(run_dirs) -> str:
 
     names = {kinds.folder(d)[0].headline[0] for d in run_dirs}
     if len(names) > 1:
-        raise UserError(f"these folders hold runs of different kinds (headline metrics {', '.join(sorted(names))}); "
-                        "name the column to plot with --metric")
+        raise UserError(
+            f"these folders hold runs of different kinds (headline metrics {', '.join(sorted(names))}); "
+            "name the column to plot with --metric"
+        )
     return names.pop()

@@ -58,19 +58,23 @@ def cmd_reward(args) -> int:
         for flag in ("--model", "--pairs"):
             if getattr(args, flag[2:]) is None:
                 raise UserError(f"{flag} is required (python -m purejaxppo reward --model DIR --pairs FILE.jsonl)")
-        config = RewardConfig(**{d: getattr(args, f"rm_{d}") for d, _, _ in CONFIG_FLAGS.values()
-                                 if getattr(args, f"rm_{d}") is not None}).validate()
+        config = RewardConfig(
+            **{d: getattr(args, f"rm_{d}") for d, _, _ in CONFIG_FLAGS.values() if getattr(args, f"rm_{d}") is not None}
+        ).validate()
     check_sinks(args)
     from purejaxppo.programs.reward_run import resume_reward, train_reward
     from purejaxppo.run.progress import progress_bar
 
     def cuts(c):
         if not args.quiet and (c.prompts or c.responses):
-            print(f"note: cut {c.prompts} prompt(s) to --max-prompt and {c.responses} response(s) to --max-response",
-                  flush=True)
+            print(
+                f"note: cut {c.prompts} prompt(s) to --max-prompt and {c.responses} response(s) to --max-response",
+                flush=True,
+            )
 
-    on_chunk, close = progress_bar(args.quiet, "reward", metric="eval_accuracy", shown="held-out accuracy",
-                                   steps="pairs", fmt=".3f")
+    on_chunk, close = progress_bar(
+        args.quiet, "reward", metric="eval_accuracy", shown="held-out accuracy", steps="pairs", fmt=".3f"
+    )
     try:
         if args.resume:  # the folder's kind says which command continues it
             from purejaxppo.cli.train_cmd import refuse_other_command
@@ -79,13 +83,23 @@ def cmd_reward(args) -> int:
             kind, record = kinds.folder(args.resume)
             refuse_other_command(kind, args.resume, args.command)
             run_dir = args.resume
-            result = resume_reward(run_dir, record, on_chunk=on_chunk, on_cuts=cuts,
-                                   loggers=sinks_for(args, run_dir, record.config, 1))
+            result = resume_reward(
+                run_dir, record, on_chunk=on_chunk, on_cuts=cuts, loggers=sinks_for(args, run_dir, record.config, 1)
+            )
         else:
             run_dir = args.run_dir or os.path.join("runs", f"reward-{time.strftime('%Y%m%d-%H%M%S')}")
-            result = train_reward(config, args.model, args.pairs, seed=args.seed, num_seeds=args.seeds,
-                                  run_dir=run_dir, chunk_updates=args.chunk, on_chunk=on_chunk, on_cuts=cuts,
-                                  loggers=sinks_for(args, run_dir, config, 1))
+            result = train_reward(
+                config,
+                args.model,
+                args.pairs,
+                seed=args.seed,
+                num_seeds=args.seeds,
+                run_dir=run_dir,
+                chunk_updates=args.chunk,
+                on_chunk=on_chunk,
+                on_cuts=cuts,
+                loggers=sinks_for(args, run_dir, config, 1),
+            )
     finally:
         close()
     if not args.quiet:

@@ -20,8 +20,18 @@ import os
 import time
 
 from purejaxppo.cli.errors import UserError
-from purejaxppo.cli.rlhf_flags import (BOTH, TASK_PRESETS, TEXT, TEXT_SWITCHES, TOY, add_rlhf, check_plain,
-                                       given_flags, task_options, token_config)
+from purejaxppo.cli.rlhf_flags import (
+    BOTH,
+    TASK_PRESETS,
+    TEXT,
+    TEXT_SWITCHES,
+    TOY,
+    add_rlhf,
+    check_plain,
+    given_flags,
+    task_options,
+    token_config,
+)
 from purejaxppo.cli.train_setup import check_sinks, sinks_for
 
 __all__ = ["add_rlhf", "cmd_rlhf"]
@@ -47,8 +57,9 @@ def _settings(args, text: bool):
     preset = TASK_PRESETS.get(task, {"task_options": {}})
     st.setdefault("sft_steps", preset.get("sft_steps", 100))
     options = {**preset["task_options"], **dict(task_options(args.task_options or []))}
-    settings = RLHFSettings(task=task, task_options=tuple(sorted(options.items())),
-                            dtype="bfloat16" if args.bf16 else "float32", **st)
+    settings = RLHFSettings(
+        task=task, task_options=tuple(sorted(options.items())), dtype="bfloat16" if args.bf16 else "float32", **st
+    )
     try:
         settings.make_task()
     except (ValueError, TypeError) as e:  # an unknown task, an unknown field, a value out of range
@@ -78,8 +89,10 @@ def _load(settings, args, text: bool):
     except (OSError, ValueError, KeyError, TypeError) as e:  # a truncated safetensors file, a missing tensor
         if not folder:
             raise
-        raise UserError(f"{flag} {_typed(args, flag)}: the model cannot be loaded ({type(e).__name__}: {e}); "
-                        "check the folder holds a complete checkpoint") from None
+        raise UserError(
+            f"{flag} {_typed(args, flag)}: the model cannot be loaded ({type(e).__name__}: {e}); "
+            "check the folder holds a complete checkpoint"
+        ) from None
     return settings, settings.make_task().vocab_size if not settings.init else read_config(folder)["vocab_size"]
 
 
@@ -119,8 +132,10 @@ def _check_run_dir(run_dir: str) -> None:
                 hint = kinds.resume_hint(json.load(f), run_dir)  # the folder's own kind names its command
         except (OSError, ValueError, AttributeError):
             hint = f"the command that wrote it, with --resume {run_dir}"
-        raise UserError(f"--run-dir {run_dir} already holds a run ({', '.join(held)}); continue it with "
-                        f"{hint}, or choose another --run-dir")
+        raise UserError(
+            f"--run-dir {run_dir} already holds a run ({', '.join(held)}); continue it with "
+            f"{hint}, or choose another --run-dir"
+        )
 
 
 def _prepare(args):
@@ -132,8 +147,9 @@ def _prepare(args):
     config = token_config(args, text)
     settings, vocab = _load(_settings(args, text), args, text)
     if config.top_k > vocab:
-        raise UserError(f"--top-k {config.top_k} is more than the vocabulary's {vocab} tokens; give at most {vocab} "
-                        "(0 = off)")
+        raise UserError(
+            f"--top-k {config.top_k} is more than the vocabulary's {vocab} tokens; give at most {vocab} (0 = off)"
+        )
     devices = choose_devices(args.devices, config.batch_size, f"--batch ({config.batch_size})")
     run_dir = args.run_dir or os.path.join("runs", f"rlhf-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     _check_run_dir(run_dir)
@@ -153,8 +169,10 @@ def _describe_data(settings) -> None:
     print(line, flush=True)
     for name, n in data.cut.items():
         if n:
-            print(f"data: cut {n} prompts of --{name.replace('_', '-')} to their last tokens (--truncate-prompts)",
-                  flush=True)
+            print(
+                f"data: cut {n} prompts of --{name.replace('_', '-')} to their last tokens (--truncate-prompts)",
+                flush=True,
+            )
 
 
 def cmd_rlhf(args) -> int:
@@ -180,23 +198,40 @@ def cmd_rlhf(args) -> int:
     from purejaxppo.run.guards import NonFiniteError
     from purejaxppo.run.progress import progress_bar
 
-    on_chunk, close = progress_bar(args.quiet, f"rlhf {label}", metric="score", eval_metric="eval_score",
-                                   shown="score", steps="sequences", fmt=".3f")
+    on_chunk, close = progress_bar(
+        args.quiet,
+        f"rlhf {label}",
+        metric="score",
+        eval_metric="eval_score",
+        shown="score",
+        steps="sequences",
+        fmt=".3f",
+    )
     try:
         if args.resume:
-            resume_rlhf(args.resume, record, on_chunk=on_chunk,
-                        loggers=sinks_for(args, args.resume, record.config, 1))
+            resume_rlhf(args.resume, record, on_chunk=on_chunk, loggers=sinks_for(args, args.resume, record.config, 1))
             run_dir = args.resume
         else:
             t = time.perf_counter()
             sft = sft_model(settings, args.seed)
             if not args.quiet:
                 ev = {k[5:]: round(v, 3) for k, v in sft[2].items() if k.startswith("eval_")}
-                print(f"SFT: {settings.sft_steps} steps in {time.perf_counter() - t:.1f}s; greedy {json.dumps(ev)}",
-                      flush=True)
-            train_rlhf(config, settings, seed=args.seed, num_seeds=args.seeds, run_dir=run_dir, num_devices=devices,
-                       chunk_updates=args.chunk, on_chunk=on_chunk, sft=sft,
-                       loggers=sinks_for(args, run_dir, config, 1))
+                print(
+                    f"SFT: {settings.sft_steps} steps in {time.perf_counter() - t:.1f}s; greedy {json.dumps(ev)}",
+                    flush=True,
+                )
+            train_rlhf(
+                config,
+                settings,
+                seed=args.seed,
+                num_seeds=args.seeds,
+                run_dir=run_dir,
+                num_devices=devices,
+                chunk_updates=args.chunk,
+                on_chunk=on_chunk,
+                sft=sft,
+                loggers=sinks_for(args, run_dir, config, 1),
+            )
     except RewardFunctionError as e:  # failed in an evaluation (outside the training chunks)
         raise UserError(str(e)) from None
     except NonFiniteError as e:

@@ -20,8 +20,12 @@ from purejaxppo.cli.errors import UserError, check_seed
 from purejaxppo.cli.flags import flag_type, strict_float, strict_int
 from purejaxppo.cli.train_setup import add_sink_flags
 
-RENAMES = {"num_iterations": "--iterations", "batch_size": "--batch", "update_epochs": "--epochs",
-           "num_minibatches": "--minibatches"}
+RENAMES = {
+    "num_iterations": "--iterations",
+    "batch_size": "--batch",
+    "update_epochs": "--epochs",
+    "num_minibatches": "--minibatches",
+}
 # set by the data (the task's, or the tokenizer's and --max-new-tokens), implied (adaptive_kl: by
 # --kl-target), or Python-only (ptx needs a pretraining batch function)
 NOT_FLAGS = ("max_new_tokens", "stop_ids", "pad_id", "adaptive_kl", "ptx", "ptx_coef")
@@ -29,28 +33,46 @@ NOT_FLAGS = ("max_new_tokens", "stop_ids", "pad_id", "adaptive_kl", "ptx", "ptx_
 # leaves the SFT model at about 0.3 greedy exact match, with room for PPO to show (about 0.6 after
 # 80 iterations, experiments/lm/RESULTS.md); longer strings learn far slower
 TOY_CONFIG = dict(num_iterations=80, actor_lr=1e-3, critic_lr=1e-3, beta=0.02)
-TASK_PRESETS = {"reverse": dict(task_options={"max_len": 6, "max_new": 8}, sft_steps=40, config=TOY_CONFIG),
-                "grammar": dict(task_options={}, sft_steps=300, config=TOY_CONFIG)}
+TASK_PRESETS = {
+    "reverse": dict(task_options={"max_len": 6, "max_new": 8}, sft_steps=40, config=TOY_CONFIG),
+    "grammar": dict(task_options={}, sft_steps=300, config=TOY_CONFIG),
+}
 # flag -> (RLHFSettings field, type, help); TEXT: the user's own model and data, TOY: a built-in task's
 TEXT = {
-    "--model": ("model_dir", str, "a local Hugging Face model folder (config.json, *.safetensors, tokenizer.json): "
-                                  "the initial policy and the frozen reference"),
-    "--prompts": ("prompts", str, "training prompts: .jsonl ({\"prompt\": ...} or {\"messages\": [...]}) or .txt "
-                                  "(one per line)"),
+    "--model": (
+        "model_dir",
+        str,
+        "a local Hugging Face model folder (config.json, *.safetensors, tokenizer.json): "
+        "the initial policy and the frozen reference",
+    ),
+    "--prompts": (
+        "prompts",
+        str,
+        "training prompts: .jsonl ({\"prompt\": ...} or {\"messages\": [...]}) or .txt (one per line)",
+    ),
     "--eval-prompts": ("eval_prompts", str, "prompts of the greedy evaluation (default: the first of --prompts)"),
     "--reward": ("reward", str, "FILE.py:FUNCTION or module:FUNCTION, fn(prompts, responses) -> list of floats"),
     "--reward-model": ("reward_model", str, "a local *ForSequenceClassification folder scoring prompt + response"),
     "--sft-data": ("sft_data", str, ".jsonl of {\"prompt\"/\"messages\", \"response\"}: a supervised stage first"),
     "--max-new-tokens": ("max_new_tokens", strict_int, "response budget in tokens (default 16)"),
-    "--max-prompt-tokens": ("max_prompt_tokens", strict_int,
-                            "prompt budget (default 0: the model's positions minus --max-new-tokens)"),
+    "--max-prompt-tokens": (
+        "max_prompt_tokens",
+        strict_int,
+        "prompt budget (default 0: the model's positions minus --max-new-tokens)",
+    ),
     "--sft-batch": ("sft_batch", strict_int, "pairs per SFT step (default 64)"),
     "--sft-lr": ("sft_lr", strict_float, "SFT learning rate (default 3e-3)"),
 }
-TEXT_SWITCHES = {"--chat-template": ("chat_template", "render plain prompts as a user message through the model's "
-                                                      "chat template (messages always are)"),
-                 "--truncate-prompts": ("truncate_prompts", "cut prompts over the budget from the left (counted) "
-                                                            "instead of refusing them")}
+TEXT_SWITCHES = {
+    "--chat-template": (
+        "chat_template",
+        "render plain prompts as a user message through the model's chat template (messages always are)",
+    ),
+    "--truncate-prompts": (
+        "truncate_prompts",
+        "cut prompts over the budget from the left (counted) instead of refusing them",
+    ),
+}
 TOY = {
     "--d-model": ("d_model", strict_int, "TinyLM width (default 32)"),
     "--layers": ("n_layers", strict_int, "TinyLM layers (default 2)"),
@@ -58,8 +80,11 @@ TOY = {
     "--init": ("init", str, "start a built-in task from a local GPT-2 folder (config.json + model.safetensors)"),
 }
 BOTH = {
-    "--sft-steps": ("sft_steps", strict_int, "supervised steps before PPO (default: the task's preset, 40 for reverse; "
-                                             "100 with --sft-data, else 0)"),
+    "--sft-steps": (
+        "sft_steps",
+        strict_int,
+        "supervised steps before PPO (default: the task's preset, 40 for reverse; 100 with --sft-data, else 0)",
+    ),
     "--eval-every": ("eval_every", strict_int, "greedy evaluation every N iterations (default 10; 0 = off)"),
 }
 
@@ -68,8 +93,9 @@ def _names(s: str) -> tuple:
     """``q_proj,v_proj`` -> ``("q_proj", "v_proj")``; an empty item is refused, not dropped."""
     items = tuple(x.strip() for x in s.split(","))
     if not all(items):
-        raise argparse.ArgumentTypeError(f"expected comma-separated names like q_proj,v_proj (no empty items), "
-                                         f"got {s!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated names like q_proj,v_proj (no empty items), got {s!r}"
+        )
     return items
 
 
@@ -89,8 +115,11 @@ def config_fields():
 
 
 def add_rlhf(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", default=None, help="built-in task: reverse (exact match) | grammar (default reverse; "
-                                                "not with --model)")
+    p.add_argument(
+        "--task",
+        default=None,
+        help="built-in task: reverse (exact match) | grammar (default reverse; not with --model)",
+    )
     p.add_argument("--seed", type=strict_int, default=0)
     p.add_argument("--seeds", type=strict_int, default=1, help="independent runs trained at once (default 1)")
     p.add_argument("--run-dir", default=None, help="run folder (default runs/rlhf-TASK-<time>)")
@@ -98,16 +127,28 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", default="1", help="split each iteration's prompts over N devices (default 1)")
     p.add_argument("--chunk", type=strict_int, default=10, help="iterations per compiled chunk (default 10)")
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (parameters stay float32)")
-    p.add_argument("--task-option", dest="task_options", action="append", metavar="FIELD=VALUE", default=None,
-                   help="a field of the task (e.g. max_len=6, partial_credit=true); repeatable")
+    p.add_argument(
+        "--task-option",
+        dest="task_options",
+        action="append",
+        metavar="FIELD=VALUE",
+        default=None,
+        help="a field of the task (e.g. max_len=6, partial_credit=true); repeatable",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_sink_flags(p)
     preset = ", ".join(f"{k}={v}" for k, v in TOY_CONFIG.items())
     group = p.add_argument_group(f"token-PPO config (defaults: TokenPPOConfig's; the built-in tasks use {preset})")
     for f, hint in config_fields():
         parse = _names if f.name in NAME_TUPLES else flag_type(hint, f.name)
-        group.add_argument(config_flag(f.name), dest=f"cfg_{f.name}", type=parse, default=None,
-                           metavar=f.name.upper(), help=f"default: {f.default}")
+        group.add_argument(
+            config_flag(f.name),
+            dest=f"cfg_{f.name}",
+            type=parse,
+            default=None,
+            metavar=f.name.upper(),
+            help=f"default: {f.default}",
+        )
     text = p.add_argument_group("your own model and data")
     for flag, (dest, typ, helptext) in TEXT.items():
         text.add_argument(flag, dest=dest, type=typ, default=None, help=helptext, metavar=flag[2:].upper())
@@ -140,8 +181,9 @@ def token_config(args, text: bool):
     from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
 
     base = {} if text else TASK_PRESETS.get(args.task or "reverse", {}).get("config", TOY_CONFIG)
-    changes = {f.name: getattr(args, f"cfg_{f.name}") for f, _ in config_fields()
-               if getattr(args, f"cfg_{f.name}") is not None}
+    changes = {
+        f.name: getattr(args, f"cfg_{f.name}") for f, _ in config_fields() if getattr(args, f"cfg_{f.name}") is not None
+    }
     if "kl_target" in changes:
         changes["adaptive_kl"] = True
     try:
@@ -169,20 +211,25 @@ def check_plain(args, text: bool) -> None:
     if text:
         wrong = [f for f in ("--task", "--task-option", *TOY) if _given(args, f)]
         if wrong:
-            raise UserError(f"{wrong[0]} belongs to the built-in tasks; with --model the model, prompts and reward "
-                            "are yours (drop it)")
+            raise UserError(
+                f"{wrong[0]} belongs to the built-in tasks; with --model the model, prompts and reward "
+                "are yours (drop it)"
+            )
         if not args.prompts:
             raise UserError("--model needs --prompts FILE (.jsonl or .txt) to train on")
         if bool(args.reward) == bool(args.reward_model):
-            raise UserError("--model needs one reward: --reward FILE.py:FUNCTION (a function of the texts) or "
-                            "--reward-model DIR")
+            raise UserError(
+                "--model needs one reward: --reward FILE.py:FUNCTION (a function of the texts) or --reward-model DIR"
+            )
         if args.sft_steps and not args.sft_data:
             raise UserError(f"--sft-steps {args.sft_steps} needs --sft-data FILE (prompt/response pairs)")
         return
     wrong = [f for f in (*TEXT, *TEXT_SWITCHES) if _given(args, f)]
     if wrong:
-        raise UserError(f"{wrong[0]} needs --model DIR (your own model and data); the built-in --task runs use "
-                        "--task-option instead")
+        raise UserError(
+            f"{wrong[0]} needs --model DIR (your own model and data); the built-in --task runs use "
+            "--task-option instead"
+        )
     d, h = args.d_model or 32, args.n_heads or 2
     if d % h:
         raise UserError(f"--d-model {d} must be divisible by --heads {h} (each head takes d_model / heads dims)")
@@ -207,8 +254,13 @@ def task_options(items) -> tuple:
             raise UserError(f"--task-option {item!r} must be FIELD=VALUE (e.g. max_len=6)")
         low = value.lower()
         try:
-            out[field] = True if low == "true" else False if low == "false" else (
-                int(value) if value.lstrip("-").isdigit() else float(value))
+            out[field] = (
+                True
+                if low == "true"
+                else False
+                if low == "false"
+                else (int(value) if value.lstrip("-").isdigit() else float(value))
+            )
         except ValueError:
             raise UserError(f"--task-option {item!r}: the value must be a number, true or false") from None
     return tuple(sorted(out.items()))

@@ -13,8 +13,14 @@ MAX_RUNS = 2**31 - 1
 def add_sink_flags(p) -> None:
     """``--tensorboard`` and ``--wandb [PROJECT]``: where a run logs besides metrics.csv."""
     p.add_argument("--tensorboard", action="store_true", help="also log to RUN_DIR/tb (needs purejaxppo[tensorboard])")
-    p.add_argument("--wandb", nargs="?", const="purejaxppo", default=None, metavar="PROJECT",
-                   help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])")
+    p.add_argument(
+        "--wandb",
+        nargs="?",
+        const="purejaxppo",
+        default=None,
+        metavar="PROJECT",
+        help="also log to Weights & Biases project PROJECT (needs purejaxppo[wandb])",
+    )
 
 
 def sinks_for(args, run_dir, config, num_members):
@@ -41,14 +47,19 @@ def check_init_from(args, config, seeds):
 
 
 def check_counts(args, seeds=None) -> None:
-    for flag, v in (("--seeds", seeds), ("--chunk", args.chunk), ("--checkpoint-every", args.checkpoint_every),
-                    ("--stop-after", args.stop_after)):
+    for flag, v in (
+        ("--seeds", seeds),
+        ("--chunk", args.chunk),
+        ("--checkpoint-every", args.checkpoint_every),
+        ("--stop-after", args.stop_after),
+    ):
         if v is not None and v < 1:
             raise UserError(f"{flag}={v} must be >= 1")
     for flag, v in (("--seeds", seeds), ("--pbt", args.pbt)):
         if v is not None and v > MAX_RUNS:
-            raise UserError(f"{flag}={v:,} must be at most {MAX_RUNS:,} (the device counts the runs in int32); "
-                            "use fewer")
+            raise UserError(
+                f"{flag}={v:,} must be at most {MAX_RUNS:,} (the device counts the runs in int32); use fewer"
+            )
     check_seed("--seed", args.seed)
 
 
@@ -59,8 +70,10 @@ def check_overrides(args) -> None:
         for spec in specs or []:
             name = spec.split("=", 1)[0].strip().replace("-", "_")
             if getattr(args, f"cfg_{name}", None) is not None:
-                raise UserError(f"--{name.replace('_', '-')} is given and {what} {spec!r} sets the same "
-                                f"hyperparameter per member; drop one of them")
+                raise UserError(
+                    f"--{name.replace('_', '-')} is given and {what} {spec!r} sets the same "
+                    f"hyperparameter per member; drop one of them"
+                )
 
 
 def eval_flags(args, config) -> dict:
@@ -73,8 +86,10 @@ def eval_flags(args, config) -> dict:
 
     episodes = 10 if args.eval_episodes is None else args.eval_episodes
     if episodes > MAX_EPISODES:
-        raise UserError(f"--eval-episodes={episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of all "
-                        "runs play in parallel, in memory)")
+        raise UserError(
+            f"--eval-episodes={episodes} must be between 1 and {MAX_EPISODES:,} (all episodes of all "
+            "runs play in parallel, in memory)"
+        )
     check_eval(args.eval_every, episodes, config.num_updates)
     return {"eval_every": args.eval_every, "eval_episodes": episodes}
 
@@ -86,8 +101,10 @@ def distinct_sweeps(specs: list) -> list:
         name = spec.split("=", 1)[0].strip().replace("-", "_")
         if name in seen:
             values = f"{seen[name].split('=', 1)[-1]},{spec.split('=', 1)[-1]}"
-            raise UserError(f"--sweep {name} is given twice ({seen[name]!r} and {spec!r}); list all values in one: "
-                            f"--sweep {name}={values}")
+            raise UserError(
+                f"--sweep {name} is given twice ({seen[name]!r} and {spec!r}); list all values in one: "
+                f"--sweep {name}={values}"
+            )
         seen[name] = spec
     return specs
 

@@ -62,18 +62,24 @@ class PPOConfig:
     # suites with expensive resets (Craftax): one fresh start per group of this many envs per step
     # ("optimistic" resets; exact while at most one episode per group ends on a step), 1 = every env its own
     reset_ratio: int = static(1)
-    obs_keep: Optional[tuple] = static(None)  # keep only these flat obs indices, e.g. (0, 2): CartPole without velocities
+    obs_keep: Optional[tuple] = static(
+        None
+    )  # keep only these flat obs indices, e.g. (0, 2): CartPole without velocities
     gru_size: int = static(128)  # GRU hidden size (network="gru")
     normalize_obs: bool = static(False)
     normalize_reward: bool = static(False)  # scale by the running std of the discounted return
     freeze_obs_norm: bool = static(False)  # keep observation statistics fixed (e.g. restored ones)
-    bootstrap_truncated: bool = static(True)  # False: a time-limit end counts as terminal (no bootstrap), as in gymnax-blines
+    bootstrap_truncated: bool = static(
+        True
+    )  # False: a time-limit end counts as terminal (no bootstrap), as in gymnax-blines
     rollout_unroll: int = static(1)  # lax.scan unroll of the rollout (speed only)
     # multi-agent envs (jaxmarl:NAME; num_envs counts rows = envs x agents): "independent" = each agent's
     # critic sees its own observation (IPPO); "centralised" = a global state (MAPPO)
     agent_critic: str = static("independent")
     agent_ids: bool = static(False)  # append each agent's one-hot id to its observation (jaxmarl)
-    rollout_rng: str = static("threefry")  # PRNG of env noise + action sampling: "threefry" | "unsafe_rbg" (~4x cheaper on CPU)
+    rollout_rng: str = static(
+        "threefry"
+    )  # PRNG of env noise + action sampling: "threefry" | "unsafe_rbg" (~4x cheaper on CPU)
     # --- numeric hyperparameters (traced leaves) --------------------------------------
     lr: float = 2.5e-4
     critic_lr: Optional[float] = None  # None: one rate for all; a float: the critic's own rate
@@ -164,15 +170,23 @@ INT32_MAX = 2**31 - 1  # JAX's integers on the device (x64 off): the update coun
 def _check_counters(cfg) -> None:
     """The device counts in int32: a config whose counters would wrap is refused, naming the bound."""
     if cfg.batch_size > INT32_MAX:
-        raise ConfigError(f"num_envs*num_steps={cfg.num_envs}*{cfg.num_steps}={cfg.batch_size:,} is past "
-                          f"2**31-1={INT32_MAX:,} (the device counts a batch in int32); lower num_envs or num_steps")
+        raise ConfigError(
+            f"num_envs*num_steps={cfg.num_envs}*{cfg.num_steps}={cfg.batch_size:,} is past "
+            f"2**31-1={INT32_MAX:,} (the device counts a batch in int32); lower num_envs or num_steps"
+        )
     per = cfg.update_epochs * cfg.num_minibatches if cfg.lr_end is not None else 1
     if cfg.num_updates * per > INT32_MAX:
-        what = (f" x update_epochs*num_minibatches={per} = {cfg.num_updates * per:,} optimizer steps (the lr_end "
-                "ramp counts them)" if per > 1 else "")
-        raise ConfigError(f"total_timesteps={cfg.total_timesteps:,} gives num_updates={cfg.num_updates:,}{what}, past "
-                          f"2**31-1={INT32_MAX:,}: the device counts in int32 (JAX without x64) and would wrap; lower "
-                          f"total_timesteps to at most {INT32_MAX // per * cfg.batch_size:,} or raise num_envs/num_steps")
+        what = (
+            f" x update_epochs*num_minibatches={per} = {cfg.num_updates * per:,} optimizer steps (the lr_end "
+            "ramp counts them)"
+            if per > 1
+            else ""
+        )
+        raise ConfigError(
+            f"total_timesteps={cfg.total_timesteps:,} gives num_updates={cfg.num_updates:,}{what}, past "
+            f"2**31-1={INT32_MAX:,}: the device counts in int32 (JAX without x64) and would wrap; lower "
+            f"total_timesteps to at most {INT32_MAX // per * cfg.batch_size:,} or raise num_envs/num_steps"
+        )
 
 
 def _check_num(cfg, name, lo=None, hi=None, lo_open=False, hi_open=False, hint=""):
@@ -223,16 +237,27 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         _check_int(cfg, "max_episode_steps")
     _check_int(cfg, "reset_ratio")
     if cfg.num_envs % cfg.reset_ratio:
-        raise ConfigError(f"reset_ratio={cfg.reset_ratio} must divide num_envs={cfg.num_envs} (resets are shared "
-                          "within groups of reset_ratio consecutive envs); choose a divisor of num_envs")
+        raise ConfigError(
+            f"reset_ratio={cfg.reset_ratio} must divide num_envs={cfg.num_envs} (resets are shared "
+            "within groups of reset_ratio consecutive envs); choose a divisor of num_envs"
+        )
     _check_int(cfg, "gru_size")
-    if cfg.obs_keep is not None and (not isinstance(cfg.obs_keep, tuple) or not cfg.obs_keep or not all(
-            isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0 for i in cfg.obs_keep)):
-        raise ConfigError(f"obs_keep={cfg.obs_keep!r} must be None or a non-empty tuple of observation indices, e.g. (0, 2)")
-    if not isinstance(cfg.hidden_sizes, tuple) or not cfg.hidden_sizes or not all(
-        isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in cfg.hidden_sizes
+    if cfg.obs_keep is not None and (
+        not isinstance(cfg.obs_keep, tuple)
+        or not cfg.obs_keep
+        or not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0 for i in cfg.obs_keep)
     ):
-        raise ConfigError(f"hidden_sizes={cfg.hidden_sizes!r} must be a non-empty tuple of positive ints, e.g. (64, 64)")
+        raise ConfigError(
+            f"obs_keep={cfg.obs_keep!r} must be None or a non-empty tuple of observation indices, e.g. (0, 2)"
+        )
+    if (
+        not isinstance(cfg.hidden_sizes, tuple)
+        or not cfg.hidden_sizes
+        or not all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h > 0 for h in cfg.hidden_sizes)
+    ):
+        raise ConfigError(
+            f"hidden_sizes={cfg.hidden_sizes!r} must be a non-empty tuple of positive ints, e.g. (64, 64)"
+        )
     if cfg.activation not in ACTIVATIONS:
         raise ConfigError(f"activation={cfg.activation!r} is unknown; choose one of {ACTIVATIONS}")
     if cfg.adv_norm not in ADV_NORMS:
@@ -248,15 +273,27 @@ def validate(cfg: PPOConfig) -> PPOConfig:
         raise ConfigError(f"agent_critic={cfg.agent_critic!r} is unknown; choose one of {AGENT_CRITICS}")
     multi_agent = cfg.env_name.startswith("jaxmarl:")
     if cfg.agent_critic == "centralised" and not multi_agent:
-        raise ConfigError(f"agent_critic='centralised' is for multi-agent envs (jaxmarl:NAME); {cfg.env_name} has one "
-                          "agent: use agent_critic='independent'")
+        raise ConfigError(
+            f"agent_critic='centralised' is for multi-agent envs (jaxmarl:NAME); {cfg.env_name} has one "
+            "agent: use agent_critic='independent'"
+        )
     if cfg.agent_ids and not multi_agent:
         raise ConfigError(f"agent_ids=True is for multi-agent envs (jaxmarl:NAME); {cfg.env_name} has one agent")
     if cfg.agent_critic == "centralised" and (cfg.shared_torso or cfg.obs_keep is not None):
-        raise ConfigError("agent_critic='centralised' gives the critic its own input (the global state): it takes "
-                          "neither shared_torso=True nor obs_keep; drop them")
-    for name in ("shared_torso", "anneal_lr", "clip_value", "normalize_obs", "normalize_reward", "freeze_obs_norm",
-                 "bootstrap_truncated", "agent_ids"):
+        raise ConfigError(
+            "agent_critic='centralised' gives the critic its own input (the global state): it takes "
+            "neither shared_torso=True nor obs_keep; drop them"
+        )
+    for name in (
+        "shared_torso",
+        "anneal_lr",
+        "clip_value",
+        "normalize_obs",
+        "normalize_reward",
+        "freeze_obs_norm",
+        "bootstrap_truncated",
+        "agent_ids",
+    ):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r} must be True or False")
     _check_num(cfg, "lr", lo=0, lo_open=True, hint="; the learning rate must be positive, e.g. 2.5e-4")
@@ -271,16 +308,25 @@ def validate(cfg: PPOConfig) -> PPOConfig:
     if cfg.critic_lr is not None:
         _check_num(cfg, "critic_lr", lo=0, lo_open=True, hint="; or None to use lr for the critic too")
         if cfg.shared_torso:
-            raise ConfigError("critic_lr needs separate actor and critic torsos; set shared_torso=False or critic_lr=None")
+            raise ConfigError(
+                "critic_lr needs separate actor and critic torsos; set shared_torso=False or critic_lr=None"
+            )
     if cfg.target_kl is not None:
         _check_num(cfg, "target_kl", lo=0, lo_open=True, hint="; or None to disable early stopping")
     if cfg.lr_end is not None:
         _check_num(cfg, "lr_end", lo=0, lo_open=True, hint="; or None for the anneal_lr schedule")
-        _check_num(cfg, "lr_ramp_steps", lo=0, lo_open=True,
-                   hint="; the optimizer steps over which lr moves to lr_end, e.g. 1000")
+        _check_num(
+            cfg,
+            "lr_ramp_steps",
+            lo=0,
+            lo_open=True,
+            hint="; the optimizer steps over which lr moves to lr_end, e.g. 1000",
+        )
         if cfg.anneal_lr:
-            raise ConfigError("lr_end sets its own schedule (lr -> lr_end over lr_ramp_steps, then constant); "
-                              "set anneal_lr=False with it, or lr_end=None to anneal to 0")
+            raise ConfigError(
+                "lr_end sets its own schedule (lr -> lr_end over lr_ramp_steps, then constant); "
+                "set anneal_lr=False with it, or lr_end=None to anneal to 0"
+            )
     return cfg
 
 
@@ -295,6 +341,8 @@ def check_structure(built: PPOConfig, passed: PPOConfig) -> None:
     diff = [f for f in PPOConfig.static_fields() if getattr(built, f) != getattr(passed, f)]
     if diff:
         shown = ", ".join(f"{f} (built {getattr(built, f)!r}, passed {getattr(passed, f)!r})" for f in diff)
-        raise ConfigError(f"the config passed differs from the one this PPO was built with in structural field(s) "
-                          f"{shown}; structural fields fix shapes and code when the step is built: build a new one "
-                          "with make_ppo(config) for that config, and pass only numeric changes (lr, gamma, ...)")
+        raise ConfigError(
+            f"the config passed differs from the one this PPO was built with in structural field(s) "
+            f"{shown}; structural fields fix shapes and code when the step is built: build a new one "
+            "with make_ppo(config) for that config, and pass only numeric changes (lr, gamma, ...)"
+        )

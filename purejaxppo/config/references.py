@@ -48,8 +48,19 @@ from purejaxppo.config import ConfigError, PPOConfig
 # agents/<env>/ppo.yaml at gymnax-blines commit 3f029d6, verbatim (network: units, layers):
 # steps=num_train_steps envs=num_train_envs grad=max_grad_norm n=n_steps mb=n_minibatch
 # lr=(lr_begin, lr_end) warm=lr_warmup ep=epoch_ppo ent=entropy_coeff
-_Y = dict(gamma=0.99, gae_lambda=0.95, clip_eps=0.2, critic_coeff=0.5, warm=0.05, ep=4, mb=4, ent=0.01,
-          lr=(5e-4, 5e-4), units=64, layers=2)
+_Y = dict(
+    gamma=0.99,
+    gae_lambda=0.95,
+    clip_eps=0.2,
+    critic_coeff=0.5,
+    warm=0.05,
+    ep=4,
+    mb=4,
+    ent=0.01,
+    lr=(5e-4, 5e-4),
+    units=64,
+    layers=2,
+)
 _MINATAR = dict(_Y, steps=10_000_000, envs=64, grad=0.5, gamma=0.999, n=128, mb=8, units=256)
 GYMNAX_BLINES_YAML: dict[str, dict] = {
     "CartPole-v1": dict(_Y, steps=150_000, envs=8, grad=0.5, n=32),
@@ -80,13 +91,32 @@ def _gymnax_blines(env_name: str) -> dict:
     lr_begin, lr_end = y["lr"]
     schedule = {} if lr_begin == lr_end else dict(lr_end=lr_end, lr_ramp_steps=float(int(y["steps"] * y["warm"])))
     return dict(
-        network="mlp", hidden_sizes=(y["units"],) * y["layers"], activation="relu", shared_torso=False,
-        num_envs=y["envs"], num_steps=y["n"], total_timesteps=gymnax_blines_updates(y) * y["envs"] * y["n"],
-        update_epochs=y["ep"], num_minibatches=y["mb"], gamma=y["gamma"], gae_lambda=y["gae_lambda"],
-        clip_eps=y["clip_eps"], clip_value=True, vf_clip_eps=y["clip_eps"], vf_coef=y["critic_coeff"],
-        ent_coef=y["ent"], max_grad_norm=y["grad"], adam_eps=1e-5, adv_norm="minibatch",
-        lr=lr_begin, anneal_lr=False, **schedule, normalize_obs=False, normalize_reward=False,
-        bootstrap_truncated=False, action_std="softplus",
+        network="mlp",
+        hidden_sizes=(y["units"],) * y["layers"],
+        activation="relu",
+        shared_torso=False,
+        num_envs=y["envs"],
+        num_steps=y["n"],
+        total_timesteps=gymnax_blines_updates(y) * y["envs"] * y["n"],
+        update_epochs=y["ep"],
+        num_minibatches=y["mb"],
+        gamma=y["gamma"],
+        gae_lambda=y["gae_lambda"],
+        clip_eps=y["clip_eps"],
+        clip_value=True,
+        vf_clip_eps=y["clip_eps"],
+        vf_coef=y["critic_coeff"],
+        ent_coef=y["ent"],
+        max_grad_norm=y["grad"],
+        adam_eps=1e-5,
+        adv_norm="minibatch",
+        lr=lr_begin,
+        anneal_lr=False,
+        **schedule,
+        normalize_obs=False,
+        normalize_reward=False,
+        bootstrap_truncated=False,
+        action_std="softplus",
     )
 
 
@@ -102,6 +132,8 @@ def reference_config(reference: str, env_name: str, **overrides) -> PPOConfig:
         raise ConfigError(f"unknown reference {reference!r}; choose one of {sorted(REFERENCES)}")
     table, make = REFERENCES[reference]
     if env_name not in table:
-        raise ConfigError(f"{reference} has no PPO configuration for {env_name!r}; it has {', '.join(table)}; "
-                          "use --preset or plain flags for this env")
+        raise ConfigError(
+            f"{reference} has no PPO configuration for {env_name!r}; it has {', '.join(table)}; "
+            "use --preset or plain flags for this env"
+        )
     return PPOConfig(env_name=env_name, **{**make(env_name), **overrides})

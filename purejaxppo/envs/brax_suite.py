@@ -18,7 +18,15 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
-from purejaxppo.envs.core import EnvSpec, VecEnv, as_float, auto_reset_vec_env, box_action_fields, check_name, spec_fields_of_obs
+from purejaxppo.envs.core import (
+    EnvSpec,
+    VecEnv,
+    as_float,
+    auto_reset_vec_env,
+    box_action_fields,
+    check_name,
+    spec_fields_of_obs,
+)
 
 DEFAULT_EPISODE_LENGTH = 1000
 
@@ -29,8 +37,15 @@ def env_names() -> list[str]:
     return sorted(envs._envs)
 
 
-def from_brax_env(env, name: str, num_envs: int, episode_length: int, env_keys: Optional[Callable] = None,
-                  action_repeat: int = 1, reset_ratio: int = 1) -> VecEnv:
+def from_brax_env(
+    env,
+    name: str,
+    num_envs: int,
+    episode_length: int,
+    env_keys: Optional[Callable] = None,
+    action_repeat: int = 1,
+    reset_ratio: int = 1,
+) -> VecEnv:
     """Wrap a Brax-interface ``env`` (unwrapped) with Brax's ``EpisodeWrapper`` and our auto-reset."""
     from brax.envs.wrappers.training import EpisodeWrapper
 
@@ -48,16 +63,27 @@ def from_brax_env(env, name: str, num_envs: int, episode_length: int, env_keys: 
         done = state.done.astype(bool)
         return as_float(state.obs), state, state.reward, jnp.logical_and(done, jnp.logical_not(trunc)), trunc
 
-    spec = EnvSpec(name=name, max_episode_steps=int(episode_length), **box_action_fields((dim,), -1.0, 1.0),
-                   **spec_fields_of_obs(obs0))
+    spec = EnvSpec(
+        name=name,
+        max_episode_steps=int(episode_length),
+        **box_action_fields((dim,), -1.0, 1.0),
+        **spec_fields_of_obs(obs0),
+    )
     return auto_reset_vec_env(spec, num_envs, reset1, step1, env_keys, reset_ratio)
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable] = None,
+    reset_ratio: int = 1,
+    **env_kwargs,
+) -> VecEnv:
     from brax import envs
 
     check_name(name, env_names(), "brax")
     env = envs.get_environment(name, **env_kwargs)
-    return from_brax_env(env, f"brax:{name}", num_envs, max_episode_steps or DEFAULT_EPISODE_LENGTH, env_keys,
-                         reset_ratio=reset_ratio)
+    return from_brax_env(
+        env, f"brax:{name}", num_envs, max_episode_steps or DEFAULT_EPISODE_LENGTH, env_keys, reset_ratio=reset_ratio
+    )

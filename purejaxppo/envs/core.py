@@ -78,9 +78,14 @@ def default_env_keys(num_envs: int) -> Callable[[jax.Array], jax.Array]:
     return lambda key: jax.random.split(key, num_envs)
 
 
-def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Callable,
-                       env_keys: Optional[Callable[[jax.Array], jax.Array]] = None,
-                       reset_ratio: int = 1) -> VecEnv:
+def auto_reset_vec_env(
+    spec: EnvSpec,
+    num_envs: int,
+    reset1: Callable,
+    step1: Callable,
+    env_keys: Optional[Callable[[jax.Array], jax.Array]] = None,
+    reset_ratio: int = 1,
+) -> VecEnv:
     """A VecEnv from ONE env's pure functions that do NOT reset by themselves.
 
     ``reset1(key) -> (obs, state)``; ``step1(key, state, action) -> (obs, state, reward,
@@ -105,8 +110,10 @@ def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Ca
       change the numbers.
     """
     if isinstance(reset_ratio, bool) or not isinstance(reset_ratio, int) or reset_ratio < 1 or num_envs % reset_ratio:
-        raise ConfigError(f"reset_ratio={reset_ratio!r} must be a positive int dividing the {num_envs} envs of "
-                          f"{spec.name} per device (1: a fresh reset for every finished env)")
+        raise ConfigError(
+            f"reset_ratio={reset_ratio!r} must be a positive int dividing the {num_envs} envs of "
+            f"{spec.name} per device (1: a fresh reset for every finished env)"
+        )
     env_keys = env_keys if env_keys is not None else default_env_keys(num_envs)
     reset_all = jax.vmap(lambda k: reset1(raw_key(k)))
     groups = num_envs // reset_ratio
@@ -129,7 +136,9 @@ def auto_reset_vec_env(spec: EnvSpec, num_envs: int, reset1: Callable, step1: Ca
 
         def with_resets(_):
             obs0, state0 = fresh_starts(done, k_reset)
-            pick = lambda fresh, old: jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), fresh, old).astype(old.dtype)
+            pick = lambda fresh, old: jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), fresh, old).astype(
+                old.dtype
+            )
             return jax.tree.map(pick, obs0, obs), jax.tree.map(pick, state0, new)
 
         next_obs, next_state = jax.lax.cond(jnp.any(done), with_resets, lambda _: (obs, new), None)
@@ -225,8 +234,11 @@ def check_name(name: str, names, suite: str) -> None:
     if name in names:
         return
     close = difflib.get_close_matches(name, names, n=5, cutoff=0.4)
-    hint = f"did you mean {', '.join(f'{suite}:{n}' for n in close)}?" if close else (
-        f"see `python -m purejaxppo envs --suite {suite}`")
+    hint = (
+        f"did you mean {', '.join(f'{suite}:{n}' for n in close)}?"
+        if close
+        else (f"see `python -m purejaxppo envs --suite {suite}`")
+    )
     raise ConfigError(f"unknown {suite} environment {name!r}; {hint}")
 
 

@@ -23,8 +23,14 @@ def env_names() -> list[str]:
     return list(NAMES)
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable] = None,
+    reset_ratio: int = 1,
+    **env_kwargs,
+) -> VecEnv:
     from craftax.craftax_env import make_craftax_env_from_name
 
     check_name(name, NAMES, "craftax")
@@ -35,8 +41,12 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     if env_kwargs:
         params = params.replace(**env_kwargs)
     limit = int(params.max_timesteps)
-    spec = EnvSpec(name=f"craftax:{name}", obs_shape=tuple(env.observation_space(params).shape),
-                   max_episode_steps=limit, **discrete_action_fields(env.action_space(params).n))
+    spec = EnvSpec(
+        name=f"craftax:{name}",
+        obs_shape=tuple(env.observation_space(params).shape),
+        max_episode_steps=limit,
+        **discrete_action_fields(env.action_space(params).n),
+    )
 
     def reset1(key):
         obs, state = env.reset(key, params)

@@ -56,7 +56,8 @@ def _spaces_spec(name: str, obs_space, act_space, max_episode_steps) -> EnvSpec:
     if not isinstance(obs_space, spaces.Box) or not np.issubdtype(obs_space.dtype, np.number):
         raise ConfigError(
             f"gymnasium env {name!r} has observation space {obs_space}; the bridge supports Box observations "
-            "only; wrap the env, e.g. gymnasium.wrappers.FlattenObservation (Dict/Tuple/Discrete observations)")
+            "only; wrap the env, e.g. gymnasium.wrappers.FlattenObservation (Dict/Tuple/Discrete observations)"
+        )
     if isinstance(act_space, spaces.Discrete):
         kw = dict(discrete=True, num_actions=int(act_space.n), action_shape=(), action_low=None, action_high=None)
     elif isinstance(act_space, spaces.Box) and len(act_space.shape) <= 1:
@@ -64,7 +65,8 @@ def _spaces_spec(name: str, obs_space, act_space, max_episode_steps) -> EnvSpec:
     else:
         raise ConfigError(
             f"gymnasium env {name!r} has action space {act_space}; the bridge supports Discrete and 1-D Box actions; "
-            "wrap the env (e.g. gymnasium.wrappers.FlattenAction or a custom ActionWrapper) to one of those")
+            "wrap the env (e.g. gymnasium.wrappers.FlattenAction or a custom ActionWrapper) to one of those"
+        )
     return EnvSpec(name=name, obs_shape=tuple(obs_space.shape), max_episode_steps=max_episode_steps, **kw)
 
 
@@ -92,7 +94,8 @@ class _Host:
             raise RuntimeError(
                 f"gymnasium bridge: step called with env state from host step {got}, but the host env is at step "
                 f"{self.t}. The env lives on the host and cannot be rewound; step each runner state once, in order "
-                "(reset with a key to start again)")
+                "(reset with a key to start again)"
+            )
         action = np.asarray(action)
         if self.spec.discrete:
             action = action.astype(np.int64) + self.act_start
@@ -105,8 +108,14 @@ class _Host:
             for i in np.flatnonzero(info["_final_obs"]):
                 final[i] = np.asarray(info["final_obs"][i], np.float32).reshape(self.spec.obs_shape)
         self.t += 1
-        return (obs, np.full((self.n,), self.t, np.int32), np.asarray(reward, np.float32),
-                np.asarray(term, bool), np.asarray(trunc, bool), final)
+        return (
+            obs,
+            np.full((self.n,), self.t, np.int32),
+            np.asarray(reward, np.float32),
+            np.asarray(term, bool),
+            np.asarray(trunc, bool),
+            final,
+        )
 
 
 def _no_vmap(fn: Callable) -> Callable:
@@ -118,7 +127,8 @@ def _no_vmap(fn: Callable) -> Callable:
         raise ValueError(
             "the gymnasium bridge cannot be vmapped (over seeds or configs): its env state lives in ONE host "
             f"Gymnasium env of fixed size, not in JAX (batch of {axis_size} asked). Train seeds one after another "
-            "(a Python loop over keys) or in separate processes; use gymnax environments for vmapped populations")
+            "(a Python loop over keys) or in separate processes; use gymnax environments for vmapped populations"
+        )
 
     return wrapped
 
@@ -131,14 +141,18 @@ def _vector_env(env, num_envs, vectorization_mode: str, make_kwargs: dict):
     try:
         from gymnasium.vector import AutoresetMode
     except ImportError:  # gymnasium < 1.1 has no selectable autoreset mode
-        raise ConfigError(f"gymnasium {gym.__version__} is too old for the bridge (it needs autoreset_mode="
-                          "SAME_STEP); pip install 'gymnasium>=1.1'") from None
+        raise ConfigError(
+            f"gymnasium {gym.__version__} is too old for the bridge (it needs autoreset_mode="
+            "SAME_STEP); pip install 'gymnasium>=1.1'"
+        ) from None
     if isinstance(env, gym.vector.VectorEnv):
         vec = env
         mode = vec.metadata.get("autoreset_mode")
         if mode != AutoresetMode.SAME_STEP:
-            raise ConfigError(f"the vector env uses autoreset_mode={mode}; the bridge needs SAME_STEP so that final "
-                              "observations are exact: build it with autoreset_mode=AutoresetMode.SAME_STEP")
+            raise ConfigError(
+                f"the vector env uses autoreset_mode={mode}; the bridge needs SAME_STEP so that final "
+                "observations are exact: build it with autoreset_mode=AutoresetMode.SAME_STEP"
+            )
         name = getattr(vec.spec, "id", None) or type(vec).__name__
     else:
         if not isinstance(num_envs, int) or num_envs < 1:
@@ -157,11 +171,7 @@ def _vector_env(env, num_envs, vectorization_mode: str, make_kwargs: dict):
 
 
 def gymnasium_vec_env(
-    env: Union[str, Callable[[], Any], Any],
-    num_envs: int = 1,
-    *,
-    vectorization_mode: str = "sync",
-    **make_kwargs,
+    env: Union[str, Callable[[], Any], Any], num_envs: int = 1, *, vectorization_mode: str = "sync", **make_kwargs
 ) -> VecEnv:
     """A Gymnasium env as a :class:`~purejaxppo.envs.VecEnv` stepped by host callbacks.
 
@@ -199,8 +209,7 @@ def gymnasium_vec_env(
 
     @_no_vmap
     def _step(state, action):
-        return io_callback(host.step, (obs_sd, state_sd, rew_sd, flag_sd, flag_sd, obs_sd), state, action,
-                           ordered=True)
+        return io_callback(host.step, (obs_sd, state_sd, rew_sd, flag_sd, flag_sd, obs_sd), state, action, ordered=True)
 
     def reset(key):
         seed = jax.random.randint(key, (), 0, 2**31 - 1 - n, dtype=jnp.int32)
@@ -217,4 +226,3 @@ def gymnasium_vec_env(
         return obs, state, reward, term, trunc, {"final_observation": final}
 
     return VecEnv(spec, n, reset, step)
-

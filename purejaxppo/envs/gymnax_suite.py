@@ -72,9 +72,11 @@ def _is_gymnasium_id(name: str) -> Optional[bool]:
 def _bridge_howto(name: str) -> str:
     """Training a Gymnasium env that gymnax lacks: the gymnasium bridge, from Python (every env
     step is a host callback, one seed per process); the CLI trains JAX envs only."""
-    return (f"train it from Python through the gymnasium bridge (slow: a host callback per env step, one seed per "
-            f"process): make_ppo(config, venv=purejaxppo.envs.episode_statistics(purejaxppo.envs.gymnasium_bridge."
-            f"gymnasium_vec_env({name!r}, num_envs=config.num_envs))); see the README's 'Gymnasium environments'")
+    return (
+        f"train it from Python through the gymnasium bridge (slow: a host callback per env step, one seed per "
+        f"process): make_ppo(config, venv=purejaxppo.envs.episode_statistics(purejaxppo.envs.gymnasium_bridge."
+        f"gymnasium_vec_env({name!r}, num_envs=config.num_envs))); see the README's 'Gymnasium environments'"
+    )
 
 
 def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs):
@@ -111,8 +113,13 @@ def make_gymnax(name: str, max_episode_steps: Optional[int] = None, **env_kwargs
     return env, params, spec
 
 
-def make_gymnax_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable[[jax.Array], jax.Array]] = None, **env_kwargs) -> VecEnv:
+def make_gymnax_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable[[jax.Array], jax.Array]] = None,
+    **env_kwargs,
+) -> VecEnv:
     """Vectorise gymnax env ``name`` over ``num_envs`` copies (auto-reset, final obs).
 
     ``env_keys(key) -> [num_envs]`` keys derives the per-env keys of a reset/step

@@ -44,9 +44,18 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.config import ConfigError
-from purejaxppo.envs.core import (EnvSpec, VecEnv, as_float, auto_reset_vec_env, box_action_fields, check_name,
-                                  default_env_keys, discrete_action_fields)
+from purejaxppo.envs.core import (
+    EnvSpec,
+    VecEnv,
+    as_float,
+    auto_reset_vec_env,
+    box_action_fields,
+    check_name,
+    default_env_keys,
+    discrete_action_fields,
+)
 from purejaxppo.envs.observation import CriticObs, MaskedObs
+
 
 def _jaxmarl():
     """``import jaxmarl`` with the lines it prints on import kept off stdout (they would break a
@@ -59,12 +68,14 @@ def _jaxmarl():
             with open(os.devnull, "w") as null:
                 os.dup2(null.fileno(), 1)
                 import jaxmarl
+
                 sys.stdout.flush()
         finally:
             os.dup2(saved, 1)
             os.close(saved)
     import jaxmarl
     from jaxmarl.environments.smax import smax_env
+
     return jaxmarl, smax_env
 
 
@@ -109,8 +120,10 @@ def _action_fields(env, name: str) -> dict:
     spaces = [env.action_space(a) for a in env.agents]
     kinds = {(type(s).__name__, getattr(s, "n", None), tuple(getattr(s, "shape", ()) or ())) for s in spaces}
     if len(kinds) > 1:
-        raise ConfigError(f"jaxmarl:{name} has agents with different action spaces ({sorted(map(str, kinds))}); "
-                          "purejaxppo shares one policy over homogeneous agents (padding is not built)")
+        raise ConfigError(
+            f"jaxmarl:{name} has agents with different action spaces ({sorted(map(str, kinds))}); "
+            "purejaxppo shares one policy over homogeneous agents (padding is not built)"
+        )
     space = spaces[0]
     if hasattr(space, "n"):
         return discrete_action_fields(int(space.n))
@@ -119,9 +132,16 @@ def _action_fields(env, name: str) -> dict:
     raise ConfigError(f"jaxmarl:{name} has action space {type(space).__name__}; purejaxppo supports Discrete and Box")
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, global_state: bool = False,
-                 agent_ids: bool = False, **env_kwargs) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable] = None,
+    reset_ratio: int = 1,
+    global_state: bool = False,
+    agent_ids: bool = False,
+    **env_kwargs,
+) -> VecEnv:
     """``num_envs`` ROWS (``num_envs / N`` JaxMARL envs of ``N`` agents each); see the module docstring.
 
     ``env_keys(key) -> [num_envs]`` per-row keys: each env uses its first agent row's key, so
@@ -133,16 +153,20 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     n = len(agents)
     if num_envs % n:
         k = max(1, num_envs // n)
-        raise ConfigError(f"num_envs={num_envs} must be a multiple of the {n} agents of jaxmarl:{name}: rows are envs x "
-                          f"agents (so are eval's --episodes, and each device's share under --split envs); pass "
-                          f"--num-envs {k * n} ({k} envs)")
+        raise ConfigError(
+            f"num_envs={num_envs} must be a multiple of the {n} agents of jaxmarl:{name}: rows are envs x "
+            f"agents (so are eval's --episodes, and each device's share under --split envs); pass "
+            f"--num-envs {k * n} ({k} envs)"
+        )
     if reset_ratio != 1 and (num_envs // n) % reset_ratio:
         raise ConfigError(f"reset_ratio={reset_ratio} must divide the {num_envs // n} envs of jaxmarl:{name}")
     limit = int(env.max_steps)
     shapes = {tuple(env.observation_space(a).shape) for a in agents}
     if len(shapes) > 1:
-        raise ConfigError(f"jaxmarl:{name} has agents with different observation shapes {sorted(shapes)}; "
-                          "purejaxppo shares one policy over homogeneous agents (padding is not built)")
+        raise ConfigError(
+            f"jaxmarl:{name} has agents with different observation shapes {sorted(shapes)}; "
+            "purejaxppo shares one policy over homogeneous agents (padding is not built)"
+        )
     act = _action_fields(env, name)
     _, state0 = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
     masked = _has_avail_actions(env, state0)
@@ -185,9 +209,15 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     inner = inner.obs if masked else inner
     if masked and (act["num_actions"] != (obs0.obs if global_state else obs0).action_mask.shape[-1]):
         raise ConfigError(f"jaxmarl:{name}'s action masks do not cover its {act['num_actions']} actions")
-    spec = EnvSpec(name=f"jaxmarl:{name}", obs_shape=tuple(inner.shape[1:]), max_episode_steps=limit + 1,
-                   action_mask=masked, num_agents=n,
-                   global_state_shape=tuple(obs0.global_state.shape[1:]) if global_state else (), **act)
+    spec = EnvSpec(
+        name=f"jaxmarl:{name}",
+        obs_shape=tuple(inner.shape[1:]),
+        max_episode_steps=limit + 1,
+        action_mask=masked,
+        num_agents=n,
+        global_state_shape=tuple(obs0.global_state.shape[1:]) if global_state else (),
+        **act,
+    )
     e = num_envs // n
     row_keys = env_keys if env_keys is not None else default_env_keys(num_envs)
     first_rows = lambda key: row_keys(key)[::n]

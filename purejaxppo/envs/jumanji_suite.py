@@ -23,8 +23,16 @@ import numpy as np
 
 from purejaxppo.config import ConfigError
 from purejaxppo.envs.observation import MaskedObs
-from purejaxppo.envs.core import (EnvSpec, VecEnv, as_float, auto_reset_vec_env, box_action_fields, check_name,
-                   discrete_action_fields, spec_fields_of_obs)
+from purejaxppo.envs.core import (
+    EnvSpec,
+    VecEnv,
+    as_float,
+    auto_reset_vec_env,
+    box_action_fields,
+    check_name,
+    discrete_action_fields,
+    spec_fields_of_obs,
+)
 
 
 def env_names() -> list[str]:
@@ -49,16 +57,30 @@ def _action_fields(spec, name: str) -> dict:
         return discrete_action_fields(int(spec.num_values))
     if isinstance(spec, specs.MultiDiscreteArray):
         nvec = tuple(int(n) for n in np.asarray(spec.num_values).reshape(-1))
-        return dict(discrete=True, num_actions=sum(nvec), action_shape=(len(nvec),), action_low=None,
-                    action_high=None, action_nvec=nvec)
+        return dict(
+            discrete=True,
+            num_actions=sum(nvec),
+            action_shape=(len(nvec),),
+            action_low=None,
+            action_high=None,
+            action_nvec=nvec,
+        )
     if isinstance(spec, specs.BoundedArray) and np.issubdtype(spec.dtype, np.floating):
         return box_action_fields(spec.shape, spec.minimum, spec.maximum)
-    raise ConfigError(f"jumanji env {name!r} has action spec {type(spec).__name__}; purejaxppo supports "
-                      "DiscreteArray, MultiDiscreteArray and float BoundedArray actions")
+    raise ConfigError(
+        f"jumanji env {name!r} has action spec {type(spec).__name__}; purejaxppo supports "
+        "DiscreteArray, MultiDiscreteArray and float BoundedArray actions"
+    )
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable] = None,
+    reset_ratio: int = 1,
+    **env_kwargs,
+) -> VecEnv:
     import jumanji
     from jumanji.types import StepType
 
@@ -68,14 +90,17 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     try:
         env = jumanji.make(name, **env_kwargs)
     except TypeError as e:
-        raise ConfigError(f"jumanji env {name!r} does not take these arguments ({e}); "
-                          "drop max_episode_steps for it") from None
+        raise ConfigError(
+            f"jumanji env {name!r} does not take these arguments ({e}); drop max_episode_steps for it"
+        ) from None
     act = _action_fields(env.action_spec, name)
     obs0 = jax.eval_shape(lambda k: observation(env.reset(k)[1].observation), jax.random.PRNGKey(0))
     fields = spec_fields_of_obs(obs0)
     if fields["action_mask"] and (act.get("action_nvec") or obs0.action_mask.shape != (act["num_actions"],)):
-        raise ConfigError(f"jumanji env {name!r} has an action mask of shape {obs0.action_mask.shape}; the masked "
-                          f"categorical needs one flat mask of {act['num_actions']} actions")
+        raise ConfigError(
+            f"jumanji env {name!r} has an action mask of shape {obs0.action_mask.shape}; the masked "
+            f"categorical needs one flat mask of {act['num_actions']} actions"
+        )
     limit = getattr(env, "time_limit", None)
     spec = EnvSpec(name=f"jumanji:{name}", max_episode_steps=None if limit is None else int(limit), **act, **fields)
 

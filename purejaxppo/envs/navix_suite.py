@@ -22,8 +22,14 @@ def env_names() -> list[str]:
     return sorted(navix.registry())
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable] = None,
+    reset_ratio: int = 1,
+    **env_kwargs,
+) -> VecEnv:
     import navix
 
     check_name(name, env_names(), "navix")
@@ -31,8 +37,12 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
         env_kwargs["max_steps"] = int(max_episode_steps)
     env = navix.make(name, **env_kwargs)
     obs0 = jax.eval_shape(lambda k: env.reset(k).observation, jax.random.PRNGKey(0))
-    spec = EnvSpec(name=f"navix:{name}", obs_shape=tuple(obs0.shape), max_episode_steps=int(env.max_steps),
-                   **discrete_action_fields(len(env.action_set)))
+    spec = EnvSpec(
+        name=f"navix:{name}",
+        obs_shape=tuple(obs0.shape),
+        max_episode_steps=int(env.max_steps),
+        **discrete_action_fields(len(env.action_set)),
+    )
 
     def reset1(key):
         ts = env.reset(key)

@@ -47,6 +47,7 @@ class MaskedObs(NamedTuple):
 
 def structure_of(obs_one_env) -> Any:
     """The per-env structure of an observation pytree: ``ShapeDtypeStruct`` leaves."""
+
     def leaf(x):
         x = x if hasattr(x, "shape") and hasattr(x, "dtype") else jnp.asarray(x)  # arrays, ShapeDtypeStructs
         return jax.ShapeDtypeStruct(tuple(x.shape), x.dtype)

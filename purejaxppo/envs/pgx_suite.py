@@ -27,18 +27,30 @@ def env_names() -> list[str]:
     return sorted(pgx.available_envs())
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable] = None,
+    reset_ratio: int = 1,
+    **env_kwargs,
+) -> VecEnv:
     import pgx
 
     check_name(name, env_names(), "pgx")
     env = pgx.make(name, **env_kwargs)
     if env.num_players != 1:
-        raise ConfigError(f"pgx:{name} is a {env.num_players}-player game; purejaxppo trains single-agent envs "
-                          "(pgx:2048)")
+        raise ConfigError(
+            f"pgx:{name} is a {env.num_players}-player game; purejaxppo trains single-agent envs (pgx:2048)"
+        )
     limit = int(max_episode_steps or DEFAULT_LIMIT)
-    spec = EnvSpec(name=f"pgx:{name}", obs_shape=tuple(env.observation_shape), max_episode_steps=limit,
-                   action_mask=True, **discrete_action_fields(env.num_actions))
+    spec = EnvSpec(
+        name=f"pgx:{name}",
+        obs_shape=tuple(env.observation_shape),
+        max_episode_steps=limit,
+        action_mask=True,
+        **discrete_action_fields(env.num_actions),
+    )
 
     def observe(state):
         return MaskedObs(as_float(state.observation), state.legal_action_mask)

@@ -22,8 +22,14 @@ def env_names() -> list[str]:
     return sorted(registry.ALL_ENVS)
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **config_overrides) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable] = None,
+    reset_ratio: int = 1,
+    **config_overrides,
+) -> VecEnv:
     from mujoco_playground import registry
 
     check_name(name, env_names(), "playground")
@@ -31,5 +37,12 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     overrides = {"impl": "jax", **config_overrides} if "impl" in config else dict(config_overrides)
     env = registry.load(name, config_overrides=overrides)
     length = max_episode_steps or int(config.episode_length)
-    return from_brax_env(env, f"playground:{name}", num_envs, length, env_keys,
-                         action_repeat=int(config.get("action_repeat", 1)), reset_ratio=reset_ratio)
+    return from_brax_env(
+        env,
+        f"playground:{name}",
+        num_envs,
+        length,
+        env_keys,
+        action_repeat=int(config.get("action_repeat", 1)),
+        reset_ratio=reset_ratio,
+    )

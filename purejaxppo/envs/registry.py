@@ -28,15 +28,23 @@ class Suite(NamedTuple):
 
 SUITES = {
     "brax": Suite("brax_suite", "brax", "brax:inverted_pendulum", "Brax physics (continuous control)"),
-    "playground": Suite("playground_suite", "mujoco_playground", "playground:CartpoleBalance",
-                        "MuJoCo Playground on MJX (DM Control suite, locomotion, manipulation)"),
+    "playground": Suite(
+        "playground_suite",
+        "mujoco_playground",
+        "playground:CartpoleBalance",
+        "MuJoCo Playground on MJX (DM Control suite, locomotion, manipulation)",
+    ),
     "jumanji": Suite("jumanji_suite", "jumanji", "jumanji:Snake-v1", "Jumanji (combinatorial, games; action masks)"),
     "craftax": Suite("craftax_suite", "craftax", "craftax:Craftax-Classic-Symbolic-v1", "Craftax (open-world)"),
     "navix": Suite("navix_suite", "navix", "navix:Navix-Empty-5x5-v0", "NAVIX (MiniGrid in JAX)"),
     "xminigrid": Suite("xminigrid_suite", "xminigrid", "xminigrid:MiniGrid-Empty-6x6", "XLand-MiniGrid"),
     "pgx": Suite("pgx_suite", "pgx", "pgx:2048", "pgx games (single-player; action masks)"),
-    "jaxmarl": Suite("jaxmarl_suite", "jaxmarl", "jaxmarl:MPE_simple_spread_v3",
-                     "JaxMARL multi-agent (MPE, SMAX 3m/2s3z...; agents folded into rows: num_envs = envs x agents)"),
+    "jaxmarl": Suite(
+        "jaxmarl_suite",
+        "jaxmarl",
+        "jaxmarl:MPE_simple_spread_v3",
+        "JaxMARL multi-agent (MPE, SMAX 3m/2s3z...; agents folded into rows: num_envs = envs x agents)",
+    ),
 }
 
 
@@ -60,11 +68,15 @@ def check_env_name(name) -> None:
     suite, sep, rest = name.partition(":")
     if sep and not suite:
         example = rest if rest and ":" not in rest else "CartPole-v1"
-        raise ConfigError(f"env name {name!r} has an empty suite before ':'; gymnax envs need no prefix "
-                          f"(--env {example}), other suites are SUITE:NAME with SUITE one of {', '.join(SUITES)}")
+        raise ConfigError(
+            f"env name {name!r} has an empty suite before ':'; gymnax envs need no prefix "
+            f"(--env {example}), other suites are SUITE:NAME with SUITE one of {', '.join(SUITES)}"
+        )
     if sep and not rest:
-        raise ConfigError(f"env name {name!r} names no environment after '{suite}:'; list them with "
-                          f"`python -m purejaxppo envs --suite {suite}`")
+        raise ConfigError(
+            f"env name {name!r} names no environment after '{suite}:'; list them with "
+            f"`python -m purejaxppo envs --suite {suite}`"
+        )
     if sep and suite != "gymnax":
         adapter(suite)  # an unknown suite or a missing extra: its own message
 
@@ -76,8 +88,10 @@ def installed(suite: str) -> bool:
 def adapter(suite: str):
     """The adapter module of ``suite``; a missing package is a one-line ConfigError."""
     if suite not in SUITES:
-        raise ConfigError(f"unknown environment suite {suite!r}; suites: gymnax (no prefix), "
-                          f"{', '.join(SUITES)}; see `python -m purejaxppo envs`")
+        raise ConfigError(
+            f"unknown environment suite {suite!r}; suites: gymnax (no prefix), "
+            f"{', '.join(SUITES)}; see `python -m purejaxppo envs`"
+        )
     if not installed(suite):
         raise ConfigError(f"the {suite} suite is not installed; install it with: {pip_command(suite)}")
     return importlib.import_module(f"{__package__}.{SUITES[suite].adapter}")
@@ -96,9 +110,14 @@ def suite_options(config) -> dict:
     return dict(global_state=config.agent_critic == "centralised", agent_ids=config.agent_ids)
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable[[jax.Array], jax.Array]] = None, reset_ratio: int = 1,
-                 **env_kwargs) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable[[jax.Array], jax.Array]] = None,
+    reset_ratio: int = 1,
+    **env_kwargs,
+) -> VecEnv:
     """Vectorise env ``name`` (``SUITE:NAME`` or a gymnax name) over ``num_envs`` copies.
 
     Every suite meets the same contract (auto-reset; ``terminated`` / ``truncated`` apart;
@@ -112,7 +131,9 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
     suite, rest = split_name(name)
     if suite == "gymnax":
         if reset_ratio != 1:
-            raise ConfigError(f"reset_ratio={reset_ratio!r} is for the suites whose auto-reset purejaxppo computes "
-                              f"({', '.join(SUITES)}); gymnax's own step resets {name} (cheaply): use reset_ratio=1")
+            raise ConfigError(
+                f"reset_ratio={reset_ratio!r} is for the suites whose auto-reset purejaxppo computes "
+                f"({', '.join(SUITES)}); gymnax's own step resets {name} (cheaply): use reset_ratio=1"
+            )
         return make_gymnax_vec_env(rest, num_envs, max_episode_steps, env_keys=env_keys, **env_kwargs)
     return adapter(suite).make_vec_env(rest, num_envs, max_episode_steps, env_keys, reset_ratio, **env_kwargs)

@@ -21,8 +21,14 @@ def env_names() -> list[str]:
     return sorted(xminigrid.registered_environments())
 
 
-def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = None,
-                 env_keys: Optional[Callable] = None, reset_ratio: int = 1, **env_kwargs) -> VecEnv:
+def make_vec_env(
+    name: str,
+    num_envs: int,
+    max_episode_steps: Optional[int] = None,
+    env_keys: Optional[Callable] = None,
+    reset_ratio: int = 1,
+    **env_kwargs,
+) -> VecEnv:
     import xminigrid
     from xminigrid.types import StepType
 
@@ -32,8 +38,12 @@ def make_vec_env(name: str, num_envs: int, max_episode_steps: Optional[int] = No
         env_kwargs["max_steps"] = int(max_episode_steps)
     if env_kwargs:
         params = params.replace(**env_kwargs)
-    spec = EnvSpec(name=f"xminigrid:{name}", obs_shape=tuple(env.observation_shape(params)),
-                   max_episode_steps=int(params.max_steps), **discrete_action_fields(env.num_actions(params)))
+    spec = EnvSpec(
+        name=f"xminigrid:{name}",
+        obs_shape=tuple(env.observation_shape(params)),
+        max_episode_steps=int(params.max_steps),
+        **discrete_action_fields(env.num_actions(params)),
+    )
 
     def reset1(key):
         ts = env.reset(params, key)

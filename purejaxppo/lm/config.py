@@ -97,22 +97,26 @@ def _positive_int(cfg, name):
 def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
     """Raise :class:`ConfigError` naming the field and the fix; return ``cfg``. Numeric
     fields are checked when concrete (a traced or stacked value is the caller's)."""
-    for name in ("batch_size", "num_iterations", "update_epochs", "num_minibatches", "micro_batches",
-                 "max_new_tokens"):
+    for name in ("batch_size", "num_iterations", "update_epochs", "num_minibatches", "micro_batches", "max_new_tokens"):
         _positive_int(cfg, name)
     if cfg.batch_size % cfg.num_minibatches:
         raise ConfigError(f"batch_size={cfg.batch_size} must be divisible by num_minibatches={cfg.num_minibatches}")
     if cfg.minibatch_size % cfg.micro_batches:
-        raise ConfigError(f"the minibatch of {cfg.minibatch_size} sequences must be divisible by "
-                          f"micro_batches={cfg.micro_batches}")
+        raise ConfigError(
+            f"the minibatch of {cfg.minibatch_size} sequences must be divisible by micro_batches={cfg.micro_batches}"
+        )
     choices = {"kl_estimator": KL_ESTIMATORS, "aggregation": AGGREGATIONS, "critic": CRITICS}
     for name, allowed in choices.items():
         if getattr(cfg, name) not in allowed:
             raise ConfigError(f"{name}={getattr(cfg, name)!r} must be one of {allowed}")
-    if isinstance(cfg.length_buckets, bool) or not isinstance(cfg.length_buckets, numbers.Integral) \
-            or cfg.length_buckets < 0:
-        raise ConfigError(f"length_buckets={cfg.length_buckets!r} must be an integer >= 0 (the smallest response "
-                          "width; 0 = off)")
+    if (
+        isinstance(cfg.length_buckets, bool)
+        or not isinstance(cfg.length_buckets, numbers.Integral)
+        or cfg.length_buckets < 0
+    ):
+        raise ConfigError(
+            f"length_buckets={cfg.length_buckets!r} must be an integer >= 0 (the smallest response width; 0 = off)"
+        )
     if isinstance(cfg.top_k, bool) or not isinstance(cfg.top_k, numbers.Integral) or cfg.top_k < 0:
         raise ConfigError(f"top_k={cfg.top_k!r} must be an integer >= 0 (0 = off)")
     if not 0.0 < float(cfg.top_p) <= 1.0:
@@ -120,15 +124,24 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
     if not all(isinstance(i, numbers.Integral) for i in cfg.stop_ids):
         raise ConfigError(f"stop_ids={cfg.stop_ids!r} must be token ids (ints)")
     if cfg.pad_id in cfg.stop_ids:  # the sampler never draws pad_id: a stop equal to it could never be sampled
-        raise ConfigError(f"pad_id={cfg.pad_id} is also a stop id {cfg.stop_ids}: the sampler never draws the pad id, "
-                          "so no response could stop; give padding an id of its own (e.g. an unused token, not EOS)")
+        raise ConfigError(
+            f"pad_id={cfg.pad_id} is also a stop id {cfg.stop_ids}: the sampler never draws the pad id, "
+            "so no response could stop; give padding an id of its own (e.g. an unused token, not EOS)"
+        )
     for f in dataclasses.fields(cfg):  # NaN passes every `v < lo` test; inf trains to NaN after a compile
         v = getattr(cfg, f.name)
         if isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isfinite(v):
             raise ConfigError(f"{f.name}={v!r} must be a finite number")
     _check_lora(cfg)
-    for name, lo in (("actor_lr", 0.0), ("critic_lr", 0.0), ("max_grad_norm", 0.0), ("clip_eps", 0.0),
-                     ("temperature", 0.0), ("kl_target", 0.0), ("kl_horizon", 0.0)):
+    for name, lo in (
+        ("actor_lr", 0.0),
+        ("critic_lr", 0.0),
+        ("max_grad_norm", 0.0),
+        ("clip_eps", 0.0),
+        ("temperature", 0.0),
+        ("kl_target", 0.0),
+        ("kl_horizon", 0.0),
+    ):
         v = getattr(cfg, name)
         if isinstance(v, numbers.Real) and not v > lo:
             raise ConfigError(f"{name}={v!r} must be > {lo}")
@@ -160,4 +173,3 @@ def _check_lora(cfg: TokenPPOConfig) -> None:
 def replace(cfg: TokenPPOConfig, **changes) -> TokenPPOConfig:
     """``cfg`` with ``changes``, validated."""
     return validate_token_config(dataclasses.replace(cfg, **changes))
-

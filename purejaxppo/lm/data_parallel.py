@@ -30,8 +30,10 @@ def prompt_mesh(num_devices: int) -> Mesh:
     """A 1-D mesh (axis ``"data"``) over the first ``num_devices`` devices."""
     devices = jax.devices()
     if num_devices > len(devices):
-        raise ConfigError(f"--devices {num_devices}: only {len(devices)} device(s) here (on CPU, set XLA_FLAGS="
-                          f"--xla_force_host_platform_device_count={num_devices} before starting Python)")
+        raise ConfigError(
+            f"--devices {num_devices}: only {len(devices)} device(s) here (on CPU, set XLA_FLAGS="
+            f"--xla_force_host_platform_device_count={num_devices} before starting Python)"
+        )
     return Mesh(np.array(devices[:num_devices]), (AXIS,))
 
 
@@ -47,13 +49,15 @@ def data_parallel(build: Callable[..., TokenPPO], num_devices: int) -> TokenPPO:
     def over_mesh(fn):
         def call(*args):
             return jax.shard_map(fn, mesh=mesh, in_specs=(P(),) * len(args), out_specs=P(), check_vma=False)(*args)
+
         return call
 
     def run(state, n: int, cfg=None):  # n is static: bound, not passed through the mesh
         return over_mesh(lambda s, c: inner.run(s, n, c))(state, cfg)
 
-    return inner._replace(iteration=over_mesh(inner.iteration), run=run, train=over_mesh(inner.train),
-                          update=over_mesh(inner.update))
+    return inner._replace(
+        iteration=over_mesh(inner.iteration), run=run, train=over_mesh(inner.train), update=over_mesh(inner.update)
+    )
 
 
 def fsdp_sharding(tree, mesh: Mesh, axis: str = AXIS, min_size: int = 1024):

@@ -72,19 +72,49 @@ def heads(models: Models, params: dict, tokens, valid):
 def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
     """Responses to ``prompt [B, P]``: ``(response [B, T], logp_sampled [B, T], mask [B, T])``,
     row ``i`` drawn with ``row_keys[i]``."""
-    return sample_response(models.policy, params["policy"], row_keys, prompt, prompt_valid, cfg.max_new_tokens,
-                           jnp.asarray(cfg.stop_ids, jnp.int32), cfg.pad_id, cfg.temperature, cfg.top_k, cfg.top_p,
-                           per_row=True)
+    return sample_response(
+        models.policy,
+        params["policy"],
+        row_keys,
+        prompt,
+        prompt_valid,
+        cfg.max_new_tokens,
+        jnp.asarray(cfg.stop_ids, jnp.int32),
+        cfg.pad_id,
+        cfg.temperature,
+        cfg.top_k,
+        cfg.top_p,
+        per_row=True,
+    )
 
 
 def collect(models: Models, params: dict, reference_params, reward_params, row_keys, prompt, prompt_valid, cfg):
     """The rows' experience before GAE: :func:`score` of :func:`sample`'s responses."""
-    return score(models, params, reference_params, reward_params, prompt, prompt_valid,
-                 *sample(models, params, row_keys, prompt, prompt_valid, cfg), cfg)
+    return score(
+        models,
+        params,
+        reference_params,
+        reward_params,
+        prompt,
+        prompt_valid,
+        *sample(models, params, row_keys, prompt, prompt_valid, cfg),
+        cfg,
+    )
 
 
-def score(models: Models, params: dict, reference_params, reward_params, prompt, prompt_valid, response,
-          logp_sampled, rmask, cfg, scores=None):
+def score(
+    models: Models,
+    params: dict,
+    reference_params,
+    reward_params,
+    prompt,
+    prompt_valid,
+    response,
+    logp_sampled,
+    rmask,
+    cfg,
+    scores=None,
+):
     """Sampled responses read back teacher-forced (policy, reference, critic) and scored by the
     reward: a dict of ``[B, ...]`` arrays.
 
@@ -107,9 +137,17 @@ def score(models: Models, params: dict, reference_params, reward_params, prompt,
     stops = jnp.asarray(cfg.stop_ids, response.dtype).reshape(-1)
     has_stop = jnp.any(rmask & jnp.any(response[..., None] == stops, axis=-1), axis=1)
     zeros = jnp.zeros_like(logp_old[:, : prompt.shape[1]])
-    return dict(tokens=tokens, valid=valid, mask=mask, logp_old=jnp.where(mask, logp_old, 0.0),
-                logp_ref=jnp.where(mask, logp_ref, 0.0), values_old=jnp.where(mask, values, 0.0), score=scores,
-                has_stop=has_stop, logp_sampled=jnp.concatenate([zeros, logp_sampled], axis=1))
+    return dict(
+        tokens=tokens,
+        valid=valid,
+        mask=mask,
+        logp_old=jnp.where(mask, logp_old, 0.0),
+        logp_ref=jnp.where(mask, logp_ref, 0.0),
+        values_old=jnp.where(mask, values, 0.0),
+        score=scores,
+        has_stop=has_stop,
+        logp_sampled=jnp.concatenate([zeros, logp_sampled], axis=1),
+    )
 
 
 def finish(exp: dict, beta, cfg) -> tuple[dict, dict]:
@@ -128,9 +166,15 @@ def finish(exp: dict, beta, cfg) -> tuple[dict, dict]:
     data.update(advantages=adv, returns=ret)
     k1 = tk.sequence_kl(tk.kl_penalty(exp["logp_old"], exp["logp_ref"], "k1", mask), mask)
     seq_kl = tk.sequence_kl(kl, mask)
-    stats = dict(score=jnp.mean(exp["score"]), score_with_penalty=jnp.mean(total), kl=jnp.mean(seq_kl),
-                 kl_k1=jnp.mean(k1), non_score_reward=jnp.mean(-beta * seq_kl),
-                 response_length=jnp.mean(jnp.sum(mask, axis=1)), eos_rate=jnp.mean(exp["has_stop"]),
-                 logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp["logp_sampled"] - exp["logp_old"]), 0.0)),
-                 beta=jnp.asarray(beta, jnp.float32))
+    stats = dict(
+        score=jnp.mean(exp["score"]),
+        score_with_penalty=jnp.mean(total),
+        kl=jnp.mean(seq_kl),
+        kl_k1=jnp.mean(k1),
+        non_score_reward=jnp.mean(-beta * seq_kl),
+        response_length=jnp.mean(jnp.sum(mask, axis=1)),
+        eos_rate=jnp.mean(exp["has_stop"]),
+        logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp["logp_sampled"] - exp["logp_old"]), 0.0)),
+        beta=jnp.asarray(beta, jnp.float32),
+    )
     return jax.lax.stop_gradient(data), stats

@@ -23,9 +23,17 @@ import jax.numpy as jnp
 import numpy as np
 
 # attend: TinyLM's attention, shared so both models mask padded keys the same way
-from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, cache_view, empty_kv_cache,
-                                 positions_from_mask,
-                                 value_head, written_cache)
+from purejaxppo.lm.model import (
+    QUERY_BLOCK,
+    KVCache,
+    attend,
+    attention_mask,
+    cache_view,
+    empty_kv_cache,
+    positions_from_mask,
+    value_head,
+    written_cache,
+)
 from purejaxppo.lm.hf_files import read_safetensors, write_safetensors
 
 CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon")
@@ -49,8 +57,9 @@ class _Attention(nn.Module):
         spec = "bkhd"
         if kv is not None:
             at = (0, 0, slot, 0)
-            kv = tuple(jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3).astype(c.dtype), at)
-                       for c, n in zip(kv, (k, v)))
+            kv = tuple(
+                jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3).astype(c.dtype), at) for c, n in zip(kv, (k, v))
+            )
             (k, v), spec = kv, "bhkd"
         out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)  # float32 softmax
         return nn.Dense(d, dtype=self.dtype, name="c_proj")(out.reshape(b, l, d)), kv
@@ -97,8 +106,7 @@ class GPT2(nn.Module):
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0,
-                 heads: str = "both"):
+    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0, heads: str = "both"):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
         ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
         third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
@@ -114,7 +122,9 @@ class GPT2(nn.Module):
         ks, vs = [], []
         for i in range(self.n_layer):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = _Block(self.n_head, self.layer_norm_epsilon, self.dtype, self.query_block, name=f"h_{i}")(x, attn_mask, kv, slot)
+            x, kv = _Block(self.n_head, self.layer_norm_epsilon, self.dtype, self.query_block, name=f"h_{i}")(
+                x, attn_mask, kv, slot
+            )
             if kv is not None:
                 ks.append(kv[0])
                 vs.append(kv[1])
@@ -166,8 +176,13 @@ def gpt2_from_config(config: Mapping, dtype=jnp.float32) -> GPT2:
     missing = [k for k in CONFIG_KEYS[:-1] if k not in config]
     if missing:
         raise ValueError(f"GPT-2 config lacks {missing} (needs {list(CONFIG_KEYS)})")
-    unsupported = {"activation_function": "gelu_new", "n_inner": 4 * config["n_embd"], "tie_word_embeddings": True,
-                   "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False}
+    unsupported = {
+        "activation_function": "gelu_new",
+        "n_inner": 4 * config["n_embd"],
+        "tie_word_embeddings": True,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+    }
     for key, want in unsupported.items():
         if config.get(key) is not None and config[key] != want:
             raise ValueError(f"GPT-2 config {key}={config[key]!r} is not supported (only {want!r})")
@@ -179,8 +194,15 @@ def gpt2_from_config(config: Mapping, dtype=jnp.float32) -> GPT2:
 def gpt2_config(module: GPT2) -> dict:
     """The HF ``config.json`` dict of ``module`` (loadable by ``transformers``' GPT2LMHeadModel)."""
     cfg = {k: getattr(module, k) for k in CONFIG_KEYS}
-    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], **cfg, "n_ctx": module.n_positions,
-            "n_inner": None, "activation_function": "gelu_new", "tie_word_embeddings": True}
+    return {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        **cfg,
+        "n_ctx": module.n_positions,
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "tie_word_embeddings": True,
+    }
 
 
 def _check(tensors: Mapping, layout: dict, what: str) -> None:
@@ -246,8 +268,10 @@ def gpt2_reward_params_from_hf(tensors: Mapping[str, np.ndarray], config: GPT2 |
     module = config if isinstance(config, GPT2) else gpt2_from_config(config)
     score = named.pop("score.weight", None)
     if score is None or tuple(np.shape(score)) != (1, module.n_embd):
-        raise ValueError(f"GPT-2 reward-model weights: need score.weight of shape (1, {module.n_embd}) (one label), "
-                         f"got {None if score is None else tuple(np.shape(score))}")
+        raise ValueError(
+            f"GPT-2 reward-model weights: need score.weight of shape (1, {module.n_embd}) (one label), "
+            f"got {None if score is None else tuple(np.shape(score))}"
+        )
     params = gpt2_params_from_hf(named, module)
     params["params"]["value_head"] = {"kernel": jnp.asarray(np.asarray(score, np.float32).T), "bias": jnp.zeros((1,))}
     return params
@@ -258,8 +282,9 @@ def gpt2_reward_params_to_hf(params: Mapping) -> dict[str, np.ndarray]:
     head bias that is not 0: HF's score head has none)."""
     head = params.get("params", params)["value_head"]
     if np.any(np.asarray(head["bias"]) != 0):
-        raise ValueError(f"reward model: value_head bias {np.asarray(head['bias']).tolist()} is not 0; HF's score "
-                         "head has no bias")
+        raise ValueError(
+            f"reward model: value_head bias {np.asarray(head['bias']).tolist()} is not 0; HF's score head has no bias"
+        )
     out = {f"transformer.{k}": v for k, v in gpt2_params_to_hf(params).items()}
     return out | {"score.weight": np.asarray(head["kernel"], np.float32).T.copy()}
 
@@ -269,7 +294,9 @@ def load_gpt2(path: str | os.PathLike, dtype=jnp.float32) -> tuple[GPT2, dict]:
     ``model.safetensors``, or the ``.safetensors`` file itself (``config.json`` beside it).
     Nothing is downloaded. ``dtype``: the module's compute dtype (parameters are float32)."""
     path = os.fspath(path)
-    folder, file = (path, os.path.join(path, "model.safetensors")) if os.path.isdir(path) else (os.path.dirname(path), path)
+    folder, file = (
+        (path, os.path.join(path, "model.safetensors")) if os.path.isdir(path) else (os.path.dirname(path), path)
+    )
     cfg_path = os.path.join(folder, "config.json")
     for need in (file, cfg_path):
         if not os.path.isfile(need):

@@ -21,8 +21,17 @@ from safetensors.numpy import save_file
 
 WEIGHTS, INDEX, CONFIG = "model.safetensors", "model.safetensors.index.json", "config.json"
 #: the files beside the weights that an export carries over from the source folder, when there
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "generation_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 
 
 class CheckpointFolderError(ValueError):
@@ -34,12 +43,15 @@ def read_config(folder: str | os.PathLike) -> dict:
     folder, the file or its JSON is missing or broken."""
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
-        raise CheckpointFolderError(f"{folder} is not a folder (give a local model folder holding config.json and "
-                                    "*.safetensors; nothing is downloaded)")
+        raise CheckpointFolderError(
+            f"{folder} is not a folder (give a local model folder holding config.json and "
+            "*.safetensors; nothing is downloaded)"
+        )
     path = os.path.join(folder, CONFIG)
     if not os.path.isfile(path):
-        raise CheckpointFolderError(f"{folder} has no config.json (a Hugging Face model folder holds config.json and "
-                                    "model.safetensors)")
+        raise CheckpointFolderError(
+            f"{folder} has no config.json (a Hugging Face model folder holds config.json and model.safetensors)"
+        )
     return read_json_object(path)
 
 
@@ -119,8 +131,10 @@ def weight_files(folder: str | os.PathLike) -> list[str]:
         return [os.path.join(folder, WEIGHTS)]
     index = os.path.join(folder, INDEX)
     if not os.path.isfile(index):
-        raise CheckpointFolderError(f"{folder} has no {WEIGHTS} nor {INDEX} (only safetensors weights are read; "
-                                    "convert *.bin / *.pth with transformers' save_pretrained)")
+        raise CheckpointFolderError(
+            f"{folder} has no {WEIGHTS} nor {INDEX} (only safetensors weights are read; "
+            "convert *.bin / *.pth with transformers' save_pretrained)"
+        )
     try:
         with open(index) as f:
             weight_map = json.load(f)["weight_map"]

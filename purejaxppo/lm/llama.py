@@ -24,9 +24,17 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
-from purejaxppo.lm.model import (QUERY_BLOCK, KVCache, attend, attention_mask, cache_view, empty_kv_cache,
-                                 positions_from_mask,
-                                 value_head, written_cache)
+from purejaxppo.lm.model import (
+    QUERY_BLOCK,
+    KVCache,
+    attend,
+    attention_mask,
+    cache_view,
+    empty_kv_cache,
+    positions_from_mask,
+    value_head,
+    written_cache,
+)
 
 _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
 
@@ -67,8 +75,14 @@ class _Attention(nn.Module):
         first. ``-> (out [B, L, D], kv)``."""
         c = self.config
         b, l, _ = x.shape
-        dense = lambda n, bias, name: nn.Dense(n, use_bias=bias, dtype=self.dtype, param_dtype=self.param_dtype,  # noqa: E731
-                                               kernel_init=_INIT, name=name)
+        dense = lambda n, bias, name: nn.Dense(
+            n,
+            use_bias=bias,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,  # noqa: E731
+            kernel_init=_INIT,
+            name=name,
+        )
         q = dense(c.num_attention_heads * c.head_dim, c.qkv_bias, "q_proj")(x).reshape(b, l, -1, c.head_dim)
         k = dense(c.num_key_value_heads * c.head_dim, c.qkv_bias, "k_proj")(x).reshape(b, l, -1, c.head_dim)
         v = dense(c.num_key_value_heads * c.head_dim, c.qkv_bias, "v_proj")(x).reshape(b, l, -1, c.head_dim)
@@ -79,8 +93,10 @@ class _Attention(nn.Module):
         spec = "bkhd"
         if kv is not None:
             at = (0, 0, slot, 0)
-            kv = tuple(jax.lax.dynamic_update_slice(cache, new.transpose(0, 2, 1, 3).astype(cache.dtype), at)
-                       for cache, new in zip(kv, (k, v)))
+            kv = tuple(
+                jax.lax.dynamic_update_slice(cache, new.transpose(0, 2, 1, 3).astype(cache.dtype), at)
+                for cache, new in zip(kv, (k, v))
+            )
             (k, v), spec = kv, "bhkd"
         out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)
         return dense(c.hidden_size, c.o_bias, "o_proj")(out.reshape(b, l, -1)), kv
@@ -94,8 +110,14 @@ class _MLP(nn.Module):
     @nn.compact
     def __call__(self, x):
         c = self.config
-        dense = lambda n, name: nn.Dense(n, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,  # noqa: E731
-                                         kernel_init=_INIT, name=name)
+        dense = lambda n, name: nn.Dense(
+            n,
+            use_bias=False,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,  # noqa: E731
+            kernel_init=_INIT,
+            name=name,
+        )
         h = nn.silu(dense(c.intermediate_size, "gate_proj")(x)) * dense(c.intermediate_size, "up_proj")(x)
         return dense(c.hidden_size, "down_proj")(h)
 
@@ -111,7 +133,8 @@ class _Layer(nn.Module):
         eps = self.config.rms_norm_eps
         h = RMSNorm(eps, self.dtype, name="input_layernorm")(x)
         a, kv = _Attention(self.config, self.dtype, self.param_dtype, self.query_block, name="self_attn")(
-            h, cos, sin, attn_mask, kv, slot)
+            h, cos, sin, attn_mask, kv, slot
+        )
         x = x + a
         h = RMSNorm(eps, self.dtype, name="post_attention_layernorm")(x)
         return x + _MLP(self.config, self.dtype, self.param_dtype, name="mlp")(h), kv
@@ -141,8 +164,7 @@ class Llama(nn.Module):
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0,
-                 heads: str = "both"):
+    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0, heads: str = "both"):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
         ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
         third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
@@ -150,8 +172,14 @@ class Llama(nn.Module):
         c = self.config
         valid = valid.astype(bool)
         start, key_valid = cache_view(valid, cache, slot)
-        embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
-                         embedding_init=_INIT, name="embed_tokens")
+        embed = nn.Embed(
+            c.vocab_size,
+            c.hidden_size,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            embedding_init=_INIT,
+            name="embed_tokens",
+        )
         x = embed(tokens)
         # RoPE angles in float32 from the mask's positions, cast to the compute dtype as HF does
         angles = positions_from_mask(valid, start)[..., None].astype(jnp.float32) * jnp.asarray(rope_inv_freq(c))
@@ -165,7 +193,8 @@ class Llama(nn.Module):
         for i in range(c.num_hidden_layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
             x, kv = _Layer(c, self.dtype, self.param_dtype, self.query_block, name=f"layers_{i}")(
-                x, cos, sin, attn_mask, kv, slot)
+                x, cos, sin, attn_mask, kv, slot
+            )
             if kv is not None:
                 ks.append(kv[0])
                 vs.append(kv[1])

@@ -18,8 +18,12 @@ from typing import Mapping, Optional
 import numpy as np
 
 #: the model types this record describes, with the ``architectures`` entry HF writes for each
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                 "qwen3": "Qwen3ForCausalLM"}
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -66,8 +70,10 @@ class LlamaConfig:
 
     def __post_init__(self):
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(f"{self.model_type} config: num_attention_heads={self.num_attention_heads} is not a "
-                             f"multiple of num_key_value_heads={self.num_key_value_heads}")
+            raise ValueError(
+                f"{self.model_type} config: num_attention_heads={self.num_attention_heads} is not a "
+                f"multiple of num_key_value_heads={self.num_key_value_heads}"
+            )
 
 
 def _rope(config: Mapping) -> tuple[float, Optional[RopeScaling]]:
@@ -83,10 +89,30 @@ def _rope(config: Mapping) -> tuple[float, Optional[RopeScaling]]:
     return theta, RopeScaling(kind, **{k: params[k] for k in keys if k in params})
 
 
-_OWNED = {"model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-          "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling",
-          "rope_parameters", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias",
-          "sliding_window", "use_sliding_window", "hidden_act", "torch_dtype", "dtype"}
+_OWNED = {
+    "model_type",
+    "architectures",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "sliding_window",
+    "use_sliding_window",
+    "hidden_act",
+    "torch_dtype",
+    "dtype",
+}
 
 
 def llama_config_from_hf(config: Mapping) -> LlamaConfig:
@@ -113,29 +139,56 @@ def llama_config_from_hf(config: Mapping) -> LlamaConfig:
         raise ValueError(f"{kind} config: use_sliding_window=true is not supported (per-layer windows)")
     window = config.get("sliding_window") if kind == "mistral" else None  # the others ignore the key
     return LlamaConfig(
-        model_type=kind, vocab_size=config["vocab_size"], hidden_size=config["hidden_size"],
-        intermediate_size=config["intermediate_size"], num_hidden_layers=config["num_hidden_layers"],
-        num_attention_heads=heads, num_key_value_heads=config.get("num_key_value_heads") or heads, head_dim=head_dim,
-        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
+        model_type=kind,
+        vocab_size=config["vocab_size"],
+        hidden_size=config["hidden_size"],
+        intermediate_size=config["intermediate_size"],
+        num_hidden_layers=config["num_hidden_layers"],
+        num_attention_heads=heads,
+        num_key_value_heads=config.get("num_key_value_heads") or heads,
+        head_dim=head_dim,
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta,
+        rope_scaling=scaling,
         max_position_embeddings=config.get("max_position_embeddings", 2048),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        qkv_bias=bias or kind == "qwen2", o_bias=bias, qk_norm=kind == "qwen3", sliding_window=window,
-        extra=json.dumps({k: v for k, v in config.items() if k not in _OWNED}, sort_keys=True))
+        qkv_bias=bias or kind == "qwen2",
+        o_bias=bias,
+        qk_norm=kind == "qwen3",
+        sliding_window=window,
+        extra=json.dumps({k: v for k, v in config.items() if k not in _OWNED}, sort_keys=True),
+    )
 
 
 def llama_config_to_hf(cfg: LlamaConfig, dtype: str = "float32") -> dict:
     """The HF ``config.json`` dict of ``cfg`` (transformers 4.x style: ``rope_theta`` +
     ``rope_scaling``, which 5.x reads too); ``dtype``: the stored weights' (``torch_dtype``)."""
     out = json.loads(cfg.extra)
-    out.update(model_type=cfg.model_type, architectures=[ARCHITECTURES[cfg.model_type]], vocab_size=cfg.vocab_size,
-               hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-               num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-               num_key_value_heads=cfg.num_key_value_heads, head_dim=cfg.head_dim, rms_norm_eps=cfg.rms_norm_eps,
-               rope_theta=cfg.rope_theta, max_position_embeddings=cfg.max_position_embeddings,
-               tie_word_embeddings=cfg.tie_word_embeddings, hidden_act="silu", torch_dtype=dtype)
-    out["rope_scaling"] = None if cfg.rope_scaling is None else {
-        "rope_type": cfg.rope_scaling.rope_type, **{f.name: getattr(cfg.rope_scaling, f.name)
-                                                     for f in fields(RopeScaling)[1:]}}
+    out.update(
+        model_type=cfg.model_type,
+        architectures=[ARCHITECTURES[cfg.model_type]],
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        rms_norm_eps=cfg.rms_norm_eps,
+        rope_theta=cfg.rope_theta,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        hidden_act="silu",
+        torch_dtype=dtype,
+    )
+    out["rope_scaling"] = (
+        None
+        if cfg.rope_scaling is None
+        else {
+            "rope_type": cfg.rope_scaling.rope_type,
+            **{f.name: getattr(cfg.rope_scaling, f.name) for f in fields(RopeScaling)[1:]},
+        }
+    )
     if cfg.model_type != "qwen2":
         out["attention_bias"] = cfg.o_bias
     if cfg.model_type in ("qwen2", "qwen3"):

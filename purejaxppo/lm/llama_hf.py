@@ -31,12 +31,19 @@ def trunk_layout(c: LlamaConfig) -> dict:
     """``{HF name: (path in the Flax "params" tree, HF shape, transposed)}`` of the trunk
     (``model.*``): embeddings, every layer, the final norm."""
     d, hd, q, kv = c.hidden_size, c.head_dim, c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
-    out = {"model.embed_tokens.weight": (("embed_tokens", "embedding"), (c.vocab_size, d), False),
-           "model.norm.weight": (("norm", "scale"), (d,), False)}
-    linears = {"self_attn.q_proj": (q, d, c.qkv_bias), "self_attn.k_proj": (kv, d, c.qkv_bias),
-               "self_attn.v_proj": (kv, d, c.qkv_bias), "self_attn.o_proj": (d, q, c.o_bias),
-               "mlp.gate_proj": (c.intermediate_size, d, False), "mlp.up_proj": (c.intermediate_size, d, False),
-               "mlp.down_proj": (d, c.intermediate_size, False)}
+    out = {
+        "model.embed_tokens.weight": (("embed_tokens", "embedding"), (c.vocab_size, d), False),
+        "model.norm.weight": (("norm", "scale"), (d,), False),
+    }
+    linears = {
+        "self_attn.q_proj": (q, d, c.qkv_bias),
+        "self_attn.k_proj": (kv, d, c.qkv_bias),
+        "self_attn.v_proj": (kv, d, c.qkv_bias),
+        "self_attn.o_proj": (d, q, c.o_bias),
+        "mlp.gate_proj": (c.intermediate_size, d, False),
+        "mlp.up_proj": (c.intermediate_size, d, False),
+        "mlp.down_proj": (d, c.intermediate_size, False),
+    }
     norms = {"input_layernorm": d, "post_attention_layernorm": d}
     if c.qk_norm:
         norms |= {"self_attn.q_norm": hd, "self_attn.k_norm": hd}
@@ -54,15 +61,20 @@ def trunk_layout(c: LlamaConfig) -> dict:
 
 def causal_layout(c: LlamaConfig) -> dict:
     """The trunk plus ``lm_head.weight`` when untied."""
-    head = {} if c.tie_word_embeddings else {
-        "lm_head.weight": (("lm_head", "kernel"), (c.vocab_size, c.hidden_size), True)}
+    head = (
+        {}
+        if c.tie_word_embeddings
+        else {"lm_head.weight": (("lm_head", "kernel"), (c.vocab_size, c.hidden_size), True)}
+    )
     return {**trunk_layout(c), **head}
 
 
 def value_head_layout(c: LlamaConfig) -> dict:
     """Our value head under HF-style names (ours; ``kernel [D, 1]`` stored as is)."""
-    return {"value_head.weight": (("value_head", "kernel"), (c.hidden_size, 1), False),
-            "value_head.bias": (("value_head", "bias"), (1,), False)}
+    return {
+        "value_head.weight": (("value_head", "kernel"), (c.hidden_size, 1), False),
+        "value_head.bias": (("value_head", "bias"), (1,), False),
+    }
 
 
 def _is_norm(path: tuple) -> bool:
@@ -103,11 +115,14 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], c: LlamaConfig, param_dtyp
     what = f"{c.model_type} weights"
     layout, heads = causal_layout(c), value_head_layout(c)
     tied_copy = {"lm_head.weight"} if c.tie_word_embeddings else set()
-    unknown = sorted(k for k in tensors if k not in layout and k not in heads and k not in tied_copy
-                     and not _IGNORED.fullmatch(k))
+    unknown = sorted(
+        k for k in tensors if k not in layout and k not in heads and k not in tied_copy and not _IGNORED.fullmatch(k)
+    )
     if "score.weight" in unknown:
-        raise ValueError(f"{what}: score.weight makes this a reward model (*ForSequenceClassification): "
-                         "read it with load_sequence_classifier")
+        raise ValueError(
+            f"{what}: score.weight makes this a reward model (*ForSequenceClassification): "
+            "read it with load_sequence_classifier"
+        )
     if unknown:
         raise ValueError(f"{what}: unexpected tensors {unknown[:5]} (another architecture or layer count?)")
     _check(tensors, layout, what)
@@ -164,12 +179,16 @@ def reward_params_from_hf(tensors: Mapping[str, np.ndarray], c: LlamaConfig, par
     what = f"{c.model_type} reward-model weights"
     layout = {**trunk_layout(c), "score.weight": (("value_head", "kernel"), (1, c.hidden_size), True)}
     if "score.weight" not in tensors:
-        raise ValueError(f"{what}: missing tensor 'score.weight' (a *ForSequenceClassification model with one label; "
-                         "a causal LM is read by load_pretrained)")
+        raise ValueError(
+            f"{what}: missing tensor 'score.weight' (a *ForSequenceClassification model with one label; "
+            "a causal LM is read by load_pretrained)"
+        )
     unknown = sorted(k for k in tensors if k not in layout and not _IGNORED.fullmatch(k))
     if unknown:
-        raise ValueError(f"{what}: unexpected tensors {unknown[:5]} (a reward model holds model.* and score.weight "
-                         "[1, hidden_size] only)")
+        raise ValueError(
+            f"{what}: unexpected tensors {unknown[:5]} (a reward model holds model.* and score.weight "
+            "[1, hidden_size] only)"
+        )
     _check(tensors, layout, what)
     tree = _tree(tensors, layout, param_dtype)
     tree["value_head"]["bias"] = jnp.zeros((1,))

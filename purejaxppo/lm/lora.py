@@ -27,8 +27,18 @@ from flax import struct
 
 #: module names LoRA adapts by default: the attention and MLP projections of the Llama family
 #: and of GPT-2 (``lora_targets=()`` in the config means these)
-DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-                   "c_attn", "c_proj", "c_fc")
+DEFAULT_TARGETS = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "c_attn",
+    "c_proj",
+    "c_fc",
+)
 FULL = ("value_head",)  # trained whole: no base to adapt
 
 
@@ -68,8 +78,15 @@ def _set(tree: dict, keys: tuple, value) -> None:
     tree[keys[-1]] = value
 
 
-def lora_init(key, params, rank: int, alpha: float, targets: Sequence[str] = DEFAULT_TARGETS,
-              full: Sequence[str] = FULL, dtype=jnp.float32) -> Adapters:
+def lora_init(
+    key,
+    params,
+    rank: int,
+    alpha: float,
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    full: Sequence[str] = FULL,
+    dtype=jnp.float32,
+) -> Adapters:
     """Fresh :class:`Adapters` for ``params`` (a model's variables, e.g. ``{"params": ...}``):
     rank ``rank`` factors at every kernel ``targets`` selects (``A`` uniform ``±1/sqrt(in)``,
     ``B`` zero), and a ``dtype`` copy of every leaf under a module named in ``full``.
@@ -78,11 +95,18 @@ def lora_init(key, params, rank: int, alpha: float, targets: Sequence[str] = DEF
         raise ValueError(f"LoRA rank={rank!r} must be a positive integer")
     paths = lora_paths(params, targets)
     if not paths:
-        kernels = sorted({"/".join(_keys(p)[:-1]) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]
-                          if _keys(p)[-1] == "kernel"})
-        raise ValueError(f"LoRA targets {tuple(targets)} match no kernel of this model; its kernels are "
-                         f"{kernels[:8]}{' ...' if len(kernels) > 8 else ''} (name a module, e.g. "
-                         f"{kernels[0].rsplit('/', 1)[-1] if kernels else 'q_proj'!r})")
+        kernels = sorted(
+            {
+                "/".join(_keys(p)[:-1])
+                for p, x in jax.tree_util.tree_flatten_with_path(params)[0]
+                if _keys(p)[-1] == "kernel"
+            }
+        )
+        raise ValueError(
+            f"LoRA targets {tuple(targets)} match no kernel of this model; its kernels are "
+            f"{kernels[:8]}{' ...' if len(kernels) > 8 else ''} (name a module, e.g. "
+            f"{kernels[0].rsplit('/', 1)[-1] if kernels else 'q_proj'!r})"
+        )
     leaves = dict((_keys(p), x) for p, x in jax.tree_util.tree_flatten_with_path(params)[0])
     tree: dict = {}
     for i, keys in enumerate(paths):

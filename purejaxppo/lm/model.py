@@ -84,8 +84,7 @@ def positions_from_mask(valid: jax.Array, start: jax.Array | int = 0) -> jax.Arr
 
 def cache_view(valid: jax.Array, cache: KVCache | None, slot) -> tuple:
     """``(start, key_valid [B, S])`` of a chunk ``valid [B, L]`` written at ``slot`` (every model's)."""
-    return (0, valid) if cache is None else (cache.count,
-                                            jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot)))
+    return (0, valid) if cache is None else (cache.count, jax.lax.dynamic_update_slice(cache.valid, valid, (0, slot)))
 
 
 def attention_mask(key_valid: jax.Array, slot: jax.Array | int, length: int) -> jax.Array:
@@ -176,8 +175,9 @@ class Block(nn.Module):
         spec = "bkhd"
         if kv is not None:
             at = (0, 0, slot, 0)
-            kv = tuple(jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3).astype(c.dtype), at)
-                       for c, n in zip(kv, (k, v)))
+            kv = tuple(
+                jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3).astype(c.dtype), at) for c, n in zip(kv, (k, v))
+            )
             (k, v), spec = kv, "bhkd"
         out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)
         x = x + dense(d)(out.reshape(b, l, d))
@@ -203,8 +203,7 @@ class TinyLM(nn.Module):
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (attend)
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0,
-                 heads: str = "both"):
+    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0, heads: str = "both"):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])``; with a ``cache`` the
         chunk sits at slots ``slot..slot+L-1`` after what the cache holds, and the updated
         cache is returned third. One code path: without a cache it is the full causal pass.
@@ -219,7 +218,8 @@ class TinyLM(nn.Module):
         ks, vs = [], []
         for i in range(self.n_layers):
             x, kv = Block(self.d_model, self.n_heads, self.dtype, self.query_block, name=f"block_{i}")(
-                x, attn_mask, None if cache is None else (cache.k[i], cache.v[i]), slot)
+                x, attn_mask, None if cache is None else (cache.k[i], cache.v[i]), slot
+            )
             if kv is not None:
                 ks.append(kv[0])
                 vs.append(kv[1])
@@ -266,7 +266,6 @@ class FlaxLM:
         ones = jnp.ones(token.shape + (1,), bool)
         logits, _, cache = self.model.apply(params, token[:, None], ones, cache, position, heads="logits")
         return logits[:, 0], cache
-
 
 
 @dataclass(frozen=True)

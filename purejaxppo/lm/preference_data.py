@@ -44,11 +44,15 @@ def read_pairs(path: str) -> list[dict]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise PairsFileError(f"--pairs {path}, line {i}: not JSON ({e.msg})") from None
-            if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("prompt", "chosen",
-                                                                                        "rejected")):
+            if not isinstance(row, dict) or not all(
+                isinstance(row.get(k), str) for k in ("prompt", "chosen", "rejected")
+            ):
                 raise PairsFileError(f"--pairs {path}, line {i}: needs string fields prompt, chosen and rejected")
-            if "margin" in row and (isinstance(row["margin"], bool) or not isinstance(row["margin"], (int, float))
-                                    or not np.isfinite(row["margin"])):
+            if "margin" in row and (
+                isinstance(row["margin"], bool)
+                or not isinstance(row["margin"], (int, float))
+                or not np.isfinite(row["margin"])
+            ):
                 raise PairsFileError(f"--pairs {path}, line {i}: margin must be a finite number")
             rows.append(row)
     if len(rows) < 2:
@@ -60,19 +64,20 @@ def _left(ids: list, n: int, pad: int) -> tuple[np.ndarray, np.ndarray]:
     ids = ids[-n:] if n else []
     out, valid = np.full(n, pad, np.int32), np.zeros(n, bool)
     if ids:
-        out[n - len(ids):], valid[n - len(ids):] = ids, True
+        out[n - len(ids) :], valid[n - len(ids) :] = ids, True
     return out, valid
 
 
 def _right(ids: list, n: int, pad: int) -> tuple[np.ndarray, np.ndarray]:
     ids = ids[:n]
     out, valid = np.full(n, pad, np.int32), np.zeros(n, bool)
-    out[:len(ids)], valid[:len(ids)] = ids, True
+    out[: len(ids)], valid[: len(ids)] = ids, True
     return out, valid
 
 
-def tokenize_pairs(rows: list[dict], encode, *, max_prompt: int, max_response: int, eos_id: Optional[int],
-                   pad_id: int = 0) -> tuple[PairBatch, Cuts]:
+def tokenize_pairs(
+    rows: list[dict], encode, *, max_prompt: int, max_response: int, eos_id: Optional[int], pad_id: int = 0
+) -> tuple[PairBatch, Cuts]:
     """``(PairBatch of numpy arrays, Cuts)``: ``encode(text) -> list[int]`` (no special tokens);
     ``P`` / ``T`` are the longest prompt / response (EOS included) up to ``max_prompt`` /
     ``max_response``."""
@@ -97,4 +102,4 @@ def split_pairs(batch: PairBatch, held_out: float, seed: int) -> tuple[PairBatch
     order = np.random.default_rng(seed).permutation(n)
     k = min(n - 1, max(1, int(round(n * held_out))))
     pick = lambda idx: PairBatch(*(x[idx] for x in batch))  # noqa: E731
-    return pick(order[: n - k]), pick(order[n - k:])
+    return pick(order[: n - k]), pick(order[n - k :])

@@ -21,23 +21,37 @@ from typing import Any, Callable, Dict
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.gpt2 import (GPT2, gpt2_config, gpt2_from_config, gpt2_params_from_hf, gpt2_params_to_hf,
-                                gpt2_reward_params_from_hf, gpt2_reward_params_to_hf)
-from purejaxppo.lm.hf_files import (CheckpointFolderError, copy_tokenizer_files, read_config, read_weights,
-                                    write_folder)
+from purejaxppo.lm.gpt2 import (
+    GPT2,
+    gpt2_config,
+    gpt2_from_config,
+    gpt2_params_from_hf,
+    gpt2_params_to_hf,
+    gpt2_reward_params_from_hf,
+    gpt2_reward_params_to_hf,
+)
+from purejaxppo.lm.hf_files import CheckpointFolderError, copy_tokenizer_files, read_config, read_weights, write_folder
 from purejaxppo.lm.llama import Llama
 from purejaxppo.lm.llama_config import llama_config_from_hf, llama_config_to_hf
 from purejaxppo.lm.llama_hf import params_from_hf, params_to_hf, reward_params_from_hf, reward_params_to_hf
 from purejaxppo.lm.model import FlaxLM
 
-__all__ = ["CheckpointFolderError", "FAMILIES", "load_pretrained", "save_pretrained", "read_config",
-           "load_sequence_classifier", "save_sequence_classifier"]
+__all__ = [
+    "CheckpointFolderError",
+    "FAMILIES",
+    "load_pretrained",
+    "save_pretrained",
+    "read_config",
+    "load_sequence_classifier",
+    "save_sequence_classifier",
+]
 
 
 def _gpt2(folder: str, config: dict, dtype, param_dtype) -> tuple[Any, dict]:
     if np.dtype(param_dtype) != np.float32:
-        raise CheckpointFolderError(f"{folder}: gpt2 keeps float32 parameters (param_dtype {np.dtype(param_dtype)} "
-                                    "is for the Llama family)")
+        raise CheckpointFolderError(
+            f"{folder}: gpt2 keeps float32 parameters (param_dtype {np.dtype(param_dtype)} is for the Llama family)"
+        )
     module = _configured(folder, lambda: gpt2_from_config(config, dtype))
     return FlaxLM(module), _configured(folder, lambda: gpt2_params_from_hf(read_weights(folder), module))
 
@@ -63,16 +77,22 @@ def _configured(folder: str, build: Callable):
 
 
 #: ``model_type -> load(folder, config, dtype, param_dtype) -> (model, params)``
-FAMILIES: Dict[str, Callable[..., tuple]] = {"gpt2": _gpt2, "llama": _llama, "mistral": _llama, "qwen2": _llama,
-                                             "qwen3": _llama}
+FAMILIES: Dict[str, Callable[..., tuple]] = {
+    "gpt2": _gpt2,
+    "llama": _llama,
+    "mistral": _llama,
+    "qwen2": _llama,
+    "qwen3": _llama,
+}
 
 
 def _family(folder: str) -> tuple[dict, str]:
     config = read_config(folder)
     family = config.get("model_type")
     if family not in FAMILIES:
-        raise CheckpointFolderError(f"{folder}: model_type {family!r} is not supported; supported: "
-                                    f"{', '.join(sorted(FAMILIES))}")
+        raise CheckpointFolderError(
+            f"{folder}: model_type {family!r} is not supported; supported: {', '.join(sorted(FAMILIES))}"
+        )
     return config, family
 
 
@@ -90,8 +110,14 @@ def _module(model):
     return getattr(model, "model", model)  # a FlaxLM or the Flax module itself
 
 
-def save_pretrained(out_dir: str | os.PathLike, model, params, value_head: bool = False, dtype=np.float32,
-                    copy_from: str | os.PathLike | None = None) -> None:
+def save_pretrained(
+    out_dir: str | os.PathLike,
+    model,
+    params,
+    value_head: bool = False,
+    dtype=np.float32,
+    copy_from: str | os.PathLike | None = None,
+) -> None:
     """Write ``model`` (from :func:`load_pretrained`, a ``FlaxLM`` or its module) with
     ``params`` as an HF causal-LM folder: ``config.json`` (the source's model_type and
     architectures, its other keys kept) and ``model.safetensors`` in HF names, tensors in
@@ -113,9 +139,13 @@ def save_pretrained(out_dir: str | os.PathLike, model, params, value_head: bool 
         copy_tokenizer_files(copy_from, out_dir)
 
 
-_CLASSIFIERS = {"gpt2": "GPT2ForSequenceClassification", "llama": "LlamaForSequenceClassification",
-                "mistral": "MistralForSequenceClassification", "qwen2": "Qwen2ForSequenceClassification",
-                "qwen3": "Qwen3ForSequenceClassification"}
+_CLASSIFIERS = {
+    "gpt2": "GPT2ForSequenceClassification",
+    "llama": "LlamaForSequenceClassification",
+    "mistral": "MistralForSequenceClassification",
+    "qwen2": "Qwen2ForSequenceClassification",
+    "qwen3": "Qwen3ForSequenceClassification",
+}
 
 
 def classifier_architecture(model_type: str) -> str:
@@ -134,8 +164,9 @@ def load_sequence_classifier(folder: str | os.PathLike, dtype=jnp.float32, param
         module = _configured(folder, lambda: gpt2_from_config(config, dtype))
         return FlaxLM(module), _configured(folder, lambda: gpt2_reward_params_from_hf(read_weights(folder), module))
     module = _llama_module(folder, config, dtype, param_dtype)
-    return FlaxLM(module), _configured(folder, lambda: reward_params_from_hf(read_weights(folder), module.config,
-                                                                             param_dtype))
+    return FlaxLM(module), _configured(
+        folder, lambda: reward_params_from_hf(read_weights(folder), module.config, param_dtype)
+    )
 
 
 def save_sequence_classifier(out_dir: str | os.PathLike, model, params, dtype=np.float32) -> None:
@@ -148,6 +179,7 @@ def save_sequence_classifier(out_dir: str | os.PathLike, model, params, dtype=np
     else:
         config = llama_config_to_hf(module.config, np.dtype(dtype).name)
         tensors = reward_params_to_hf(params, module.config, dtype)
-    config.update(architectures=[_CLASSIFIERS[config["model_type"]]], id2label={"0": "LABEL_0"},
-                  label2id={"LABEL_0": 0})
+    config.update(
+        architectures=[_CLASSIFIERS[config["model_type"]]], id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0}
+    )
     write_folder(out_dir, config, tensors)

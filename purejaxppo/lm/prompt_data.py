@@ -73,20 +73,28 @@ def _jsonl_record(line: str, where: str, need_response: bool) -> Record:
     except ValueError as e:
         raise PromptFileError(f"{where} is not JSON ({e})") from None
     if not isinstance(obj, dict):
-        raise PromptFileError(f"{where} holds {type(obj).__name__}; each line must be a JSON object like "
-                              '{"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}')
+        raise PromptFileError(
+            f"{where} holds {type(obj).__name__}; each line must be a JSON object like "
+            '{"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}'
+        )
     prompt, messages, response = obj.get("prompt"), obj.get("messages"), obj.get("response")
     if (prompt is None) == (messages is None):
         raise PromptFileError(f"{where} needs exactly one of \"prompt\" (a string) or \"messages\" (a chat list)")
     if prompt is not None and not isinstance(prompt, str):
         raise PromptFileError(f"{where}: \"prompt\" must be a string, not {type(prompt).__name__}")
     if messages is not None:
-        good = isinstance(messages, list) and messages and all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in messages)
+        good = (
+            isinstance(messages, list)
+            and messages
+            and all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages
+            )
+        )
         if not good:
-            raise PromptFileError(f"{where}: \"messages\" must be a non-empty list of "
-                                  '{"role": "...", "content": "..."} objects')
+            raise PromptFileError(
+                f"{where}: \"messages\" must be a non-empty list of {{\"role\": \"...\", \"content\": \"...\"}} objects"
+            )
         messages = tuple(tuple(sorted(m.items())) for m in messages)
     if need_response and not isinstance(response, str):
         raise PromptFileError(f"{where} needs a \"response\" string (SFT data is prompt/response pairs)")
@@ -98,8 +106,11 @@ def render(record: Record, tokenizer, chat: bool) -> str:
     (``chat``) as one user message through the template."""
     if record.messages is None and not chat:
         return record.prompt
-    messages = [dict(m) for m in record.messages] if record.messages is not None else \
-        [{"role": "user", "content": record.prompt}]
+    messages = (
+        [dict(m) for m in record.messages]
+        if record.messages is not None
+        else [{"role": "user", "content": record.prompt}]
+    )
     try:
         return tokenizer.render_chat(messages, add_generation_prompt=True)
     except Exception as e:  # jinja2's own errors, a template's raise_exception
@@ -132,16 +143,18 @@ def encode_prompts(records: list, tokenizer, budget: int, truncate: bool, chat: 
         raise PromptFileError(f"{empty[0]}: the prompt encodes to no tokens; remove the line or give it text")
     long = [(r.where, len(x)) for r, x in zip(records, ids) if len(x) > budget]
     if long and not truncate:
-        raise PromptFileError(f"{long[0][0]}: the prompt has {long[0][1]} tokens, over the budget of {budget} "
-                              f"({len(long)} of {len(ids)} prompts are); shorten them, raise --max-prompt-tokens "
-                              f"(the model's positions allow prompt + --max-new-tokens), or pass --truncate-prompts "
-                              f"to keep each one's last {budget} tokens")
+        raise PromptFileError(
+            f"{long[0][0]}: the prompt has {long[0][1]} tokens, over the budget of {budget} "
+            f"({len(long)} of {len(ids)} prompts are); shorten them, raise --max-prompt-tokens "
+            f"(the model's positions allow prompt + --max-new-tokens), or pass --truncate-prompts "
+            f"to keep each one's last {budget} tokens"
+        )
     ids = [x[-budget:] for x in ids]
     width = max(len(x) for x in ids)
     tokens = np.full((len(ids), width), tokenizer.pad_id, np.int32)
     valid = np.zeros((len(ids), width), bool)
     for i, x in enumerate(ids):
-        tokens[i, width - len(x):], valid[i, width - len(x):] = x, True
+        tokens[i, width - len(x) :], valid[i, width - len(x) :] = x, True
     return PromptTable(tokens, valid, tuple(texts), len(long))
 
 
@@ -151,13 +164,15 @@ def encode_responses(records: list, tokenizer, max_new: int) -> tuple:
     ids = [tokenizer.encode(r.response) + [tokenizer.stop_ids[0]] for r in records]
     long = [(r.where, len(x)) for r, x in zip(records, ids) if len(x) > max_new]
     if long:
-        raise PromptFileError(f"{long[0][0]}: the response has {long[0][1]} tokens with its EOS, over "
-                              f"--max-new-tokens {max_new} ({len(long)} of {len(ids)} are); raise --max-new-tokens "
-                              "or shorten them")
+        raise PromptFileError(
+            f"{long[0][0]}: the response has {long[0][1]} tokens with its EOS, over "
+            f"--max-new-tokens {max_new} ({len(long)} of {len(ids)} are); raise --max-new-tokens "
+            "or shorten them"
+        )
     response = np.full((len(ids), max_new), tokenizer.pad_id, np.int32)
     mask = np.zeros((len(ids), max_new), bool)
     for i, x in enumerate(ids):
-        response[i, :len(x)], mask[i, :len(x)] = x, True
+        response[i, : len(x)], mask[i, : len(x)] = x, True
     return response, mask
 
 
@@ -169,6 +184,7 @@ def table_prompts(table: PromptTable):
     def prompts(key, batch: int):
         rows = jax.random.randint(key, (batch,), 0, n)
         return tokens[rows], valid[rows]
+
     return prompts
 
 

@@ -44,9 +44,13 @@ def pair_rewards(reward_fn: Callable, params: Any, batch: PairBatch) -> tuple[ja
     """``(r_chosen [B], r_rejected [B])`` from one pass of ``reward_fn`` over the ``2B`` rows."""
     b = batch.prompt.shape[0]
     twice = lambda x: jnp.concatenate([x, x], axis=0)  # noqa: E731
-    scores = reward_fn(params, twice(batch.prompt), twice(batch.prompt_valid),
-                       jnp.concatenate([batch.chosen, batch.rejected], axis=0),
-                       jnp.concatenate([batch.chosen_mask, batch.rejected_mask], axis=0))
+    scores = reward_fn(
+        params,
+        twice(batch.prompt),
+        twice(batch.prompt_valid),
+        jnp.concatenate([batch.chosen, batch.rejected], axis=0),
+        jnp.concatenate([batch.chosen_mask, batch.rejected_mask], axis=0),
+    )
     return scores[:b], scores[b:]
 
 
@@ -65,9 +69,11 @@ def _frozen_bias(g):
     """The head's bias gets no gradient: the loss is blind to it (it shifts both rewards), so its
     true gradient is 0, but the float sum of ``+g`` and ``-g`` is not, and Adam would scale that
     rounding up to learning-rate-sized steps. HF's ``score`` head has no bias to keep."""
+
     def zero(path, x):
         keys = [str(getattr(p, "key", getattr(p, "name", ""))) for p in path]
         return jnp.zeros_like(x) if "value_head" in keys and keys[-1] == "bias" else x
+
     return jax.tree_util.tree_map_with_path(zero, g)
 
 

@@ -20,8 +20,13 @@ from typing import Any, Callable, Mapping
 
 import jax.numpy as jnp
 
-from purejaxppo.lm.pretrained import (CheckpointFolderError, load_pretrained, load_sequence_classifier, read_config,
-                                      save_sequence_classifier)
+from purejaxppo.lm.pretrained import (
+    CheckpointFolderError,
+    load_pretrained,
+    load_sequence_classifier,
+    read_config,
+    save_sequence_classifier,
+)
 
 
 def last_valid(valid) -> jnp.ndarray:
@@ -74,9 +79,11 @@ def load_reward_model(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Cal
     no reward model) or an unsupported family."""
     folder = os.fspath(folder)
     if not is_sequence_classifier(read_config(folder)):
-        raise CheckpointFolderError(f"{folder} holds no score head (config.json's architectures name no "
-                                    "*ForSequenceClassification): it is not a reward model; train one with "
-                                    "python -m purejaxppo reward --model DIR --pairs FILE.jsonl")
+        raise CheckpointFolderError(
+            f"{folder} holds no score head (config.json's architectures name no "
+            "*ForSequenceClassification): it is not a reward model; train one with "
+            "python -m purejaxppo reward --model DIR --pairs FILE.jsonl"
+        )
     lm, params = load_sequence_classifier(folder, dtype)
     return make_reward_fn(lm), params
 

@@ -60,8 +60,20 @@ def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0, banne
     return token, logp
 
 
-def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_ids, pad_id: int,
-                    temperature=1.0, top_k: int = 0, top_p=1.0, per_row: bool = False):
+def sample_response(
+    lm,
+    params,
+    key,
+    prompt,
+    prompt_valid,
+    max_new: int,
+    stop_ids,
+    pad_id: int,
+    temperature=1.0,
+    top_k: int = 0,
+    top_p=1.0,
+    per_row: bool = False,
+):
     """Sample up to ``max_new`` tokens after left-padded prompts with ``lm``'s cache (one
     :meth:`CausalLM.prefill`, then one ``decode`` per token) in a ``lax.while_loop`` that ends
     once every row has sampled a stop token: the steps after that would only write ``pad_id``,
@@ -93,8 +105,10 @@ def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_id
             key, sub = jax.random.split(key)
             return key, sample_tokens(sub, logits, temperature, top_k, top_p, pad_id)
         keys = jax.vmap(jax.random.split)(key)
+
         def one(k, x):
             return jax.tree.map(lambda a: a[0], sample_tokens(k, x[None], temperature, top_k, top_p, pad_id))
+
         return keys[:, 0], jax.vmap(one)(keys[:, 1], logits)
 
     def pick(logits, done, key):
@@ -105,8 +119,9 @@ def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_id
         return (tok, jnp.where(live, lp, 0.0), live), done, key
 
     def write(outs, out, t):  # column t of each [B, max_new] output
-        return tuple(jax.lax.dynamic_update_slice_in_dim(o, x[:, None].astype(o.dtype), t, axis=1)
-                     for o, x in zip(outs, out))
+        return tuple(
+            jax.lax.dynamic_update_slice_in_dim(o, x[:, None].astype(o.dtype), t, axis=1) for o, x in zip(outs, out)
+        )
 
     def going(carry):  # a decode is left (the last token needs none) and some row has not stopped
         t, done = carry[0], carry[3]
@@ -119,8 +134,11 @@ def sample_response(lm, params, key, prompt, prompt_valid, max_new: int, stop_id
         return t + 1, logits, cache, done, key, write(outs, out, t)
 
     logits, cache = lm.prefill(params, prompt, prompt_valid, p + max_new)
-    outs = (jnp.full((b, max_new), pad_id, prompt.dtype), jnp.zeros((b, max_new), jnp.float32),
-            jnp.zeros((b, max_new), bool))  # what every step after a row's stop writes
+    outs = (
+        jnp.full((b, max_new), pad_id, prompt.dtype),
+        jnp.zeros((b, max_new), jnp.float32),
+        jnp.zeros((b, max_new), bool),
+    )  # what every step after a row's stop writes
     carry = (jnp.zeros((), jnp.int32), logits, cache, jnp.zeros((b,), bool), key, outs)
     t, logits, _, done, key, outs = jax.lax.while_loop(going, step, carry)
     last, _, _ = pick(logits, done, key)  # the last token (or, after an early end, pads) needs no decode

@@ -80,9 +80,18 @@ def _evaluate(lm, params, task, key, temperature, *, batch: int, greedy: bool):
     k_prompt, k_gen = jax.random.split(key)
     fixed = getattr(task, "evaluation_prompts", None)  # a text task's own evaluation prompts
     prompt, prompt_valid = fixed(batch) if fixed else task.prompts(k_prompt, batch)
-    response, _, mask = sample_response(lm, params, k_gen, prompt, prompt_valid, task.max_new,
-                                        jnp.asarray(task.stop_ids), task.pad_id, temperature=temperature,
-                                        top_k=1 if greedy else 0)
+    response, _, mask = sample_response(
+        lm,
+        params,
+        k_gen,
+        prompt,
+        prompt_valid,
+        task.max_new,
+        jnp.asarray(task.stop_ids),
+        task.pad_id,
+        temperature=temperature,
+        top_k=1 if greedy else 0,
+    )
     score = task.score(prompt, prompt_valid, response, mask)
     return {"score": jnp.mean(score), **task.diagnostics(prompt, prompt_valid, response, mask)}
 
@@ -100,13 +109,26 @@ def sample_table(lm, params, task, key, n: int = 5, greedy: bool = True) -> str:
     """Host-side: ``n`` prompts and the policy's responses, one ``task.decode`` line each."""
     k_prompt, k_gen = jax.random.split(key)
     prompt, pv = task.prompts(k_prompt, n)
-    resp, _, _ = sample_response(lm, params, k_gen, prompt, pv, task.max_new, jnp.asarray(task.stop_ids),
-                                 task.pad_id, top_k=1 if greedy else 0)
+    resp, _, _ = sample_response(
+        lm, params, k_gen, prompt, pv, task.max_new, jnp.asarray(task.stop_ids), task.pad_id, top_k=1 if greedy else 0
+    )
     return "\n".join(f"{task.decode(p)}  ->  {task.decode(r)}" for p, r in zip(prompt, resp))
 
 
-def measure_curve(task, chunk: int, n_chunks: int, *, seed=0, batch=64, learning_rate=3e-3, eval_batch=1024,
-                  d_model=32, n_layers=2, n_heads=2, log=print):
+def measure_curve(
+    task,
+    chunk: int,
+    n_chunks: int,
+    *,
+    seed=0,
+    batch=64,
+    learning_rate=3e-3,
+    eval_batch=1024,
+    d_model=32,
+    n_layers=2,
+    n_heads=2,
+    log=print,
+):
     """One SFT run of ``chunk * n_chunks`` steps, evaluated before it and after every ``chunk``
     steps (one compile: every chunk is the same program). Rows of ``(steps, mean loss of the
     chunk, greedy score, temperature-1 score, seconds)``, then the final ``lm, params``. Keys:
@@ -117,8 +139,15 @@ def measure_curve(task, chunk: int, n_chunks: int, *, seed=0, batch=64, learning
     for i in range(n_chunks + 1):
         loss = float("nan")
         if i:
-            params, losses = train_sft(lm, params, task, jax.random.fold_in(jax.random.PRNGKey(seed + 1), i),
-                                       steps=chunk, batch=batch, learning_rate=learning_rate)
+            params, losses = train_sft(
+                lm,
+                params,
+                task,
+                jax.random.fold_in(jax.random.PRNGKey(seed + 1), i),
+                steps=chunk,
+                batch=batch,
+                learning_rate=learning_rate,
+            )
             loss = float(jnp.mean(losses))
         g = float(evaluate_policy(lm, params, task, k_eval, eval_batch, greedy=True)["score"])
         t = float(evaluate_policy(lm, params, task, k_eval, eval_batch)["score"])
@@ -142,9 +171,17 @@ def main(argv=None):
     args = ap.parse_args(argv)
     task = make_task(args.task, **{k: int(v) for k, v in (s.split("=", 1) for s in args.set)})
     print(task)
-    rows, lm, params = measure_curve(task, args.chunk, args.chunks, seed=args.seed,
-                                     batch=args.batch, learning_rate=args.lr, eval_batch=args.eval_batch,
-                                     d_model=args.d_model, n_layers=args.n_layers)
+    rows, lm, params = measure_curve(
+        task,
+        args.chunk,
+        args.chunks,
+        seed=args.seed,
+        batch=args.batch,
+        learning_rate=args.lr,
+        eval_batch=args.eval_batch,
+        d_model=args.d_model,
+        n_layers=args.n_layers,
+    )
     print("greedy samples after the last step:\n" + sample_table(lm, params, task, jax.random.PRNGKey(args.seed + 3)))
     return rows
 

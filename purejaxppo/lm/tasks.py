@@ -126,13 +126,16 @@ class GrammarTask:
 
     def __post_init__(self):
         if not (1 <= self.prompt_min <= self.prompt_max and 0 <= self.resp_min <= self.resp_max < self.max_new):
-            raise ValueError(f"GrammarTask: need 1 <= prompt_min <= prompt_max and 0 <= resp_min <= resp_max < "
-                             f"max_new (room for EOS); got {self}")
+            raise ValueError(
+                f"GrammarTask: need 1 <= prompt_min <= prompt_max and 0 <= resp_min <= resp_max < "
+                f"max_new (room for EOS); got {self}"
+            )
         if not 1 <= self.n_successors < self.n_content:
             raise ValueError(f"GrammarTask: need 1 <= n_successors < n_content, got {self}")
         if not FIRST_CONTENT <= self.target < self.vocab_size:
-            raise ValueError(f"GrammarTask: target {self.target} is not a content id "
-                             f"({FIRST_CONTENT}..{self.vocab_size - 1})")
+            raise ValueError(
+                f"GrammarTask: target {self.target} is not a content id ({FIRST_CONTENT}..{self.vocab_size - 1})"
+            )
 
     @property
     def vocab_size(self) -> int:
@@ -179,10 +182,12 @@ class GrammarTask:
         pair = mask & is_content(response) & is_content(prev)
         allowed = jnp.asarray(self.transitions() > 0)
         ok = allowed[jnp.clip(prev - FIRST_CONTENT, 0), jnp.clip(response - FIRST_CONTENT, 0)]
-        return {"grammatical": jnp.sum(ok & pair) / jnp.maximum(jnp.sum(pair), 1),
-                "target_count": jnp.mean(self.score(prompt, prompt_valid, response, mask)),
-                "eos_rate": jnp.mean(jnp.any((response == EOS) & mask, axis=1)),
-                "response_len": jnp.mean(jnp.sum(mask, axis=1))}
+        return {
+            "grammatical": jnp.sum(ok & pair) / jnp.maximum(jnp.sum(pair), 1),
+            "target_count": jnp.mean(self.score(prompt, prompt_valid, response, mask)),
+            "eos_rate": jnp.mean(jnp.any((response == EOS) & mask, axis=1)),
+            "response_len": jnp.mean(jnp.sum(mask, axis=1)),
+        }
 
     decode = staticmethod(_decode)
 
@@ -280,12 +285,14 @@ class ReverseTask:
         n_resp = jnp.sum(mask, axis=1)
         last = jnp.take_along_axis(response, jnp.clip(n_resp - 1, 0)[:, None], axis=1)[:, 0]
         exact = jnp.all(jnp.where(target_mask, correct, ~mask), axis=1)
-        return {"exact_match": jnp.mean(exact),
-                "position_accuracy": jnp.mean(jnp.sum(correct, axis=1) / (length + 1)),
-                "digit_accuracy": jnp.sum(correct & digit_pos) / jnp.maximum(jnp.sum(digit_pos), 1),
-                "length_ok": jnp.mean((n_resp == length + 1) & (last == EOS)),
-                "eos_rate": jnp.mean(jnp.any((response == EOS) & mask, axis=1)),
-                "response_len": jnp.mean(n_resp)}
+        return {
+            "exact_match": jnp.mean(exact),
+            "position_accuracy": jnp.mean(jnp.sum(correct, axis=1) / (length + 1)),
+            "digit_accuracy": jnp.sum(correct & digit_pos) / jnp.maximum(jnp.sum(digit_pos), 1),
+            "length_ok": jnp.mean((n_resp == length + 1) & (last == EOS)),
+            "eos_rate": jnp.mean(jnp.any((response == EOS) & mask, axis=1)),
+            "response_len": jnp.mean(n_resp),
+        }
 
     decode = staticmethod(_decode)
 

@@ -92,8 +92,10 @@ class TextReward:
         """Host side: the decoded prompts and responses of ``[N, P]`` / ``[N, T]`` rows."""
         tok = self.tokenizer
         prompts = [tok.decode([int(t) for t, v in zip(p, pv) if v]) for p, pv in zip(prompt, prompt_valid)]
-        responses = [tok.decode(strip_special([t for t, m in zip(r, rm) if m], tok.stop_ids, tok.pad_id))
-                     for r, rm in zip(response, response_mask)]
+        responses = [
+            tok.decode(strip_special([t for t, m in zip(r, rm) if m], tok.stop_ids, tok.pad_id))
+            for r, rm in zip(response, response_mask)
+        ]
         return prompts, responses
 
     def raise_if_failed(self) -> None:
@@ -108,8 +110,9 @@ class TextReward:
             return np.full(lead, np.nan, np.float32)
         t0 = time.perf_counter()
         try:
-            prompts, responses = self.texts(*(np.asarray(x).reshape(rows, -1) for x in
-                                              (prompt, prompt_valid, response, response_mask)))
+            prompts, responses = self.texts(
+                *(np.asarray(x).reshape(rows, -1) for x in (prompt, prompt_valid, response, response_mask))
+            )
             out = self._call(prompts, responses)
         finally:
             self.seconds += time.perf_counter() - t0
@@ -128,13 +131,17 @@ class TextReward:
             self.error = f"the reward function {self.name} must return a list of numbers ({e})"
             return bad
         if len(values) != len(prompts):
-            self.error = (f"the reward function {self.name} returned {len(values)} values for {len(prompts)} rows; "
-                          "return one number per (prompt, response) pair")
+            self.error = (
+                f"the reward function {self.name} returned {len(values)} values for {len(prompts)} rows; "
+                "return one number per (prompt, response) pair"
+            )
             return bad
         for i, v in enumerate(values):
             if not math.isfinite(v):
-                self.error = (f"the reward function {self.name} returned {v} for row {i} (prompt {prompts[i]!r}, "
-                              f"response {responses[i]!r}); return finite numbers")
+                self.error = (
+                    f"the reward function {self.name} returned {v} for row {i} (prompt {prompts[i]!r}, "
+                    f"response {responses[i]!r}); return finite numbers"
+                )
                 return bad
         return np.asarray(values, np.float32)
 
@@ -144,12 +151,16 @@ class TextReward:
             try:
                 self.fn([p], [r])
             except Exception as e:
-                return (f"the reward function {self.name} raised {type(e).__name__}: {e} on row {i} (prompt {p!r}, "
-                        f"response {r!r})")
-        return (f"the reward function {self.name} raised {type(error).__name__}: {error} on a batch of "
-                f"{len(prompts)} rows")
+                return (
+                    f"the reward function {self.name} raised {type(e).__name__}: {e} on row {i} (prompt {p!r}, "
+                    f"response {r!r})"
+                )
+        return (
+            f"the reward function {self.name} raised {type(error).__name__}: {error} on a batch of {len(prompts)} rows"
+        )
 
     def __call__(self, prompt, prompt_valid, response, response_mask):
         shape = jax.ShapeDtypeStruct(prompt.shape[:-1], jnp.float32)
-        return jax.pure_callback(self._host, shape, prompt, prompt_valid, response, response_mask,
-                                 vmap_method="broadcast_all")
+        return jax.pure_callback(
+            self._host, shape, prompt, prompt_valid, response, response_mask, vmap_method="broadcast_all"
+        )

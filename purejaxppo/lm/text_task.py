@@ -52,8 +52,11 @@ def folder_hashes(folder: str) -> dict:
     chat_template.jinja, those present)."""
     names = sorted(os.listdir(folder))
     weights = [os.path.join(folder, n) for n in names if n.endswith(".safetensors")]
-    tok = [os.path.join(folder, n) for n in ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
-                                              "chat_template.jinja") if n in names]
+    tok = [
+        os.path.join(folder, n)
+        for n in ("tokenizer.json", "tokenizer_config.json", "generation_config.json", "chat_template.jinja")
+        if n in names
+    ]
     return {"weights": file_hash(*weights), "tokenizer": file_hash(*tok)}
 
 
@@ -80,8 +83,16 @@ class TextTask:
 
     name = "text"
 
-    def __init__(self, tokenizer, table: pd.PromptTable, eval_table: pd.PromptTable, max_new: int, vocab_size: int,
-                 reward: Optional[Callable], sft: Optional[tuple] = None):
+    def __init__(
+        self,
+        tokenizer,
+        table: pd.PromptTable,
+        eval_table: pd.PromptTable,
+        max_new: int,
+        vocab_size: int,
+        reward: Optional[Callable],
+        sft: Optional[tuple] = None,
+    ):
         self.tokenizer, self.table, self.eval_table, self.sft = tokenizer, table, eval_table, sft
         self.vocab_size, self.max_new, self.reward = vocab_size, max_new, reward
         self.pad_id, self.stop_ids = tokenizer.pad_id, tuple(tokenizer.stop_ids)
@@ -96,8 +107,12 @@ class TextTask:
             raise ValueError("no SFT data was given (--sft-data FILE)")
         table, response, mask = self.sft
         rows = jax.random.randint(key, (batch,), 0, table.tokens.shape[0])
-        return (jnp.asarray(table.tokens)[rows], jnp.asarray(table.valid)[rows], jnp.asarray(response)[rows],
-                jnp.asarray(mask)[rows])
+        return (
+            jnp.asarray(table.tokens)[rows],
+            jnp.asarray(table.valid)[rows],
+            jnp.asarray(response)[rows],
+            jnp.asarray(mask)[rows],
+        )
 
     def score(self, prompt, prompt_valid, response, response_mask):
         return self.reward(prompt, prompt_valid, response, response_mask)
@@ -133,16 +148,22 @@ def load_bound_reward_model(folder: str, policy_folder: str, dtype) -> BoundRewa
 
     mine, theirs = model_shape(policy_folder)[0], model_shape(folder)[0]
     if mine != theirs:
-        raise CheckpointFolderError(f"--reward-model {folder}: its vocabulary ({theirs}) differs from the policy's "
-                                    f"({mine}); give a reward model trained on the policy's tokenizer")
+        raise CheckpointFolderError(
+            f"--reward-model {folder}: its vocabulary ({theirs}) differs from the policy's "
+            f"({mine}); give a reward model trained on the policy's tokenizer"
+        )
     toks = [os.path.join(f, "tokenizer.json") for f in (policy_folder, folder)]
     if all(os.path.isfile(t) for t in toks) and file_hash(toks[0]) != file_hash(toks[1]):
-        raise CheckpointFolderError(f"--reward-model {folder}: its tokenizer.json differs from the policy's; give a "
-                                    "reward model trained on the policy's tokenizer (ids are not re-tokenised)")
+        raise CheckpointFolderError(
+            f"--reward-model {folder}: its tokenizer.json differs from the policy's; give a "
+            "reward model trained on the policy's tokenizer (ids are not re-tokenised)"
+        )
     lm, params, has_head = load_reward_trunk(folder, dtype)
     if not has_head:
-        raise CheckpointFolderError(f"--reward-model {folder} holds no score head: it is not a reward model (train "
-                                    "one with python -m purejaxppo reward --model DIR --pairs FILE.jsonl)")
+        raise CheckpointFolderError(
+            f"--reward-model {folder} holds no score head: it is not a reward model (train "
+            "one with python -m purejaxppo reward --model DIR --pairs FILE.jsonl)"
+        )
     return BoundReward(make_reward_fn(lm), params, lm)
 
 
@@ -154,25 +175,40 @@ class TextData:
     hashes: dict
 
 
-def make_text_task(model: str, prompts: str, reward_for: Callable, *, max_new: int, eval_prompts: Optional[str] = None,
-                   sft_data: Optional[str] = None, max_prompt_tokens: int = 0, truncate: bool = False,
-                   chat: bool = False) -> tuple:
+def make_text_task(
+    model: str,
+    prompts: str,
+    reward_for: Callable,
+    *,
+    max_new: int,
+    eval_prompts: Optional[str] = None,
+    sft_data: Optional[str] = None,
+    max_prompt_tokens: int = 0,
+    truncate: bool = False,
+    chat: bool = False,
+) -> tuple:
     """``(TextTask, TextData)`` of the model folder ``model`` and the files. ``reward_for(tokenizer)``
     gives the reward. ``max_prompt_tokens`` 0: the model's positions minus ``max_new``.
     Raises :class:`CheckpointFolderError` or :class:`~purejaxppo.lm.prompt_data.PromptFileError`."""
     vocab, positions = model_shape(model)
     tokenizer = load_tokenizer(model, model_vocab=vocab)
     if tokenizer.vocab_size > vocab:
-        raise CheckpointFolderError(f"{model}: tokenizer.json has {tokenizer.vocab_size} tokens but the model only "
-                                    f"{vocab} embedding rows; the tokenizer belongs to another model")
+        raise CheckpointFolderError(
+            f"{model}: tokenizer.json has {tokenizer.vocab_size} tokens but the model only "
+            f"{vocab} embedding rows; the tokenizer belongs to another model"
+        )
     room = None if positions is None else positions - max_new
     if room is not None and room < 1:
-        raise pd.PromptFileError(f"--max-new-tokens {max_new} leaves no room for a prompt in the model's {positions} "
-                                 "positions; lower it")
+        raise pd.PromptFileError(
+            f"--max-new-tokens {max_new} leaves no room for a prompt in the model's {positions} positions; lower it"
+        )
     budget = max_prompt_tokens or room or 1024
     if room is not None and budget > room:
-        raise pd.PromptFileError(f"--max-prompt-tokens {budget} + --max-new-tokens {max_new} exceed the model's "
-                                 f"{positions} positions; lower one of them")
+        raise pd.PromptFileError(
+            f"--max-prompt-tokens {budget} + --max-new-tokens {max_new} exceed the model's "
+            f"{positions} positions; lower one of them"
+        )
+
     def read(path, flag, sft=False):  # the file's table (and responses), its errors naming the flag
         try:
             records = pd.read_records(path, need_response=sft)

@@ -76,16 +76,23 @@ class TokenPPO(NamedTuple):
 
 def _labels(params):
     """``"actor"`` / ``"critic"`` per leaf: the critic's tree, or the value head's leaves."""
+
     def label(path, _):
         keys = [getattr(p, "key", getattr(p, "name", "")) for p in path]
         return "critic" if keys[0] == "critic" or "value_head" in keys else "actor"
+
     return jax.tree_util.tree_map_with_path(label, params)
 
 
 def token_optimizer(cfg: TokenPPOConfig) -> optax.GradientTransformation:
     """Adam for the actor and for the critic, each with its own clip and learning rate."""
-    return optax.multi_transform({"actor": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.actor_lr),
-                                  "critic": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.critic_lr)}, _labels)
+    return optax.multi_transform(
+        {
+            "actor": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.actor_lr),
+            "critic": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.critic_lr),
+        },
+        _labels,
+    )
 
 
 def trained_params(params: dict, base) -> dict:
@@ -106,16 +113,21 @@ def _lora_init(key, base, cfg: TokenPPOConfig, critic_params, reference_params):
     own), the value head trained whole; the frozen base, in ``cfg.lora_base_dtype``, is the
     reference (one copy of the weights)."""
     if critic_params is not None:
-        raise ConfigError("with LoRA (lora_rank > 0) the critic is the base plus its own adapters; pass no "
-                          "critic_params")
+        raise ConfigError(
+            "with LoRA (lora_rank > 0) the critic is the base plus its own adapters; pass no critic_params"
+        )
     if reference_params is not None and reference_params is not base:
-        raise ConfigError("with LoRA (lora_rank > 0) the reference IS the frozen base (policy_params); pass "
-                          "reference_params=None or the same tree")
+        raise ConfigError(
+            "with LoRA (lora_rank > 0) the reference IS the frozen base (policy_params); pass "
+            "reference_params=None or the same tree"
+        )
     base = lora.as_dtype(base, jnp.dtype(cfg.lora_base_dtype))
     targets = cfg.lora_targets or lora.DEFAULT_TARGETS
     try:
-        adapters = [lora.lora_init(jax.random.fold_in(key, i), base, cfg.lora_rank, cfg.lora_alpha, targets)
-                    for i in range(2 if cfg.critic == "separate" else 1)]
+        adapters = [
+            lora.lora_init(jax.random.fold_in(key, i), base, cfg.lora_rank, cfg.lora_alpha, targets)
+            for i in range(2 if cfg.critic == "separate" else 1)
+        ]
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return {"policy": adapters[0], "critic": adapters[1] if cfg.critic == "separate" else None}, base
@@ -148,18 +160,32 @@ def _check_prompts(batch_prompts, cfg, policy) -> None:
     except (TypeError, ValueError):
         raise ConfigError("prompts(key, batch) must return (prompt [B, P] int32, prompt_valid [B, P] bool)") from None
     if prompt.ndim != 2 or prompt.shape != valid.shape or prompt.shape[0] != cfg.batch_size:
-        raise ConfigError(f"prompts(key, {cfg.batch_size}) returned prompt {tuple(prompt.shape)} and prompt_valid "
-                          f"{tuple(valid.shape)}; both must be [batch_size={cfg.batch_size}, P]")
+        raise ConfigError(
+            f"prompts(key, {cfg.batch_size}) returned prompt {tuple(prompt.shape)} and prompt_valid "
+            f"{tuple(valid.shape)}; both must be [batch_size={cfg.batch_size}, P]"
+        )
     rows = position_rows(policy)
     if rows is not None and prompt.shape[1] + cfg.max_new_tokens > rows:
-        raise ConfigError(f"prompts of {prompt.shape[1]} slots + max_new_tokens={cfg.max_new_tokens} exceed the "
-                          f"model's {rows} positions; shorten the prompts or the response budget")
+        raise ConfigError(
+            f"prompts of {prompt.shape[1]} slots + max_new_tokens={cfg.max_new_tokens} exceed the "
+            f"model's {rows} positions; shorten the prompts or the response budget"
+        )
 
 
-def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, *,
-                   prompts: Optional[PromptFn] = None, critic=None, reference=None, ptx: Optional[PtxFn] = None,
-                   diagnostics: Optional[Callable] = None, axis_name: Optional[str] = None,
-                   num_devices: int = 1, runs_axis: Optional[str] = None) -> TokenPPO:
+def make_token_ppo(
+    config: TokenPPOConfig,
+    policy,
+    reward: experience.RewardFn,
+    *,
+    prompts: Optional[PromptFn] = None,
+    critic=None,
+    reference=None,
+    ptx: Optional[PtxFn] = None,
+    diagnostics: Optional[Callable] = None,
+    axis_name: Optional[str] = None,
+    num_devices: int = 1,
+    runs_axis: Optional[str] = None,
+) -> TokenPPO:
     """Token-level PPO for ``policy`` (a :class:`~purejaxppo.lm.model.CausalLM`).
 
     ``reward(reward_params, prompt, prompt_valid, response, mask) -> [B]`` scores a response
@@ -172,14 +198,17 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
     passed to every function (a sweep)."""
     validate_token_config(config)
     if config.critic == "value_head" and critic is not None:
-        raise ConfigError("critic='value_head' takes the values from the policy's own head; pass no critic model "
-                          "(or use critic='separate')")
+        raise ConfigError(
+            "critic='value_head' takes the values from the policy's own head; pass no critic model "
+            "(or use critic='separate')"
+        )
     if config.ptx and ptx is None:
         raise ConfigError("config.ptx is on but no ptx batch function was given (make_token_ppo(..., ptx=fn))")
     if config.batch_size % num_devices:
         raise ConfigError(f"batch_size={config.batch_size} prompts must split evenly over {num_devices} devices")
-    models = experience.Models(policy, reference or policy, None if config.critic == "value_head" else
-                               (critic or policy), reward)
+    models = experience.Models(
+        policy, reference or policy, None if config.critic == "value_head" else (critic or policy), reward
+    )
 
     def mine(tree):  # this device's equal share of every leaf's leading axis (rows of a batch or minibatch)
         if axis_name is None:
@@ -188,6 +217,7 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         def take(x):
             n = x.shape[0] // num_devices
             return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis_name) * n, n, 0)
+
         return jax.tree.map(take, tree)
 
     def gather(tree):
@@ -202,9 +232,21 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         logits, values = experience.heads(models, params, mb["tokens"], mb["valid"])
         logp, entropy = experience.filtered_logprobs(logits, mb["tokens"], cfg)
         vf_clip = cfg.vf_clip_eps if cfg.clip_value else None
-        loss, m = tk.token_ppo_loss(logp, entropy, values, mb["logp_old"], mb["values_old"], mb["advantages"],
-                                    mb["returns"], mb["mask"], clip_eps=cfg.clip_eps, vf_coef=cfg.vf_coef,
-                                    ent_coef=cfg.ent_coef, vf_clip_eps=vf_clip, aggregation=cfg.aggregation)
+        loss, m = tk.token_ppo_loss(
+            logp,
+            entropy,
+            values,
+            mb["logp_old"],
+            mb["values_old"],
+            mb["advantages"],
+            mb["returns"],
+            mb["mask"],
+            clip_eps=cfg.clip_eps,
+            vf_coef=cfg.vf_coef,
+            ent_coef=cfg.ent_coef,
+            vf_clip_eps=vf_clip,
+            aggregation=cfg.aggregation,
+        )
         share = _units(mb["mask"], cfg.aggregation) / jnp.maximum(totals["units"], 1.0) * num_devices
         loss, m = loss * share, {k: v * share for k, v in m.items()}
         if cfg.ptx:
@@ -217,15 +259,28 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
     def init(key, policy_params, reference_params, critic_params=None, reward_params=None, cfg=None):
         cfg = config if cfg is None else cfg
         if cfg.lora_rank:
-            params, base = _lora_init(jax.random.fold_in(key, 0x10A), policy_params, cfg, critic_params,
-                                      reference_params)
-            return TokenPPOState(TrainState(params, token_optimizer(cfg).init(params)), base, reward_params,
-                                 jnp.asarray(cfg.beta, jnp.float32), key, jnp.zeros((), jnp.int32))
+            params, base = _lora_init(
+                jax.random.fold_in(key, 0x10A), policy_params, cfg, critic_params, reference_params
+            )
+            return TokenPPOState(
+                TrainState(params, token_optimizer(cfg).init(params)),
+                base,
+                reward_params,
+                jnp.asarray(cfg.beta, jnp.float32),
+                key,
+                jnp.zeros((), jnp.int32),
+            )
         if cfg.critic == "separate" and critic_params is None:
             critic_params = policy_params  # the usual start: the critic's trunk from the SFT model
         params = {"policy": policy_params, "critic": critic_params if cfg.critic == "separate" else None}
-        return TokenPPOState(TrainState(params, token_optimizer(cfg).init(params)), reference_params, reward_params,
-                             jnp.asarray(cfg.beta, jnp.float32), key, jnp.zeros((), jnp.int32))
+        return TokenPPOState(
+            TrainState(params, token_optimizer(cfg).init(params)),
+            reference_params,
+            reward_params,
+            jnp.asarray(cfg.beta, jnp.float32),
+            key,
+            jnp.zeros((), jnp.int32),
+        )
 
     def update(train: TrainState, data: dict, key, cfg=None, base=None):
         """``update_epochs`` x ``num_minibatches`` steps over ``data`` (a batch's
@@ -235,13 +290,23 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         one_pass = accumulate_gradients(lambda p, mb, t: share_loss(p, mb, t, cfg, base), cfg.micro_batches)
 
         def grad_fn(params, mb):  # totals over the whole (global) minibatch, then this device's share
-            totals = {"units": _units(mb["mask"], cfg.aggregation),
-                      "ptx": jnp.sum(mb["ptx_mask"], dtype=jnp.float32) if cfg.ptx else jnp.float32(0)}
+            totals = {
+                "units": _units(mb["mask"], cfg.aggregation),
+                "ptx": jnp.sum(mb["ptx_mask"], dtype=jnp.float32) if cfg.ptx else jnp.float32(0),
+            }
             return one_pass(params, mine(mb), totals)
 
-        return update_epochs(key, train, data, loss_fn=None, optimizer=token_optimizer(cfg),
-                             num_epochs=cfg.update_epochs, num_minibatches=cfg.num_minibatches, axis_name=axis_name,
-                             grad_fn=grad_fn)
+        return update_epochs(
+            key,
+            train,
+            data,
+            loss_fn=None,
+            optimizer=token_optimizer(cfg),
+            num_epochs=cfg.update_epochs,
+            num_minibatches=cfg.num_minibatches,
+            axis_name=axis_name,
+            grad_fn=grad_fn,
+        )
 
     def iteration(state: TokenPPOState, batch_prompts=None, cfg=None):
         cfg = config if cfg is None else cfg
@@ -266,18 +331,30 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
 
         def score_and_update(width):
             def go(response, logp_sampled, rmask, scores):
-                exp = experience.score(models, params, state.reference, state.reward, prompt,
-                                       prompt_valid, response[:, :width], logp_sampled[:, :width], rmask[:, :width],
-                                       cfg, scores=scores)
+                exp = experience.score(
+                    models,
+                    params,
+                    state.reference,
+                    state.reward,
+                    prompt,
+                    prompt_valid,
+                    response[:, :width],
+                    logp_sampled[:, :width],
+                    rmask[:, :width],
+                    cfg,
+                    scores=scores,
+                )
                 data, stats = experience.finish(gather(exp), state.beta, cfg)
                 if cfg.ptx:
                     data["ptx_tokens"], data["ptx_valid"], data["ptx_mask"] = ptx_batch
                 train, upd = update(state.train, data, k_update, cfg, state.reference)
                 return train, stats, upd
+
             return go
 
-        train, stats, upd = length_buckets.on_width(index, sizes, score_and_update, response, logp_sampled, rmask,
-                                                    scores)
+        train, stats, upd = length_buckets.on_width(
+            index, sizes, score_and_update, response, logp_sampled, rmask, scores
+        )
         if diagnostics is not None:
             stats.update({f"task_{k}": jnp.asarray(v, jnp.float32) for k, v in found.items()})
         stats["response_width"] = jnp.asarray(sizes, jnp.float32)[index]
@@ -295,5 +372,12 @@ def make_token_ppo(config: TokenPPOConfig, policy, reward: experience.RewardFn, 
         state = init(key, policy_params, reference_params, critic_params, reward_params, cfg)
         return run(state, cfg.num_iterations, cfg)
 
-    return TokenPPO(init, iteration, run, train,
-                    lambda p, mb, t, cfg=None, base=None: share_loss(p, mb, t, cfg or config, base), config, update)
+    return TokenPPO(
+        init,
+        iteration,
+        run,
+        train,
+        lambda p, mb, t, cfg=None, base=None: share_loss(p, mb, t, cfg or config, base),
+        config,
+        update,
+    )

@@ -56,8 +56,12 @@ class TextTokenizer:
         ValueError when the folder has no template or the template refuses the messages."""
         if not self.chat_template:
             raise ValueError("the model folder's tokenizer_config.json has no chat_template")
-        return _template(self.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                    bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+        return _template(self.chat_template).render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
+        )
 
 
 def _raise(message):
@@ -93,8 +97,9 @@ def _ids(value) -> tuple:
     return tuple(int(v) for v in values if isinstance(v, int) and not isinstance(v, bool))
 
 
-def load_tokenizer(folder: str | os.PathLike, model_vocab: Optional[int] = None,
-                   pad_id: Optional[int] = None) -> TextTokenizer:
+def load_tokenizer(
+    folder: str | os.PathLike, model_vocab: Optional[int] = None, pad_id: Optional[int] = None
+) -> TextTokenizer:
     """The tokenizer of the local model folder. ``model_vocab``: the model's embedding rows
     (default: the tokenizer's size), where a missing or EOS-equal pad goes (see the module).
     :class:`CheckpointFolderError` names a missing or broken file and the fix."""
@@ -103,8 +108,10 @@ def load_tokenizer(folder: str | os.PathLike, model_vocab: Optional[int] = None,
     folder = os.fspath(folder)
     path = os.path.join(folder, "tokenizer.json")
     if not os.path.isfile(path):
-        raise CheckpointFolderError(f"{folder} has no tokenizer.json (save the tokenizer in its fast format there, "
-                                    "e.g. tokenizer.save_pretrained(folder) with transformers)")
+        raise CheckpointFolderError(
+            f"{folder} has no tokenizer.json (save the tokenizer in its fast format there, "
+            "e.g. tokenizer.save_pretrained(folder) with transformers)"
+        )
     try:
         backend = Tokenizer.from_file(path)
     except Exception as e:  # the Rust side raises its own exception type
@@ -114,17 +121,29 @@ def load_tokenizer(folder: str | os.PathLike, model_vocab: Optional[int] = None,
     lookup = lambda text: backend.token_to_id(text) if text else None  # noqa: E731
     stops = _ids(gen.get("eos_token_id")) or _ids(cfg.get("eos_token_id")) or _ids(lookup(eos_text))
     if not stops:
-        raise CheckpointFolderError(f"{folder}: no EOS id found (generation_config.json or config.json eos_token_id, "
-                                    "or tokenizer_config.json eos_token); add one so responses can end")
+        raise CheckpointFolderError(
+            f"{folder}: no EOS id found (generation_config.json or config.json eos_token_id, "
+            "or tokenizer_config.json eos_token); add one so responses can end"
+        )
     vocab = model_vocab or backend.get_vocab_size(with_added_tokens=True)
     if pad_id is None:
-        found = _ids(gen.get("pad_token_id")) or _ids(cfg.get("pad_token_id")) or _ids(
-            lookup(_token_text(tok.get("pad_token"))))
+        found = (
+            _ids(gen.get("pad_token_id"))
+            or _ids(cfg.get("pad_token_id"))
+            or _ids(lookup(_token_text(tok.get("pad_token"))))
+        )
         pad_id = found[0] if found and found[0] not in stops else max(i for i in range(vocab) if i not in stops)
     if eos_text is None:
         eos_text = backend.id_to_token(stops[0])
-    return TextTokenizer(backend, stops, int(pad_id), bos_text, eos_text, _chat_template(folder, tok),
-                         backend.get_vocab_size(with_added_tokens=True))
+    return TextTokenizer(
+        backend,
+        stops,
+        int(pad_id),
+        bos_text,
+        eos_text,
+        _chat_template(folder, tok),
+        backend.get_vocab_size(with_added_tokens=True),
+    )
 
 
 def _chat_template(folder: str, tok: dict) -> Optional[str]:

@@ -85,9 +85,7 @@ def last_valid_mask(mask: jax.Array) -> jax.Array:
 
 
 # --- KL and rewards ---------------------------------------------------------------------
-def kl_penalty(
-    logp: jax.Array, logp_ref: jax.Array, kind: str = "k1", mask: Optional[jax.Array] = None
-) -> jax.Array:
+def kl_penalty(logp: jax.Array, logp_ref: jax.Array, kind: str = "k1", mask: Optional[jax.Array] = None) -> jax.Array:
     """Per-token estimate of ``KL(pi || pi_ref)`` from the sampled token's log-probs.
 
     With ``d = logp - logp_ref`` (tokens sampled from ``pi``):
@@ -130,8 +128,10 @@ def shaped_rewards(score: jax.Array, kl: jax.Array, mask: jax.Array, beta) -> ja
     check_rank("shaped_rewards", "kl", kl, 2, "[B, L]")
     check_mask("shaped_rewards", mask, jnp.shape(kl))
     if tuple(jnp.shape(score)) != tuple(jnp.shape(kl)[:1]):
-        raise ValueError(f"shaped_rewards: score has shape {tuple(jnp.shape(score))}, expected "
-                         f"{tuple(jnp.shape(kl)[:1])} (one score per sequence, [B])")
+        raise ValueError(
+            f"shaped_rewards: score has shape {tuple(jnp.shape(score))}, expected "
+            f"{tuple(jnp.shape(kl)[:1])} (one score per sequence, [B])"
+        )
     mask = mask.astype(bool)
     beta = jnp.asarray(beta)
     if beta.ndim == 1:
@@ -153,9 +153,7 @@ def _next_valid(values: jax.Array, mask: jax.Array) -> jax.Array:
     return nxt.T
 
 
-def token_gae(
-    rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma, gae_lambda
-) -> tuple[jax.Array, jax.Array]:
+def token_gae(rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma, gae_lambda) -> tuple[jax.Array, jax.Array]:
     """Masked GAE over response tokens only: ``(advantages [B, L], returns [B, L])``.
 
     ``values[:, t]`` is ``V(tokens[:, :t])`` (aligned, see :func:`shift_right`). The
@@ -173,8 +171,7 @@ def token_gae(
     next_values = _next_valid(values, mask)
     terminated = last_valid_mask(mask)
     adv, ret = gae_lib.gae(
-        rewards.T, values.T, next_values.T, terminated.T, jnp.zeros_like(terminated.T),
-        gamma, gae_lambda, mask=mask.T,
+        rewards.T, values.T, next_values.T, terminated.T, jnp.zeros_like(terminated.T), gamma, gae_lambda, mask=mask.T
     )
     return adv.T, ret.T
 
@@ -227,15 +224,24 @@ def token_ppo_loss(
     squared value error scales by ``w`` when ``V, V_old, R`` and the value clip are
     scaled by ``sqrt(w)``. ``approx_kl``/``clip_frac`` diagnostics stay token-means.
     """
-    shape = same_shape("token_ppo_loss", "logp_new", {
-        "logp_new": logp_new, "entropy": entropy, "values_new": values_new, "logp_old": logp_old,
-        "values_old": values_old, "advantages": advantages, "returns": returns})
+    shape = same_shape(
+        "token_ppo_loss",
+        "logp_new",
+        {
+            "logp_new": logp_new,
+            "entropy": entropy,
+            "values_new": values_new,
+            "logp_old": logp_old,
+            "values_old": values_old,
+            "advantages": advantages,
+            "returns": returns,
+        },
+    )
     check_rank("token_ppo_loss", "logp_new", logp_new, 2, "[B, L]")
     check_mask("token_ppo_loss", mask, shape)
     mask = mask.astype(bool)
     logp_new, entropy, values_new, logp_old, values_old, advantages, returns = (
-        _clean(x, mask)
-        for x in (logp_new, entropy, values_new, logp_old, values_old, advantages, returns)
+        _clean(x, mask) for x in (logp_new, entropy, values_new, logp_old, values_old, advantages, returns)
     )
     w = aggregation_weights(mask, aggregation)
     if w is not None:
@@ -246,8 +252,18 @@ def token_ppo_loss(
         if vf_clip_eps is not None:
             vf_clip_eps = vf_clip_eps * sw
     return losses_lib.ppo_loss(
-        logp_new, entropy, values_new, logp_old, values_old, advantages, returns,
-        clip_eps=clip_eps, vf_coef=vf_coef, ent_coef=ent_coef, vf_clip_eps=vf_clip_eps, mask=mask,
+        logp_new,
+        entropy,
+        values_new,
+        logp_old,
+        values_old,
+        advantages,
+        returns,
+        clip_eps=clip_eps,
+        vf_coef=vf_coef,
+        ent_coef=ent_coef,
+        vf_clip_eps=vf_clip_eps,
+        mask=mask,
     )
 
 

@@ -50,8 +50,10 @@ def check_eval(every: int, episodes: int, num_updates: int) -> None:
     if episodes < 1:
         raise ConfigError(f"--eval-episodes={episodes} must be >= 1")
     if every > num_updates:
-        raise ConfigError(f"--eval-every={every} is more than the run's {num_updates} updates, so no evaluation "
-                          f"would run; choose a value in 1..{num_updates}")
+        raise ConfigError(
+            f"--eval-every={every} is more than the run's {num_updates} updates, so no evaluation "
+            f"would run; choose a value in 1..{num_updates}"
+        )
 
 
 def eval_key(seed_key: jax.Array, update) -> jax.Array:
@@ -65,8 +67,10 @@ def episode_summary(returns: jax.Array) -> dict:
     finished = jnp.isfinite(returns)
     count = jnp.sum(finished)
     total = jnp.sum(jnp.where(finished, returns, 0.0))
-    return {"eval_return": jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan).astype(jnp.float32),
-            "eval_episodes": count.astype(jnp.float32)}
+    return {
+        "eval_return": jnp.where(count > 0, total / jnp.maximum(count, 1), jnp.nan).astype(jnp.float32),
+        "eval_episodes": count.astype(jnp.float32),
+    }
 
 
 class EvalProgram:

@@ -72,20 +72,28 @@ def report_pbt(res, run_dir: str) -> None:
     fr = np.asarray(res.final_return, np.float64)
     seeds = len(fr) // len(res.members or fr)
     runs = f"{len(fr) // seeds} members x {seeds} populations" if seeds > 1 else f"{len(fr)} members"
-    print(f"final return over {runs}: best {np.nanmax(fr) if np.isfinite(fr).any() else float('nan'):.1f}"
-          f"  median {np.nanmedian(fr) if np.isfinite(fr).any() else float('nan'):.1f}")
+    print(
+        f"final return over {runs}: best {np.nanmax(fr) if np.isfinite(fr).any() else float('nan'):.1f}"
+        f"  median {np.nanmedian(fr) if np.isfinite(fr).any() else float('nan'):.1f}"
+    )
     if "best_member" in res.extra:
         where = f" of population {res.extra['best_seed']}" if "best_seed" in res.extra else ""
-        print(f"best member {res.extra['best_member']}{where} (final return {res.extra['best_final_return']:.1f}); "
-              f"{res.extra.get('exploits', 0)} member copies (exploits) in lineage.csv")
+        print(
+            f"best member {res.extra['best_member']}{where} (final return {res.extra['best_final_return']:.1f}); "
+            f"{res.extra.get('exploits', 0)} member copies (exploits) in lineage.csv"
+        )
         for seg in res.extra.get("best_schedule", []):
             vals = ", ".join(f"{k}={v:.4g}" for k, v in seg.items() if k not in ("from_update", "member"))
             print(f"  from update {seg['from_update']:>5}: {vals}  (in member {seg['member']})")
-    print(f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
-          f"({res.env_steps:,} steps this session)")
+    print(
+        f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
+        f"({res.env_steps:,} steps this session)"
+    )
     if not res.finished:
-        print(f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
-              f"`python -m purejaxppo train --resume {run_dir}`")
+        print(
+            f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
+            f"`python -m purejaxppo train --resume {run_dir}`"
+        )
     print(f"metrics, lineage, config and checkpoints written to {run_dir}")
 
 

@@ -89,8 +89,16 @@ class PBTProgram:
 
     split = "seeds"
 
-    def __init__(self, config: PPOConfig, settings: PBTSettings, *, num_devices: int = 1, ppo: Optional[PPO] = None,
-                 axis: str = "runs", num_seeds: int = 1):
+    def __init__(
+        self,
+        config: PPOConfig,
+        settings: PBTSettings,
+        *,
+        num_devices: int = 1,
+        ppo: Optional[PPO] = None,
+        axis: str = "runs",
+        num_seeds: int = 1,
+    ):
         self.config, self.settings, self.num_devices, self.axis = config, settings, num_devices, axis
         self.num_seeds = num_seeds  # independent populations: run m*S + s is member m of population s
         self.shard = num_devices  # members are split over the devices
@@ -111,8 +119,10 @@ class PBTProgram:
         if len(sizes) != 1:
             raise ConfigError(f"every argument needs the same leading (members) axis; got sizes {sorted(sizes)}")
         if next(iter(sizes)) % self.num_devices:
-            raise ConfigError(f"{next(iter(sizes))} members cannot be split evenly over {self.num_devices} devices; "
-                              f"use a multiple of {self.num_devices} members")
+            raise ConfigError(
+                f"{next(iter(sizes))} members cannot be split evenly over {self.num_devices} devices; "
+                f"use a multiple of {self.num_devices} members"
+            )
         return args if self.mesh is None else jax.device_put(args, NamedSharding(self.mesh, P(self.axis)))
 
     def init_state(self, keys: jax.Array, configs: PPOConfig) -> PBTState:
@@ -121,8 +131,9 @@ class PBTProgram:
         n = keys.shape[0]
         member_keys = jax.vmap(jax.random.fold_in)(keys, jnp.arange(n))
         runner = jax.vmap(self.ppo.init)(member_keys, configs)
-        hparams = jnp.stack([jnp.asarray(getattr(configs, name), jnp.float32) for name in self.settings.space.names],
-                            axis=1)
+        hparams = jnp.stack(
+            [jnp.asarray(getattr(configs, name), jnp.float32) for name in self.settings.space.names], axis=1
+        )
         key = jnp.broadcast_to(jax.random.fold_in(keys[0], PBT_SALT), (n,) + keys.shape[1:])
         zeros = jnp.zeros((n,), jnp.float32)
         # strong dtypes, as ppo.init's (a checkpoint restores none as weak; a weak leaf would retrace)
@@ -151,9 +162,12 @@ class PBTProgram:
             return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, n_loc, 0), tree)
 
         def record(st, parents, score, non_finite, exploited):
-            out = {"pbt_exploit": jnp.full(parents.shape, exploited, jnp.float32),
-                   "pbt_parent": parents.astype(jnp.float32), "pbt_score": score,
-                   "pbt_non_finite": non_finite.astype(jnp.float32)}
+            out = {
+                "pbt_exploit": jnp.full(parents.shape, exploited, jnp.float32),
+                "pbt_parent": parents.astype(jnp.float32),
+                "pbt_score": score,
+                "pbt_non_finite": non_finite.astype(jnp.float32),
+            }
             out.update({f"pbt_{name}": st.hparams[:, k] for k, name in enumerate(space.names)})
             return out
 
@@ -168,11 +182,20 @@ class PBTProgram:
             runner, hparams, full_score, full_finite = gather((st.runner, st.hparams, score, finite))
             key = jax.random.fold_in(st.key[0], upd)
             if seeds == 1:
-                runner, hparams, parents = exploit_explore(key, runner, hparams, full_score, space, quantile=s.quantile,
-                                                           resample_prob=s.resample_prob, finite=full_finite)
+                runner, hparams, parents = exploit_explore(
+                    key,
+                    runner,
+                    hparams,
+                    full_score,
+                    space,
+                    quantile=s.quantile,
+                    resample_prob=s.resample_prob,
+                    finite=full_finite,
+                )
             else:
-                runner, hparams, parents = exploit_populations(key, runner, hparams, full_score, full_finite, space,
-                                                               seeds, s.quantile, s.resample_prob)
+                runner, hparams, parents = exploit_populations(
+                    key, runner, hparams, full_score, full_finite, space, seeds, s.quantile, s.resample_prob
+                )
             runner, hparams, parents = mine((runner, hparams, parents), n_loc)
             zeros = jnp.zeros_like(st.ret_sum)
             new = PBTState(runner, hparams, zeros, zeros, st.key)
@@ -192,9 +215,11 @@ class PBTProgram:
                 count = metrics["episodes"].astype(jnp.float32)
                 in_window = (interval > 0) & (((upd - 1) % max(interval, 1)) >= max(interval, 1) - window)
                 scored = in_window & (count > 0)
-                st = st._replace(runner=runner,
-                                 ret_sum=st.ret_sum + jnp.where(scored, metrics["episode_return"] * count, 0.0),
-                                 ret_count=st.ret_count + jnp.where(scored, count, 0.0))
+                st = st._replace(
+                    runner=runner,
+                    ret_sum=st.ret_sum + jnp.where(scored, metrics["episode_return"] * count, 0.0),
+                    ret_count=st.ret_count + jnp.where(scored, count, 0.0),
+                )
                 if interval > 0:
                     st, info = jax.lax.cond((upd % interval == 0) & (upd < num_updates), exploit, skip, st, upd)
                 else:
@@ -214,8 +239,15 @@ class PBTProgram:
                 self._fns[n] = jax.jit(self._local_chunk(n, False))
             else:
                 spec = P(self.axis)
-                self._fns[n] = jax.jit(jax.shard_map(self._local_chunk(n, True), mesh=self.mesh, in_specs=(spec, spec),
-                                                     out_specs=((spec, spec), spec), check_vma=False))
+                self._fns[n] = jax.jit(
+                    jax.shard_map(
+                        self._local_chunk(n, True),
+                        mesh=self.mesh,
+                        in_specs=(spec, spec),
+                        out_specs=((spec, spec), spec),
+                        check_vma=False,
+                    )
+                )
         return self._fns[n]
 
     def compile(self, n: int, state, configs=None) -> float:
@@ -245,12 +277,14 @@ class PBTProgram:
         return state._replace(runner=runner)
 
 
-def exploit_populations(key, runners, hparams, scores, finite, space, num_seeds: int, quantile: float,
-                        resample_prob: float):
+def exploit_populations(
+    key, runners, hparams, scores, finite, space, num_seeds: int, quantile: float, resample_prob: float
+):
     """:func:`~purejaxppo.scale.pbt.exploit_explore` in each of ``S = num_seeds`` independent
     populations at once: ``[R = N*S, ...]`` arrays, run ``m*S + s`` being member ``m`` of
     population ``s``; population ``s`` draws with ``fold_in(key, s)`` and its losers copy only its
     own winners. Returns ``(runners, hparams, parents [R])``, ``parents`` as member indices."""
+
     def by_population(x):  # [N*S, ...] -> [S, N, ...]
         return jnp.swapaxes(x.reshape((-1, num_seeds) + x.shape[1:]), 0, 1)
 
@@ -258,8 +292,17 @@ def exploit_populations(key, runners, hparams, scores, finite, space, num_seeds:
         return jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:])
 
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(num_seeds))
-    one = lambda k, r, h, sc, f: exploit_explore(k, r, h, sc, space, quantile=quantile,  # noqa: E731
-                                                 resample_prob=resample_prob, finite=f)
-    out = jax.vmap(one)(keys, jax.tree.map(by_population, runners), by_population(hparams), by_population(scores),
-                        by_population(finite))
+    one = lambda k, r, h, sc, f: exploit_explore(
+        k,
+        r,
+        h,
+        sc,
+        space,
+        quantile=quantile,  # noqa: E731
+        resample_prob=resample_prob,
+        finite=f,
+    )
+    out = jax.vmap(one)(
+        keys, jax.tree.map(by_population, runners), by_population(hparams), by_population(scores), by_population(finite)
+    )
     return jax.tree.map(back, out)

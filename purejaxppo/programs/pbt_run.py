@@ -36,25 +36,37 @@ def initial_members(space: SearchSpace, num_members: int, seed: int) -> list:
     return space.members(sample_members(key, space, num_members))
 
 
-def train_pbt(config: PPOConfig, settings: PBTSettings, num_members: int, *, seed: int = 0, num_seeds: int = 1,
-              run_dir: Optional[str] = None, num_devices: int = 1, program: Optional[PBTProgram] = None,
-              loggers=(), **kwargs) -> RunResult:
+def train_pbt(
+    config: PPOConfig,
+    settings: PBTSettings,
+    num_members: int,
+    *,
+    seed: int = 0,
+    num_seeds: int = 1,
+    run_dir: Optional[str] = None,
+    num_devices: int = 1,
+    program: Optional[PBTProgram] = None,
+    loggers=(),
+    **kwargs,
+) -> RunResult:
     """Train a PBT population of ``num_members`` (``kwargs``: ``train_chunked``'s, e.g.
     ``chunk_updates``, ``on_chunk``, ``stop_after``, ``eval_every``, ``init_from``); see the
     module docstring. ``num_seeds = S > 1`` trains ``S`` independent populations with the same
     initial members (seed key ``s`` each; run ``m*S + s`` is member ``m`` of population ``s``),
     each exploiting only within itself: repetitions of one PBT experiment in one compile."""
     members = initial_members(settings.space, num_members, seed)
-    prog = program if program is not None else PBTProgram(config, settings, num_devices=num_devices,
-                                                          num_seeds=num_seeds)
+    prog = (
+        program if program is not None else PBTProgram(config, settings, num_devices=num_devices, num_seeds=num_seeds)
+    )
     if prog.num_seeds != num_seeds:
         raise ConfigError(f"program= was built for {prog.num_seeds} populations, not num_seeds={num_seeds}")
     sinks = list(loggers)
     if run_dir and processes.current().writer:  # several processes: process 0 writes the folder
         os.makedirs(run_dir, exist_ok=True)
         sinks.append(LineageSink(os.path.join(run_dir, LINEAGE), settings.space.names, members, num_seeds=num_seeds))
-    res = train_chunked(config, seed=seed, num_seeds=num_seeds, members=members, run_dir=run_dir, program=prog,
-                        loggers=sinks, **kwargs)
+    res = train_chunked(
+        config, seed=seed, num_seeds=num_seeds, members=members, run_dir=run_dir, program=prog, loggers=sinks, **kwargs
+    )
     return _finish(res, run_dir)
 
 
@@ -65,8 +77,19 @@ def resume_pbt(run_dir: str, record=None, loggers=(), **kwargs) -> RunResult:
     record = record if record is not None else group.share(lambda: rf.load_record(run_dir))
     if record.kind != "pbt":
         raise CheckpointError(f"{run_dir!r} is not a PBT run; resume it with resume_run")
-    sinks = [LineageSink(os.path.join(run_dir, LINEAGE), record.settings.space.names, record.members, append=True,
-                         num_seeds=record.num_seeds)] if group.writer else []
+    sinks = (
+        [
+            LineageSink(
+                os.path.join(run_dir, LINEAGE),
+                record.settings.space.names,
+                record.members,
+                append=True,
+                num_seeds=record.num_seeds,
+            )
+        ]
+        if group.writer
+        else []
+    )
     return _finish(continue_chunked(run_dir, record, loggers=list(loggers) + sinks, **kwargs), run_dir)
 
 

@@ -33,11 +33,12 @@ def pick_member(loaded: Loaded, member: Optional[int], run_dir: str) -> Loaded:
     if member is None:
         return loaded
     seeds = loaded.record.num_seeds
-    return loaded._replace(runner=jax.tree.map(lambda x: x[member * seeds:(member + 1) * seeds], loaded.runner))
+    return loaded._replace(runner=jax.tree.map(lambda x: x[member * seeds : (member + 1) * seeds], loaded.runner))
 
 
-def evaluate_policies(loaded: Loaded, request: EvalRequest, run_dir: str, member: Optional[int],
-                      show_values: bool) -> tuple:
+def evaluate_policies(
+    loaded: Loaded, request: EvalRequest, run_dir: str, member: Optional[int], show_values: bool
+) -> tuple:
     """``(summary, lines)``: ``request.episodes`` episodes of every run of ``loaded`` (already
     cut to ``member`` when it is not None); ``show_values``: a member's swept values are
     part of its name (a sweep's; a PBT member's change during training)."""
@@ -50,25 +51,44 @@ def evaluate_policies(loaded: Loaded, request: EvalRequest, run_dir: str, member
         gif_renderer(config)  # an env we cannot draw fails now, not after the evaluation
     key = jax.random.PRNGKey(request.seed)
     ret, length = evaluate_runner(config, ppo.agent, runner, key, request.episodes, not request.stochastic)
-    s = {"run_dir": run_dir, "checkpoint": loaded.checkpoint, "update": loaded.update,
-         **({"member": member} if member is not None else {}),
-         "policy": "stochastic" if request.stochastic else "deterministic (mode)",
-         "episodes_per_seed": request.episodes, **({"protocol": request.protocol} if request.protocol else {})}
+    s = {
+        "run_dir": run_dir,
+        "checkpoint": loaded.checkpoint,
+        "update": loaded.update,
+        **({"member": member} if member is not None else {}),
+        "policy": "stochastic" if request.stochastic else "deterministic (mode)",
+        "episodes_per_seed": request.episodes,
+        **({"protocol": request.protocol} if request.protocol else {}),
+    }
     members = record.members if member is None else None
     if members:
         seeds = record.num_seeds
-        s["members"] = [{"member": m, **({"values": v} if show_values else {}),
-                         **returns(ret[m * seeds:(m + 1) * seeds], length[m * seeds:(m + 1) * seeds])}
-                        for m, v in enumerate(members)]
+        s["members"] = [
+            {
+                "member": m,
+                **({"values": v} if show_values else {}),
+                **returns(ret[m * seeds : (m + 1) * seeds], length[m * seeds : (m + 1) * seeds]),
+            }
+            for m, v in enumerate(members)
+        ]
     else:
         s.update(returns(ret, length))
     if request.gif:
         stats = find_obs_stats(runner.env_state) if config.normalize_obs else None
         params0 = jax.tree.map(lambda x: x[0], runner.train.params)
         stats0 = None if stats is None else jax.tree.map(lambda x: x[0], stats)
-        s["gif"], s["gif_frames"] = request.gif, save_gif(request.gif, config, ppo.agent, params0,
-                                                          jax.random.PRNGKey(request.seed), stats0,
-                                                          not request.stochastic)
+        s["gif"], s["gif_frames"] = (
+            request.gif,
+            save_gif(
+                request.gif,
+                config,
+                ppo.agent,
+                params0,
+                jax.random.PRNGKey(request.seed),
+                stats0,
+                not request.stochastic,
+            ),
+        )
     return s, lines(s, config, request)
 
 
@@ -85,16 +105,24 @@ def lines(s: dict, config, request: EvalRequest) -> list:
     """The summary as text: one block per member of a sweep or PBT run."""
     blocks = s.get("members") or [s]
     seeds = len(blocks[0]["per_seed_mean"])
-    of = f" of member {s['member']}" if "member" in s else (f" per member, {len(blocks)} members" if "members" in s else "")
-    out = [f"{config.env_name} | {s['checkpoint']} (update {s['update']}/{config.num_updates}) | "
-           f"{s['policy']} policy | {request.episodes} episode(s) x {seeds} seed(s){of}"]
+    of = (
+        f" of member {s['member']}"
+        if "member" in s
+        else (f" per member, {len(blocks)} members" if "members" in s else "")
+    )
+    out = [
+        f"{config.env_name} | {s['checkpoint']} (update {s['update']}/{config.num_updates}) | "
+        f"{s['policy']} policy | {request.episodes} episode(s) x {seeds} seed(s){of}"
+    ]
     for b in blocks:
         who = ""
         if "members" in s:
             values = ", ".join(f"{k}={v:g}" for k, v in b.get("values", {}).items())
             who = f"member {b['member']}{f' ({values})' if values else ''}: "
-        out.append(f"{who}return: mean {b['mean']:.2f}  std {b['std']:.2f}  min {b['min']:.2f}  max {b['max']:.2f}  "
-                   f"({b['episodes']} finished episodes)")
+        out.append(
+            f"{who}return: mean {b['mean']:.2f}  std {b['std']:.2f}  min {b['min']:.2f}  max {b['max']:.2f}  "
+            f"({b['episodes']} finished episodes)"
+        )
         if len(b["per_seed_mean"]) > 1:
             out.append(f"{'  ' if who else ''}per seed mean: " + "  ".join(f"{x:.2f}" for x in b["per_seed_mean"]))
     if request.gif:

@@ -40,13 +40,23 @@ class Program:
     ``split="seeds"``: runs sharded over ``num_devices``; ``split="envs"``: every run's envs
     split over ``num_devices`` (``parallel.split_envs``), runs vmapped on top."""
 
-    def __init__(self, config: PPOConfig, *, ppo: Optional[PPO] = None, num_devices: int = 1, split: str = "seeds",
-                 executables: Optional[str] = None):
+    def __init__(
+        self,
+        config: PPOConfig,
+        *,
+        ppo: Optional[PPO] = None,
+        num_devices: int = 1,
+        split: str = "seeds",
+        executables: Optional[str] = None,
+    ):
         if split not in ("seeds", "envs"):
             raise ConfigError(f"split={split!r} must be 'seeds' (runs over devices) or 'envs' (each run's envs)")
         # only a program built here from the config can be keyed without tracing it
-        self.executables = (executable_cache.for_program(executables, config, num_devices=num_devices, split=split)
-                            if ppo is None else None)
+        self.executables = (
+            executable_cache.for_program(executables, config, num_devices=num_devices, split=split)
+            if ppo is None
+            else None
+        )
         if ppo is None:
             ppo = parallel.split_envs(config, num_devices) if split == "envs" else make_ppo(config)
         self.config, self.ppo, self.num_devices, self.split = config, ppo, num_devices, split
@@ -65,9 +75,11 @@ class Program:
             if n is None:
                 one = ppo.init if stacked else (lambda k: ppo.init(k, cfg))
             else:
+
                 def one(r, c=cfg):
                     out = ppo.run(r, c, n)
                     return out, tree_finite(out[0].train)  # extra output: does not change the numbers
+
             self._fns[n, stacked] = parallel.shard_runs(one, self.shard)
         return self._fns[n, stacked]
 

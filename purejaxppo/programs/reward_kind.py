@@ -51,19 +51,28 @@ class RewardRuns:
         return kinds.Loaded(record, state, prog, path, int(meta["update"]))
 
     def evaluate(self, run_dir: str, record, request: kinds.EvalRequest) -> tuple:
-        raise ConfigError(f"{run_dir!r} holds a {self.what} run, evaluated on its held-out pairs every epoch: read "
-                          f"eval_accuracy in its metrics.csv (or plot {run_dir}); the model is in {run_dir}/model")
+        raise ConfigError(
+            f"{run_dir!r} holds a {self.what} run, evaluated on its held-out pairs every epoch: read "
+            f"eval_accuracy in its metrics.csv (or plot {run_dir}); the model is in {run_dir}/model"
+        )
 
     def report(self, result, run_dir: str) -> None:
         from purejaxppo.programs.reward_run import MODEL
 
         acc, loss = result.metrics.get("eval_accuracy"), result.metrics.get("eval_loss")
         if acc is not None and acc.size:
-            print(f"held-out pairwise accuracy {float(acc[:, -1].mean()):.3f}, loss {float(loss[:, -1].mean()):.4f} "
-                  f"after {result.updates_done} epoch(s)")
-        print(f"wrote {run_dir} (metrics.csv, checkpoints" + (f", {MODEL}/: the reward model)" if result.finished
-                                                              else f"); continue with python -m purejaxppo reward "
-                                                                   f"--resume {run_dir}"))
+            print(
+                f"held-out pairwise accuracy {float(acc[:, -1].mean()):.3f}, loss {float(loss[:, -1].mean()):.4f} "
+                f"after {result.updates_done} epoch(s)"
+            )
+        print(
+            f"wrote {run_dir} (metrics.csv, checkpoints"
+            + (
+                f", {MODEL}/: the reward model)"
+                if result.finished
+                else f"); continue with python -m purejaxppo reward --resume {run_dir}"
+            )
+        )
 
 
 kinds.register(RewardRuns())

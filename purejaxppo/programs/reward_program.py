@@ -67,8 +67,9 @@ class RewardConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name}={v!r} must be a positive integer")
         if not self.learning_rate > 0 or self.weight_decay < 0:
-            raise ConfigError(f"learning_rate={self.learning_rate} must be > 0 and weight_decay="
-                              f"{self.weight_decay} >= 0")
+            raise ConfigError(
+                f"learning_rate={self.learning_rate} must be > 0 and weight_decay={self.weight_decay} >= 0"
+            )
         if not 0.0 < self.held_out < 1.0:
             raise ConfigError(f"held_out={self.held_out} must be a share in (0, 1) of the pairs")
         return self
@@ -107,8 +108,12 @@ def _epoch(step, fn, cfg: RewardConfig, state: RewardState, train: PairBatch, he
 
     (params, opt_state), m = jax.lax.scan(one, (state.params, state.opt_state), order)
     held_m = pair_loss(fn, params, held)[1]
-    metrics = {"train_loss": jnp.mean(m["loss"]), "train_accuracy": jnp.mean(m["accuracy"]),
-               "eval_loss": held_m["loss"], "eval_accuracy": held_m["accuracy"]}
+    metrics = {
+        "train_loss": jnp.mean(m["loss"]),
+        "train_accuracy": jnp.mean(m["accuracy"]),
+        "eval_loss": held_m["loss"],
+        "eval_accuracy": held_m["accuracy"],
+    }
     return RewardState(params, opt_state, key), metrics
 
 
@@ -125,8 +130,10 @@ class RewardProgram:
         self.settings = settings
         self.headline = ("eval_accuracy", "eval_accuracy")
         self.nan_hint = "Lower --lr (or keep --max-grad-norm on)"
-        fn, opt = make_reward_fn(lm), reward_optimizer(self.config.learning_rate, self.config.max_grad_norm,
-                                                       self.config.weight_decay)
+        fn, opt = (
+            make_reward_fn(lm),
+            reward_optimizer(self.config.learning_rate, self.config.max_grad_norm, self.config.weight_decay),
+        )
         self._step, self._fn = reward_step(fn, opt), fn
         self._init = jax.jit(jax.vmap(lambda k, p: RewardState(p, opt.init(p), k), in_axes=(0, None)))
         self._chunks, self._once = {}, CompileOnce()
@@ -145,10 +152,12 @@ class RewardProgram:
 
     def _chunk(self, n: int):
         if n not in self._chunks:
+
             def one(state, train, held):
                 epoch = lambda s, _: _epoch(self._step, self._fn, self.config, s, train, held)  # noqa: E731
                 state, metrics = jax.lax.scan(epoch, state, None, length=n)
                 return (state, metrics), tree_finite(state.params)
+
             self._chunks[n] = jax.jit(jax.vmap(one, in_axes=(0, None, None)))
         return self._chunks[n]
 

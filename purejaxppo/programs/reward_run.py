@@ -43,8 +43,10 @@ def _encoder(folder: str) -> Callable[[str], list]:
     TODO: use the shared tokenizer module of purejaxppo.lm once it is merged."""
     path = os.path.join(folder, "tokenizer.json")
     if not os.path.isfile(path):
-        raise ConfigError(f"--model {folder} has no tokenizer.json (the pairs are text; a Hugging Face model folder "
-                          "holds tokenizer.json beside config.json)")
+        raise ConfigError(
+            f"--model {folder} has no tokenizer.json (the pairs are text; a Hugging Face model folder "
+            "holds tokenizer.json beside config.json)"
+        )
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(path)
@@ -70,8 +72,14 @@ def prepare(settings: dict, config: RewardConfig, seed: int):
     rows = read_pairs(settings["pairs"])
     eos = _token_id(model_config, "eos_token_id")
     pad = _token_id(model_config, "pad_token_id")
-    batch, cuts = tokenize_pairs(rows, encode, max_prompt=config.max_prompt, max_response=config.max_response,
-                                 eos_id=eos, pad_id=pad if pad is not None else (eos or 0))
+    batch, cuts = tokenize_pairs(
+        rows,
+        encode,
+        max_prompt=config.max_prompt,
+        max_response=config.max_response,
+        eos_id=eos,
+        pad_id=pad if pad is not None else (eos or 0),
+    )
     vocab = model_config.get("vocab_size")
     top = int(max(batch.prompt.max(), batch.chosen.max(), batch.rejected.max()))
     if isinstance(vocab, int) and top >= vocab:
@@ -80,12 +88,23 @@ def prepare(settings: dict, config: RewardConfig, seed: int):
     return lm, params, train, held, cuts
 
 
-def train_reward(config: RewardConfig, model: str, pairs: str, *, seed: int = 0, num_seeds: int = 1,
-                 run_dir: Optional[str] = None, resume: bool = False, chunk_updates: int = 1,
-                 checkpoint_every: int = 1, stop_after: Optional[int] = None,
-                 on_chunk: Optional[Callable[[dict], None]] = None, loggers: Sequence = (),
-                 on_note: Optional[Callable[[str], None]] = None,
-                 on_cuts: Optional[Callable[[Cuts], None]] = None) -> RunResult:
+def train_reward(
+    config: RewardConfig,
+    model: str,
+    pairs: str,
+    *,
+    seed: int = 0,
+    num_seeds: int = 1,
+    run_dir: Optional[str] = None,
+    resume: bool = False,
+    chunk_updates: int = 1,
+    checkpoint_every: int = 1,
+    stop_after: Optional[int] = None,
+    on_chunk: Optional[Callable[[dict], None]] = None,
+    loggers: Sequence = (),
+    on_note: Optional[Callable[[str], None]] = None,
+    on_cuts: Optional[Callable[[Cuts], None]] = None,
+) -> RunResult:
     """Train ``num_seeds`` reward models from ``model`` on the ``pairs`` file for
     ``config.epochs`` epochs (one update each); ``metrics.csv`` gets ``train_loss``,
     ``train_accuracy``, ``eval_loss``, ``eval_accuracy`` per epoch and seed. At the end run 0's
@@ -99,17 +118,36 @@ def train_reward(config: RewardConfig, model: str, pairs: str, *, seed: int = 0,
     if resume:
         saved = rf.load_record(run_dir).settings
         if saved.get("pairs_sha256") != settings["pairs_sha256"]:
-            raise ConfigError(f"{settings['pairs']} changed since the run started (its SHA-256 differs); a resume "
-                              "needs the same pairs: put the file back or start a new run")
+            raise ConfigError(
+                f"{settings['pairs']} changed since the run started (its SHA-256 differs); a resume "
+                "needs the same pairs: put the file back or start a new run"
+            )
     lm, params, train, held, cuts = prepare(settings, config, seed)
     if on_cuts is not None:
         on_cuts(cuts)
     prog = RewardProgram(config, RewardSettings(settings), lm, params, train, held)
-    record = RunRecord(prog.kind_for(None), prog.config, prog.settings, seed=seed, num_seeds=num_seeds,
-                       chunk_updates=max(1, min(chunk_updates, config.epochs)), split=prog.split,
-                       checkpoint_every=checkpoint_every, notes={"cuts": cuts._asdict()})
-    result = run_chunks(prog, record, run_keys(seed, num_seeds), run_dir=run_dir, resume=resume, stop_after=stop_after,
-                        on_chunk=on_chunk, sinks=loggers, on_note=on_note)
+    record = RunRecord(
+        prog.kind_for(None),
+        prog.config,
+        prog.settings,
+        seed=seed,
+        num_seeds=num_seeds,
+        chunk_updates=max(1, min(chunk_updates, config.epochs)),
+        split=prog.split,
+        checkpoint_every=checkpoint_every,
+        notes={"cuts": cuts._asdict()},
+    )
+    result = run_chunks(
+        prog,
+        record,
+        run_keys(seed, num_seeds),
+        run_dir=run_dir,
+        resume=resume,
+        stop_after=stop_after,
+        on_chunk=on_chunk,
+        sinks=loggers,
+        on_note=on_note,
+    )
     if run_dir and result.finished:
         export_reward_model(run_dir, settings["model"], lm, first_run_params(result.runner_state))
     return result
@@ -132,8 +170,13 @@ def resume_reward(run_dir: str, record=None, **kwargs) -> RunResult:
     """Continue the reward run in ``run_dir`` with its saved config, model, pairs and seeds
     (``record``: its run record when read already)."""
     record = record if record is not None else rf.load_record(run_dir)
-    opts = dict(seed=record.seed, num_seeds=record.num_seeds, chunk_updates=record.chunk_updates,
-                checkpoint_every=record.checkpoint_every)
+    opts = dict(
+        seed=record.seed,
+        num_seeds=record.num_seeds,
+        chunk_updates=record.chunk_updates,
+        checkpoint_every=record.checkpoint_every,
+    )
     opts.update(kwargs)
-    return train_reward(record.config, record.settings["model"], record.settings["pairs"], run_dir=run_dir,
-                        resume=True, **opts)
+    return train_reward(
+        record.config, record.settings["model"], record.settings["pairs"], run_dir=run_dir, resume=True, **opts
+    )

@@ -31,10 +31,21 @@ class RLHFEvaluator:
         prompt, valid = fixed(batch) if fixed else task.prompts(jax.random.PRNGKey(EVAL_KEY), batch)
 
         def one(params):
-            response, _, mask = sample_response(lm, params, jax.random.PRNGKey(0), prompt, valid, task.max_new,
-                                                jnp.asarray(task.stop_ids), task.pad_id, top_k=1)  # greedy
-            stats = {"score": jnp.mean(task.score(prompt, valid, response, mask)),
-                     **task.diagnostics(prompt, valid, response, mask)}
+            response, _, mask = sample_response(
+                lm,
+                params,
+                jax.random.PRNGKey(0),
+                prompt,
+                valid,
+                task.max_new,
+                jnp.asarray(task.stop_ids),
+                task.pad_id,
+                top_k=1,
+            )  # greedy
+            stats = {
+                "score": jnp.mean(task.score(prompt, valid, response, mask)),
+                **task.diagnostics(prompt, valid, response, mask),
+            }
             shown = (prompt[:SHOWN], valid[:SHOWN], jnp.where(mask, response, task.pad_id)[:SHOWN])
             return {f"eval_{k}": v for k, v in stats.items()}, shown
 
@@ -75,8 +86,7 @@ class RLHFEvaluator:
         if not hasattr(self.task, "decode_prompt"):
             return f"{self.task.decode(prompt)}  ->  {self.task.decode(response)}"
         text = lambda s: json.dumps(s, ensure_ascii=False)  # noqa: E731
-        return (f"prompt: {text(self.task.decode_prompt(prompt, valid))}\n"
-                f"response: {text(self.task.decode(response))}")
+        return f"prompt: {text(self.task.decode_prompt(prompt, valid))}\nresponse: {text(self.task.decode(response))}"
 
     def columns(self, result: Optional[dict], runs: int, n: int) -> dict:
         out = {k: np.full((runs, n), np.nan, np.float32) for k in self.names}

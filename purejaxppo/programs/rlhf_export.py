@@ -22,6 +22,7 @@ from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint
 
+
 def _source_folder(settings: RLHFSettings):
     """The Hugging Face folder the run's model was loaded from, or None (a built-in TinyLM)."""
     for name in ("model", "model_dir", "init"):
@@ -60,7 +61,9 @@ def export_policy(run_dir: str, out_dir: str, run: int = 0) -> int:
     settings, lm, params, update = final_policy(run_dir, run)
     source = _source_folder(settings)
     if not source:
-        raise ConfigError(f"{run_dir} trained a built-in TinyLM, which has no Hugging Face layout; export takes a run "
-                          "started from a local Hugging Face model folder")
+        raise ConfigError(
+            f"{run_dir} trained a built-in TinyLM, which has no Hugging Face layout; export takes a run "
+            "started from a local Hugging Face model folder"
+        )
     save_pretrained(out_dir, lm, params, copy_from=source)  # the family's writer, tokenizer files copied
     return update

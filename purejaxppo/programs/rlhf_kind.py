@@ -37,8 +37,9 @@ class TokenRuns:
     def program(self, record, *, num_devices: int, split: str = "prompts", executables: Optional[str] = None):
         from purejaxppo.programs.rlhf_program import RLHFProgram
 
-        return RLHFProgram(record.config, record.settings, *RLHFProgram.template(record.settings),
-                           num_devices=num_devices)
+        return RLHFProgram(
+            record.config, record.settings, *RLHFProgram.template(record.settings), num_devices=num_devices
+        )
 
     def resume(self, run_dir: str, record, **kwargs):
         from purejaxppo.programs.rlhf_run import resume_rlhf
@@ -61,25 +62,41 @@ class TokenRuns:
         from purejaxppo.lm.token_ppo import policy_params
         from purejaxppo.programs.rlhf_eval import RLHFEvaluator
 
-        for flag, v in (("--protocol", request.protocol), ("--episodes", request.episodes),
-                        ("--stochastic", request.stochastic or None), ("--member", request.member),
-                        ("--gif", request.gif)):
+        for flag, v in (
+            ("--protocol", request.protocol),
+            ("--episodes", request.episodes),
+            ("--stochastic", request.stochastic or None),
+            ("--member", request.member),
+            ("--gif", request.gif),
+        ):
             if v is not None:
-                raise ConfigError(f"{flag} does not apply to {run_dir!r}, a {self.what} run: eval answers its task's "
-                                  f"{record.settings.eval_batch} fixed evaluation prompts greedily; drop {flag}")
+                raise ConfigError(
+                    f"{flag} does not apply to {run_dir!r}, a {self.what} run: eval answers its task's "
+                    f"{record.settings.eval_batch} fixed evaluation prompts greedily; drop {flag}"
+                )
         loaded = self.load(run_dir, record, request.checkpoint)
         prog, settings = loaded.agent_fns, record.settings
         evaluator = RLHFEvaluator(prog.task, prog.lm, 1, settings.eval_batch)
         stats, samples = evaluator.evaluate(policy_params(loaded.runner))
-        stats = {k[len("eval_"):]: v for k, v in sorted(stats.items())}
+        stats = {k[len("eval_") :]: v for k, v in sorted(stats.items())}
         sft = record.notes.get("sft") or {}
-        s = {"run_dir": run_dir, "checkpoint": loaded.checkpoint, "update": loaded.update, "policy": "greedy",
-             "task": settings.task, "prompts": settings.eval_batch, "seeds": record.num_seeds,
-             "mean": {k: float(np.mean(v)) for k, v in stats.items()},
-             "per_seed": {k: [float(x) for x in v] for k, v in stats.items()},
-             "sft_score": sft.get("eval_score"), "samples": samples}
-        lines = [f"{settings.task} | {loaded.checkpoint} (iteration {loaded.update}/{record.config.num_updates}) | "
-                 f"greedy policy | {settings.eval_batch} evaluation prompts x {record.num_seeds} seed(s)"]
+        s = {
+            "run_dir": run_dir,
+            "checkpoint": loaded.checkpoint,
+            "update": loaded.update,
+            "policy": "greedy",
+            "task": settings.task,
+            "prompts": settings.eval_batch,
+            "seeds": record.num_seeds,
+            "mean": {k: float(np.mean(v)) for k, v in stats.items()},
+            "per_seed": {k: [float(x) for x in v] for k, v in stats.items()},
+            "sft_score": sft.get("eval_score"),
+            "samples": samples,
+        }
+        lines = [
+            f"{settings.task} | {loaded.checkpoint} (iteration {loaded.update}/{record.config.num_updates}) | "
+            f"greedy policy | {settings.eval_batch} evaluation prompts x {record.num_seeds} seed(s)"
+        ]
         for k, v in stats.items():
             per = "" if len(v) == 1 else "  (per seed " + "  ".join(f"{x:.3f}" for x in v) + ")"
             lines.append(f"{k}: {float(np.mean(v)):.3f}{per}")
@@ -102,8 +119,10 @@ def report_token_run(run_dir: str) -> None:
     updates = sorted({int(r["update"]) for r in rows})
     mean = lambda k, u: np.nanmean([value(r, k) for r in rows if int(r["update"]) == u])  # noqa: E731
     print(f"SFT model (greedy): score {sft.get('eval_score', float('nan')):.3f}")
-    print(f"sampled score: {mean('score', updates[0]):.3f} -> {mean('score', updates[-1]):.3f}; "
-          f"KL per sequence {mean('kl', updates[0]):.3f} -> {mean('kl', updates[-1]):.3f}")
+    print(
+        f"sampled score: {mean('score', updates[0]):.3f} -> {mean('score', updates[-1]):.3f}; "
+        f"KL per sequence {mean('kl', updates[0]):.3f} -> {mean('kl', updates[-1]):.3f}"
+    )
     if "reward_fn_s" in rows[0]:
         spent = sum(value(r, "reward_fn_s") for r in rows if r["seed"] == rows[0]["seed"])
         print(f"text reward on the host: {spent:.2f}s over {len(updates)} iterations (reward_fn_s in metrics.csv)")
@@ -112,8 +131,10 @@ def report_token_run(run_dir: str) -> None:
         evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
     if evaluated:
         print(f"greedy score at iteration {evaluated[-1] + 1}: {mean('eval_score', evaluated[-1]):.3f}")
-    print(f"wrote {run_dir} (metrics.csv, samples.txt, checkpoints); continue with "
-          f"python -m purejaxppo rlhf --resume {run_dir}")
+    print(
+        f"wrote {run_dir} (metrics.csv, samples.txt, checkpoints); continue with "
+        f"python -m purejaxppo rlhf --resume {run_dir}"
+    )
 
 
 kinds.register(TokenRuns())

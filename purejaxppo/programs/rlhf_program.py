@@ -111,12 +111,16 @@ class RLHFSettings:
 
             module, params = load_gpt2(self.init, dtype=DTYPES[self.dtype])
             if module.vocab_size < task.vocab_size:
-                raise ConfigError(f"--init {self.init}: its vocabulary ({module.vocab_size}) is smaller than the "
-                                  f"task's ({task.vocab_size})")
+                raise ConfigError(
+                    f"--init {self.init}: its vocabulary ({module.vocab_size}) is smaller than the "
+                    f"task's ({task.vocab_size})"
+                )
             # an embedding lookup past the table clamps silently
             if module.n_positions < task.prompt_len + task.max_new:
-                raise ConfigError(f"--init {self.init}: its {module.n_positions} positions cannot hold a prompt and a "
-                                  f"response ({task.prompt_len} + {task.max_new} tokens); use a shorter task")
+                raise ConfigError(
+                    f"--init {self.init}: its {module.n_positions} positions cannot hold a prompt and a "
+                    f"response ({task.prompt_len} + {task.max_new} tokens); use a shorter task"
+                )
             return FlaxLM(module), params
         return init_tiny_lm(task, key, self.d_model, self.n_layers, self.n_heads, DTYPES[self.dtype])
 
@@ -143,10 +147,17 @@ def _text_task(settings: RLHFSettings):
 
         return TextReward(load_reward_function(settings.reward), settings.reward, tokenizer)
 
-    return make_text_task(settings.model_dir, settings.prompts, reward_for, max_new=settings.max_new_tokens,
-                          eval_prompts=settings.eval_prompts, sft_data=settings.sft_data,
-                          max_prompt_tokens=settings.max_prompt_tokens, truncate=settings.truncate_prompts,
-                          chat=settings.chat_template)
+    return make_text_task(
+        settings.model_dir,
+        settings.prompts,
+        reward_for,
+        max_new=settings.max_new_tokens,
+        eval_prompts=settings.eval_prompts,
+        sft_data=settings.sft_data,
+        max_prompt_tokens=settings.max_prompt_tokens,
+        truncate=settings.truncate_prompts,
+        chat=settings.chat_template,
+    )
 
 
 def task_config(config: TokenPPOConfig, task) -> TokenPPOConfig:
@@ -183,8 +194,16 @@ class RLHFProgram:
         self.text_reward = bound if isinstance(bound, TextReward) else None
         # runs_axis: the seeds agree on one response width per iteration (length_buckets), so a
         # chunk runs one branch of the width switch, not all of them
-        build = functools.partial(make_token_ppo, self.config, lm, reward, prompts=task.prompts, critic=critic,
-                                  diagnostics=task.diagnostics, runs_axis=RUNS_AXIS)
+        build = functools.partial(
+            make_token_ppo,
+            self.config,
+            lm,
+            reward,
+            prompts=task.prompts,
+            critic=critic,
+            diagnostics=task.diagnostics,
+            runs_axis=RUNS_AXIS,
+        )
         self.tp = data_parallel(build, num_devices)
         self._chunks, self._once = {}, CompileOnce()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
@@ -207,9 +226,11 @@ class RLHFProgram:
 
     def _chunk(self, n: int):
         if n not in self._chunks:
+
             def one(state):
                 state, metrics = self.tp.run(state, n)
                 return (state, metrics), tree_finite(state.train)
+
             self._chunks[n] = jax.jit(jax.vmap(one, axis_name=RUNS_AXIS))
         return self._chunks[n]
 
@@ -230,8 +251,9 @@ class RLHFProgram:
 
     def check_finite(self, metrics, finite, first_update, describe):
         # evaluation columns are NaN by design at the iterations without an evaluation
-        problem = first_non_finite({k: v for k, v in metrics.items() if not k.startswith("eval_")}, finite,
-                                   first_update, describe)
+        problem = first_non_finite(
+            {k: v for k, v in metrics.items() if not k.startswith("eval_")}, finite, first_update, describe
+        )
         # a failed text reward gives NaN scores from its iteration on: name it at the chunk that holds
         # them (the loop may already have run the next chunk, whose failure must not stop this one)
         if problem is not None and self.text_reward is not None and self.text_reward.error:

@@ -37,21 +37,43 @@ def sft_model(settings: RLHFSettings, seed: int):
     lm, params = settings.model(jax.random.fold_in(key, 1))
     losses = np.zeros(0)
     if settings.sft_steps:
-        params, losses = train_sft(lm, params, task, jax.random.fold_in(key, 2), steps=settings.sft_steps,
-                                   batch=settings.sft_batch, learning_rate=settings.sft_lr)
+        params, losses = train_sft(
+            lm,
+            params,
+            task,
+            jax.random.fold_in(key, 2),
+            steps=settings.sft_steps,
+            batch=settings.sft_batch,
+            learning_rate=settings.sft_lr,
+        )
     evaluation = evaluate_policy(lm, params, task, jax.random.PRNGKey(EVAL_KEY), settings.eval_batch, greedy=True)
     getattr(task, "check_reward", lambda: None)()  # a text reward that failed on the SFT model's answers
-    record = {"steps": settings.sft_steps, "final_loss": float(np.mean(np.asarray(losses)[-10:])) if len(losses) else None,
-              **{f"eval_{k}": float(v) for k, v in evaluation.items()}}
+    record = {
+        "steps": settings.sft_steps,
+        "final_loss": float(np.mean(np.asarray(losses)[-10:])) if len(losses) else None,
+        **{f"eval_{k}": float(v) for k, v in evaluation.items()},
+    }
     return lm, params, record
 
 
-def train_rlhf(config: TokenPPOConfig, settings: RLHFSettings = RLHFSettings(), *, seed: int = 0, num_seeds: int = 1,
-               run_dir: Optional[str] = None, resume: bool = False, num_devices: int = 1,
-               chunk_updates: int = CHUNK_UPDATES, checkpoint_every: int = 1, stop_after: Optional[int] = None,
-               on_chunk: Optional[Callable[[dict], None]] = None, loggers: Sequence = (),
-               on_note: Optional[Callable[[str], None]] = None, sft: Optional[tuple] = None,
-               program: Optional[RLHFProgram] = None) -> RunResult:
+def train_rlhf(
+    config: TokenPPOConfig,
+    settings: RLHFSettings = RLHFSettings(),
+    *,
+    seed: int = 0,
+    num_seeds: int = 1,
+    run_dir: Optional[str] = None,
+    resume: bool = False,
+    num_devices: int = 1,
+    chunk_updates: int = CHUNK_UPDATES,
+    checkpoint_every: int = 1,
+    stop_after: Optional[int] = None,
+    on_chunk: Optional[Callable[[dict], None]] = None,
+    loggers: Sequence = (),
+    on_note: Optional[Callable[[str], None]] = None,
+    sft: Optional[tuple] = None,
+    program: Optional[RLHFProgram] = None,
+) -> RunResult:
     """SFT (unless resuming, or ``sft=(lm, params, record)`` is given), then ``config.num_iterations``
     PPO iterations of ``num_seeds`` runs in chunks of ``chunk_updates``, a checkpoint every
     ``checkpoint_every`` chunks. Metrics per iteration and run go to ``metrics.csv``.
@@ -65,13 +87,37 @@ def train_rlhf(config: TokenPPOConfig, settings: RLHFSettings = RLHFSettings(), 
     else:
         lm, params, record = sft if sft is not None else sft_model(settings, seed)
     prog = program or RLHFProgram(config, settings, lm, params, num_devices=num_devices)
-    evaluator = (RLHFEvaluator(prog.task, lm, settings.eval_every, settings.eval_batch,
-                               None if run_dir is None else f"{run_dir}/{SAMPLES}") if settings.eval_every else None)
-    run = RunRecord(prog.kind_for(None), prog.config, settings, seed=seed, num_seeds=num_seeds,
-                    chunk_updates=max(1, min(chunk_updates, prog.config.num_iterations)), num_devices=num_devices,
-                    split=prog.split, checkpoint_every=checkpoint_every, notes={"sft": record})
-    return run_chunks(prog, run, run_keys(seed, num_seeds), run_dir=run_dir, resume=resume, stop_after=stop_after,
-                      on_chunk=on_chunk, sinks=loggers, on_note=on_note, evaluator=evaluator)
+    evaluator = (
+        RLHFEvaluator(
+            prog.task, lm, settings.eval_every, settings.eval_batch, None if run_dir is None else f"{run_dir}/{SAMPLES}"
+        )
+        if settings.eval_every
+        else None
+    )
+    run = RunRecord(
+        prog.kind_for(None),
+        prog.config,
+        settings,
+        seed=seed,
+        num_seeds=num_seeds,
+        chunk_updates=max(1, min(chunk_updates, prog.config.num_iterations)),
+        num_devices=num_devices,
+        split=prog.split,
+        checkpoint_every=checkpoint_every,
+        notes={"sft": record},
+    )
+    return run_chunks(
+        prog,
+        run,
+        run_keys(seed, num_seeds),
+        run_dir=run_dir,
+        resume=resume,
+        stop_after=stop_after,
+        on_chunk=on_chunk,
+        sinks=loggers,
+        on_note=on_note,
+        evaluator=evaluator,
+    )
 
 
 def checked_data(settings: RLHFSettings, resume: bool) -> RLHFSettings:
@@ -85,8 +131,10 @@ def checked_data(settings: RLHFSettings, resume: bool) -> RLHFSettings:
         return settings if settings.hashes else dataclasses.replace(settings, hashes=tuple(sorted(now.items())))
     changed = [name for name, sha in settings.hashes if now.get(name) != sha]
     if changed:
-        raise ConfigError(f"the {', '.join(changed)} changed since this run started (sha256 in config.json's "
-                          "settings.hashes); restore the files it was started with, or start a new run")
+        raise ConfigError(
+            f"the {', '.join(changed)} changed since this run started (sha256 in config.json's "
+            "settings.hashes); restore the files it was started with, or start a new run"
+        )
     return settings
 
 
@@ -99,7 +147,12 @@ def resume_rlhf(run_dir: str, record=None, **kwargs) -> RunResult:
     """Continue the RLHF run in ``run_dir`` with its saved config, settings, seeds and layout
     (keyword arguments override the others, e.g. ``stop_after``, ``on_chunk``)."""
     record = record if record is not None else rf.load_record(run_dir)
-    opts = dict(seed=record.seed, num_seeds=record.num_seeds, num_devices=record.num_devices,
-                chunk_updates=record.chunk_updates, checkpoint_every=record.checkpoint_every)
+    opts = dict(
+        seed=record.seed,
+        num_seeds=record.num_seeds,
+        num_devices=record.num_devices,
+        chunk_updates=record.chunk_updates,
+        checkpoint_every=record.checkpoint_every,
+    )
     opts.update(kwargs)
     return train_rlhf(record.config, record.settings, run_dir=run_dir, resume=True, **opts)

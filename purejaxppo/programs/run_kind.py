@@ -74,13 +74,19 @@ def report_runs(res, run_dir: str) -> None:
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            print(f"final return over {len(fr)} seed(s): mean {np.nanmean(fr):.1f}  min {np.nanmin(fr):.1f}  "
-                  f"max {np.nanmax(fr):.1f}")
-    print(f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
-          f"({res.env_steps:,} steps this session)")
+            print(
+                f"final return over {len(fr)} seed(s): mean {np.nanmean(fr):.1f}  min {np.nanmin(fr):.1f}  "
+                f"max {np.nanmax(fr):.1f}"
+            )
+    print(
+        f"compile {res.compile_s:.1f}s | run {res.run_s:.1f}s | {res.steps_per_s:,.0f} env-steps/s "
+        f"({res.env_steps:,} steps this session)"
+    )
     if not res.finished:
-        print(f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
-              f"`python -m purejaxppo train --resume {run_dir}`")
+        print(
+            f"stopped after {res.updates_done} of {res.config.num_updates} updates; continue with "
+            f"`python -m purejaxppo train --resume {run_dir}`"
+        )
     table = " and the table (results.md)" if res.members is not None and res.finished else ""
     print(f"metrics, config{',' if table else ' and'} checkpoints{table} written to {run_dir}")
 

@@ -77,27 +77,52 @@ def train_chunked(
     if prog.config != config:
         raise ConfigError("program= was built for another config; build Program(config) for this one")
     members = None if members is None else [dict(m) for m in members]
-    evaluator = None if eval_every is None else EvalProgram(config, prog.ppo.agent, eval_every, eval_episodes,
-                                                            prog.shard)
+    evaluator = (
+        None if eval_every is None else EvalProgram(config, prog.ppo.agent, eval_every, eval_episodes, prog.shard)
+    )
     chunk_updates = chunk_size(eval_every if evaluator else config.num_updates, chunk_updates)
-    record = RunRecord(prog.kind_for(members), config, prog.settings, seed=seed, num_seeds=num_seeds,
-                       members=members, chunk_updates=chunk_updates, num_devices=prog.num_devices, split=prog.split,
-                       checkpoint_every=checkpoint_every, eval_every=eval_every if evaluator else None,
-                       eval_episodes=eval_episodes, notes=dict(notes or {}))
+    record = RunRecord(
+        prog.kind_for(members),
+        config,
+        prog.settings,
+        seed=seed,
+        num_seeds=num_seeds,
+        members=members,
+        chunk_updates=chunk_updates,
+        num_devices=prog.num_devices,
+        split=prog.split,
+        checkpoint_every=checkpoint_every,
+        eval_every=eval_every if evaluator else None,
+        eval_episodes=eval_episodes,
+        notes=dict(notes or {}),
+    )
     start_from = None
     if init_from is not None:  # checked (JSON only) before any folder is made
-        source = (init_from if isinstance(init_from, dict) else
-                  warm_start.describe(init_from, init_member, config, num_seeds))
+        source = (
+            init_from if isinstance(init_from, dict) else warm_start.describe(init_from, init_member, config, num_seeds)
+        )
         record = record.replace(init_from=source)
 
         def start_from(state):
             return prog.with_training_state(state, warm_start.apply(source, prog.training_state(state), num_seeds))
+
     if resume and run_dir:
         processes.current().share(lambda: _check_same_evaluation(run_dir, record))  # the folder is process 0's
     inputs = rf.run_inputs(config, seed, num_seeds, members)
-    return run_chunks(prog, record, inputs, run_dir=run_dir, resume=resume, stop_after=stop_after, on_chunk=on_chunk,
-                      keep_checkpoints=keep_checkpoints, sinks=loggers, on_note=on_note, evaluator=evaluator,
-                      start_from=start_from)
+    return run_chunks(
+        prog,
+        record,
+        inputs,
+        run_dir=run_dir,
+        resume=resume,
+        stop_after=stop_after,
+        on_chunk=on_chunk,
+        keep_checkpoints=keep_checkpoints,
+        sinks=loggers,
+        on_note=on_note,
+        evaluator=evaluator,
+        start_from=start_from,
+    )
 
 
 def _check_same_evaluation(run_dir: str, record: RunRecord) -> None:
@@ -105,9 +130,12 @@ def _check_same_evaluation(run_dir: str, record: RunRecord) -> None:
     rf.check_resumable(run_dir, record)  # the wrong kind or setup first, with its own message
     saved = rf.load_record(run_dir)
     if (saved.eval_every, saved.eval_episodes) != (record.eval_every, record.eval_episodes) and (
-            saved.eval_every or record.eval_every):
-        raise ConfigError(f"{run_dir!r} was trained with eval_every={saved.eval_every}, eval_episodes="
-                          f"{saved.eval_episodes}; resume it with the same (resume_run does by default)")
+        saved.eval_every or record.eval_every
+    ):
+        raise ConfigError(
+            f"{run_dir!r} was trained with eval_every={saved.eval_every}, eval_episodes="
+            f"{saved.eval_episodes}; resume it with the same (resume_run does by default)"
+        )
 
 
 def resume_run(run_dir: str, record: Optional[RunRecord] = None, **kwargs) -> RunResult:
@@ -123,12 +151,22 @@ def resume_run(run_dir: str, record: Optional[RunRecord] = None, **kwargs) -> Ru
 def continue_chunked(run_dir: str, record: RunRecord, **kwargs) -> RunResult:
     """:func:`train_chunked` continuing ``run_dir`` as ``record`` says (``kwargs`` override):
     the resume of the kinds that run through it (plain runs, sweeps, PBT)."""
-    opts = dict(seed=record.seed, num_seeds=record.num_seeds, members=record.members,
-                chunk_updates=record.chunk_updates, num_devices=record.num_devices, split=record.split,
-                checkpoint_every=record.checkpoint_every, init_from=record.init_from,
-                eval_every=record.eval_every, eval_episodes=record.eval_episodes, notes=record.notes)
+    opts = dict(
+        seed=record.seed,
+        num_seeds=record.num_seeds,
+        members=record.members,
+        chunk_updates=record.chunk_updates,
+        num_devices=record.num_devices,
+        split=record.split,
+        checkpoint_every=record.checkpoint_every,
+        init_from=record.init_from,
+        eval_every=record.eval_every,
+        eval_episodes=record.eval_episodes,
+        notes=record.notes,
+    )
     opts.update(kwargs)
     if "program" not in opts:
-        opts["program"] = kinds.kind_named(record.kind).program(record, num_devices=opts["num_devices"],
-                                                                split=opts["split"])
+        opts["program"] = kinds.kind_named(record.kind).program(
+            record, num_devices=opts["num_devices"], split=opts["split"]
+        )
     return train_chunked(record.config, run_dir=run_dir, resume=True, **opts)

@@ -43,8 +43,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.run.guards import interrupts_deferred
-from purejaxppo.run.checkpoint_manifest import (CheckpointError, _digest, _is_empty,  # noqa: F401
-                                                  _template_manifest, compare_manifest, flatten_state)
+from purejaxppo.run.checkpoint_manifest import (
+    CheckpointError,
+    _digest,
+    _is_empty,  # noqa: F401
+    _template_manifest,
+    compare_manifest,
+    flatten_state,
+)
 
 _NAME = re.compile(r"^update_(\d+)$")
 
@@ -130,8 +136,9 @@ def _checkpointer():
         return ocp.PyTreeCheckpointer()
     me = jax.process_index()
     options = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
-    return ocp.Checkpointer(ocp.PyTreeCheckpointHandler(multiprocessing_options=options),
-                            multiprocessing_options=options)
+    return ocp.Checkpointer(
+        ocp.PyTreeCheckpointHandler(multiprocessing_options=options), multiprocessing_options=options
+    )
 
 
 def _folder_bytes(folder: str) -> int:
@@ -211,11 +218,14 @@ def read_meta(path: str) -> dict:
         with open(os.path.join(path, "meta.json")) as f:
             return json.load(f)
     except FileNotFoundError:
-        raise CheckpointError(f"{path} is not a checkpoint (no meta.json); it may be incomplete -- "
-                              "use an update_* folder listed by the run's checkpoints/") from None
+        raise CheckpointError(
+            f"{path} is not a checkpoint (no meta.json); it may be incomplete -- "
+            "use an update_* folder listed by the run's checkpoints/"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}/meta.json is corrupt ({e}); resume from an older checkpoint "
-                              "by deleting this folder") from None
+        raise CheckpointError(
+            f"{path}/meta.json is corrupt ({e}); resume from an older checkpoint by deleting this folder"
+        ) from None
 
 
 def place_like(x, like):
@@ -245,8 +255,10 @@ def read_leaves(path: str) -> tuple[dict, dict]:
         stored = any(not _is_empty(e) for e in saved)
         arrays = _checkpointer().restore(os.path.join(path, "state")) if stored else {}
     except Exception as e:  # orbax/tensorstore raise many types for damaged files
-        raise CheckpointError(f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
-                              "it is truncated or corrupt -- delete it to resume from the previous one") from None
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(e).__name__}: {str(e)[:200]}); "
+            "it is truncated or corrupt -- delete it to resume from the previous one"
+        ) from None
     leaves = {}
     for i, entry in enumerate(saved):
         if _is_empty(entry):  # saved by shape and dtype only (see flatten_state)
@@ -254,12 +266,16 @@ def read_leaves(path: str) -> tuple[dict, dict]:
         else:
             a = arrays.get(f"{i:05d}") if isinstance(arrays, dict) else None
         if a is None:
-            raise CheckpointError(f"checkpoint {path} lacks the array for {entry['path']}; it is truncated "
-                                  "-- delete it to resume from the previous one")
+            raise CheckpointError(
+                f"checkpoint {path} lacks the array for {entry['path']}; it is truncated "
+                "-- delete it to resume from the previous one"
+            )
         a = np.asarray(a)
         if list(a.shape) != list(entry["shape"]) or str(a.dtype) != entry["dtype"] or _digest(a) != entry["sha1"]:
-            raise CheckpointError(f"checkpoint {path}: array {entry['path']} fails its checksum; the files are "
-                                  "corrupt -- delete this folder to resume from the previous checkpoint")
+            raise CheckpointError(
+                f"checkpoint {path}: array {entry['path']} fails its checksum; the files are "
+                "corrupt -- delete this folder to resume from the previous checkpoint"
+            )
         if "prng_impl" in entry:
             a = jax.random.wrap_key_data(a, impl=entry["prng_impl"])
         leaves[entry["path"]] = a

@@ -79,10 +79,13 @@ def compare_manifest(saved: list[dict], expected: list[dict], what: str = "check
         if s is None:
             continue
         if list(s["shape"]) != list(e["shape"]) or s["dtype"] != e["dtype"]:
-            problems.append(f"{e['path']}: {what} has {s['dtype']}{tuple(s['shape'])}, "
-                            f"this setup needs {e['dtype']}{tuple(e['shape'])}")
+            problems.append(
+                f"{e['path']}: {what} has {s['dtype']}{tuple(s['shape'])}, "
+                f"this setup needs {e['dtype']}{tuple(e['shape'])}"
+            )
         if len(problems) >= 6:
             break
     if problems:
-        raise CheckpointError(f"the {what} does not fit this setup (different env, network or sizes?):\n  "
-                              + "\n  ".join(problems))
+        raise CheckpointError(
+            f"the {what} does not fit this setup (different env, network or sizes?):\n  " + "\n  ".join(problems)
+        )

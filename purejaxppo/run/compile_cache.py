@@ -46,5 +46,7 @@ def announce_once(path: str) -> Optional[str]:
         open(marker, "w").close()
     except OSError:
         pass
-    return (f"compiled programs are cached in {path} (a repeated run skips most of the compile; "
-            "--no-compile-cache turns this off)")
+    return (
+        f"compiled programs are cached in {path} (a repeated run skips most of the compile; "
+        "--no-compile-cache turns this off)"
+    )

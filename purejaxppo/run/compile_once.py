@@ -11,9 +11,19 @@ import jax
 def signature(args) -> tuple:
     """Everything about the arguments that compiles separately: tree, shapes, dtypes, weak types,
     shardings and committed-ness."""
-    return (str(jax.tree.structure(args)),
-            tuple((tuple(x.shape), str(x.dtype), bool(getattr(x, "weak_type", False)), str(getattr(x, "sharding", "")),
-                   getattr(x, "committed", None)) for x in jax.tree.leaves(args)))
+    return (
+        str(jax.tree.structure(args)),
+        tuple(
+            (
+                tuple(x.shape),
+                str(x.dtype),
+                bool(getattr(x, "weak_type", False)),
+                str(getattr(x, "sharding", "")),
+                getattr(x, "committed", None),
+            )
+            for x in jax.tree.leaves(args)
+        ),
+    )
 
 
 class CompileOnce:

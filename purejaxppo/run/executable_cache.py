@@ -137,9 +137,12 @@ def cpu_identity() -> str:
         pass
     if not text and platform.system() == "Darwin":
         try:
-            text = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string", "machdep.cpu.features",
-                                   "machdep.cpu.leaf7_features"], capture_output=True,
-                                  text=True, timeout=10).stdout.strip()
+            text = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string", "machdep.cpu.features", "machdep.cpu.leaf7_features"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             pass
     text = text or f"{platform.machine()}|{platform.processor()}"
@@ -151,11 +154,14 @@ def environment(env_name: str) -> dict:
     devices and the host CPU."""
     suite = env_name.split(":", 1)[0] if ":" in env_name else "gymnax"
     dists = ("jax", "jaxlib", "flax", "optax", "chex", "numpy", "gymnax", suite)  # each suite's extra names its package
-    return {"source": _source_hash(), "versions": {d: _version(d) for d in dists},
-            "jax_config": sorted((k, repr(v)) for k, v in jax.config.values.items() if "cache" not in k),
-            "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            "devices": [(d.platform, d.device_kind, d.id) for d in jax.devices()],
-            "host_cpu": cpu_identity()}  # every x86 machine's device is the same "cpu": the CPU itself tells them apart
+    return {
+        "source": _source_hash(),
+        "versions": {d: _version(d) for d in dists},
+        "jax_config": sorted((k, repr(v)) for k, v in jax.config.values.items() if "cache" not in k),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "devices": [(d.platform, d.device_kind, d.id) for d in jax.devices()],
+        "host_cpu": cpu_identity(),
+    }  # every x86 machine's device is the same "cpu": the CPU itself tells them apart
 
 
 @contextlib.contextmanager
@@ -182,8 +188,9 @@ class ExecutableCache:
 
     def __init__(self, folder: str, context: dict):
         self.folder = folder
-        self._base = json.dumps({**context, "env": environment(context.get("config", {}).get("env_name", ""))},
-                                sort_keys=True, default=repr)
+        self._base = json.dumps(
+            {**context, "env": environment(context.get("config", {}).get("env_name", ""))}, sort_keys=True, default=repr
+        )
         self.hits = self.misses = 0
 
     def key(self, role: Any, args) -> str:

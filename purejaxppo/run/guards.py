@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+
 def tree_finite(tree) -> jax.Array:
     """Traced: a scalar bool, True when every inexact leaf of ``tree`` is finite."""
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
@@ -82,8 +83,10 @@ def first_non_finite(metrics: dict, finite: np.ndarray, first_update: int, descr
         return f"non-finite {name} ({v}) at update {first_update + u} of metrics.csv ({describe(r)})"
     if not np.all(finite):
         r, n = int(np.argmin(finite)), np.asarray(next(iter(metrics.values()))).shape[1]
-        return (f"non-finite parameters or optimizer state after updates {first_update}..{first_update + n - 1} "
-                f"of metrics.csv ({describe(r)})")
+        return (
+            f"non-finite parameters or optimizer state after updates {first_update}..{first_update + n - 1} "
+            f"of metrics.csv ({describe(r)})"
+        )
     return None
 
 
@@ -113,9 +116,11 @@ class DivergenceWatch:
                 r = int(np.argmax(streak))
                 worst = ", ".join(f"{k}={float(np.asarray(metrics[k])[r, u]):.3g}" for k in names)
                 self.warned = True
-                return (f"training looks divergent: {worst} at update {first_update + u} ({describe(r)}), beyond "
-                        f"sane bounds for {self.patience} updates in a row; lower the learning rate (--lr) or "
-                        "--max-grad-norm, or enable --normalize-obs / --normalize-reward")
+                return (
+                    f"training looks divergent: {worst} at update {first_update + u} ({describe(r)}), beyond "
+                    f"sane bounds for {self.patience} updates in a row; lower the learning rate (--lr) or "
+                    "--max-grad-norm, or enable --normalize-obs / --normalize-reward"
+                )
         self.streak = streak
         return None
 
@@ -125,6 +130,7 @@ def sigterm_as_interrupt():
     """Within the block SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so the loop can save a checkpoint."""
     old = None
     if threading.current_thread() is threading.main_thread():
+
         def handler(signum, frame):
             raise KeyboardInterrupt("SIGTERM")
 

@@ -121,8 +121,10 @@ def register(kind: RunKind, default: bool = False) -> RunKind:
 
 def kind_named(name: str) -> RunKind:
     if name not in _KINDS:
-        raise CheckpointError(f"this folder holds a {name!r} run, which this purejaxppo does not know (known kinds: "
-                              f"{', '.join(sorted(_KINDS))}; written by a newer purejaxppo?); nothing was changed")
+        raise CheckpointError(
+            f"this folder holds a {name!r} run, which this purejaxppo does not know (known kinds: "
+            f"{', '.join(sorted(_KINDS))}; written by a newer purejaxppo?); nothing was changed"
+        )
     return _KINDS[name]
 
 

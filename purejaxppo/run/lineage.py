@@ -30,19 +30,18 @@ class LineageSink:
     the initial ``members`` (``[{name: value}]``); ``append=True`` (a resume) keeps the file
     but drops rows after the update training continues from."""
 
-    def __init__(self, path: str, names: Sequence[str], members: Sequence[dict], append: bool = False,
-                 num_seeds: int = 1):
+    def __init__(
+        self, path: str, names: Sequence[str], members: Sequence[dict], append: bool = False, num_seeds: int = 1
+    ):
         self.path, self.names, self.append, self.seeds = path, list(names), append, num_seeds
         if not append or not os.path.exists(path):
             self.append = False
             with open(path, "w", newline="") as f:
                 w = csv.writer(f)
-                w.writerow(["update"] + self._lead() + ["member", "parent"] + self.names
-                           + ["score", "non_finite"])
+                w.writerow(["update"] + self._lead() + ["member", "parent"] + self.names + ["score", "non_finite"])
                 for s in range(num_seeds):
                     for m, values in enumerate(members):
-                        w.writerow([0] + self._lead(s) + [m, m] + [_fmt(values[n]) for n in self.names]
-                                   + ["nan", 0])
+                        w.writerow([0] + self._lead(s) + [m, m] + [_fmt(values[n]) for n in self.names] + ["nan", 0])
 
     def _lead(self, seed=None):
         """The ``seed`` column, present when there are several populations (``num_seeds > 1``)."""
@@ -69,11 +68,20 @@ class LineageSink:
                 for s in range(self.seeds):
                     for r in range(s, parent.shape[0], self.seeds):  # run r: member r // S of population s
                         m = r // self.seeds
-                        w.writerow([update] + self._lead(s) + [m, int(parent[r, u])]
-                                   + [_fmt(c[r, u]) for c in cols] + [_fmt(score[r, u]), int(bad[r, u])])
+                        w.writerow(
+                            [update]
+                            + self._lead(s)
+                            + [m, int(parent[r, u])]
+                            + [_fmt(c[r, u]) for c in cols]
+                            + [_fmt(score[r, u]), int(bad[r, u])]
+                        )
                         if bad[r, u]:
-                            warnings.warn(f"PBT: member {m} had non-finite numbers at update {update}; replaced by "
-                                          f"a copy of member {int(parent[r, u])}", RuntimeWarning, stacklevel=2)
+                            warnings.warn(
+                                f"PBT: member {m} had non-finite numbers at update {update}; replaced by "
+                                f"a copy of member {int(parent[r, u])}",
+                                RuntimeWarning,
+                                stacklevel=2,
+                            )
 
     def close(self) -> None:
         pass
@@ -88,7 +96,7 @@ def read_lineage(path: str, seed: int = 0) -> tuple[list, dict]:
         rows = list(csv.reader(f))
     header, body = rows[0], [r for r in rows[1:] if r]
     m_col, p_col = header.index("member"), header.index("parent")
-    names = header[p_col + 1:-2]
+    names = header[p_col + 1 : -2]
     if "seed" in header:
         body = [r for r in body if int(r[header.index("seed")]) == seed]
     out: dict = {}
@@ -97,9 +105,11 @@ def read_lineage(path: str, seed: int = 0) -> tuple[list, dict]:
     table = {}
     for u, rs in sorted(out.items()):
         rs = sorted(rs, key=lambda r: int(r[m_col]))
-        table[u] = {"parent": np.array([int(r[p_col]) for r in rs]),
-                    "hparams": np.array([[float(x) for x in r[p_col + 1:p_col + 1 + len(names)]] for r in rs]),
-                    "score": np.array([float(r[-2]) for r in rs])}
+        table[u] = {
+            "parent": np.array([int(r[p_col]) for r in rs]),
+            "hparams": np.array([[float(x) for x in r[p_col + 1 : p_col + 1 + len(names)]] for r in rs]),
+            "score": np.array([float(r[-2]) for r in rs]),
+        }
     return names, table
 
 
@@ -111,8 +121,9 @@ def ancestry(names: Sequence[str], table: dict, member: int, until: Optional[int
     updates = [u for u in sorted(table) if until is None or u <= until]
     segments, cur = [], member
     for u in reversed(updates):
-        segments.append({"from_update": u, "member": cur,
-                         **{n: float(v) for n, v in zip(names, table[u]["hparams"][cur])}})
+        segments.append(
+            {"from_update": u, "member": cur, **{n: float(v) for n, v in zip(names, table[u]["hparams"][cur])}}
+        )
         cur = int(table[u]["parent"][cur])
     segments.reverse()
     merged = []

@@ -59,12 +59,21 @@ def chunk_size(num_updates: int, target: int) -> int:
     return best if best * 2 >= target else target
 
 
-def run_chunks(program: RunProgram, record: RunRecord, inputs: tuple, *, run_dir: Optional[str] = None,
-               resume: bool = False, stop_after: Optional[int] = None,
-               on_chunk: Optional[Callable[[dict], None]] = None, keep_checkpoints: int = 2,
-               sinks: Sequence = (), on_note: Optional[Callable[[str], None]] = None,
-               evaluator: Optional[Evaluator] = None,
-               start_from: Optional[Callable[[object], object]] = None) -> RunResult:
+def run_chunks(
+    program: RunProgram,
+    record: RunRecord,
+    inputs: tuple,
+    *,
+    run_dir: Optional[str] = None,
+    resume: bool = False,
+    stop_after: Optional[int] = None,
+    on_chunk: Optional[Callable[[dict], None]] = None,
+    keep_checkpoints: int = 2,
+    sinks: Sequence = (),
+    on_note: Optional[Callable[[str], None]] = None,
+    evaluator: Optional[Evaluator] = None,
+    start_from: Optional[Callable[[object], object]] = None,
+) -> RunResult:
     """Run ``program`` to ``config.num_updates`` (or ``stop_after``) in chunks; a :class:`RunResult`.
 
     ``record``: the run's :class:`~purejaxppo.run.record.RunRecord` (``config.json``; every
@@ -91,12 +100,25 @@ def run_chunks(program: RunProgram, record: RunRecord, inputs: tuple, *, run_dir
         raise ConfigError("resume=True needs the run_dir of the run to continue")
     group = processes.current()
     if group.many and evaluator is not None:
-        raise ConfigError("evaluation during training (eval_every) does not run across processes yet; train "
-                          "without it and evaluate the run folder afterwards (python -m purejaxppo eval RUN_DIR)")
+        raise ConfigError(
+            "evaluation during training (eval_every) does not run across processes yet; train "
+            "without it and evaluate the run folder afterwards (python -m purejaxppo eval RUN_DIR)"
+        )
     note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
     storage = RunStorage(run_dir, record, group, keep_checkpoints)
-    session = _Session(program, record, inputs, storage, resume, stop_after, on_chunk if group.writer else None,
-                       list(sinks) if group.writer else [], note, evaluator, start_from)
+    session = _Session(
+        program,
+        record,
+        inputs,
+        storage,
+        resume,
+        stop_after,
+        on_chunk if group.writer else None,
+        list(sinks) if group.writer else [],
+        note,
+        evaluator,
+        start_from,
+    )
     with contextlib.ExitStack() as held:
         storage.open(resume, held)  # the lock, held for the session; the checks of a new run or a resume
         return session.run()
@@ -112,8 +134,21 @@ def describe_run(r: int, num_seeds: int, members: Optional[list]) -> str:
 
 class _Session:
     """One call of :func:`run_chunks`: its state between chunks, and the steps of the loop."""
-    def __init__(self, prog, record, inputs, storage: RunStorage, resume, stop_after, on_chunk, sinks, note, evaluator,
-                 start_from):
+
+    def __init__(
+        self,
+        prog,
+        record,
+        inputs,
+        storage: RunStorage,
+        resume,
+        stop_after,
+        on_chunk,
+        sinks,
+        note,
+        evaluator,
+        start_from,
+    ):
         self.prog, self.run_record, self.raw_inputs, self.storage, self.resume = prog, record, inputs, storage, resume
         self.stop_after, self.on_chunk, self.user_sinks, self.note = stop_after, on_chunk, sinks, note
         self.evaluator, self.start_from, self.group = evaluator, start_from, storage.group
@@ -145,13 +180,25 @@ class _Session:
         if not idle:
             self.storage.write_info(resumed_from=done if self.resume else None)
             ev = self.evaluator
-            first = min(self.run_record.chunk_updates, max(n_total - done, 1), ev.updates_to_next(done) if ev else n_total)
+            first = min(
+                self.run_record.chunk_updates, max(n_total - done, 1), ev.updates_to_next(done) if ev else n_total
+            )
             self.prog.compile(first, state, self.configs)
             if ev:
                 ev.compile(self.keys, self.prog.training_state(state))
         self.compile_s = time.perf_counter() - t0  # init (+ restore) and the first chunk's compile
-        csv_sink = CSVLogger(os.path.join(self.run_dir, rf.METRICS), self.num_seeds, self.members is not None,
-                             self.resume, self.config.batch_size, self.note) if self.storage.writes else None
+        csv_sink = (
+            CSVLogger(
+                os.path.join(self.run_dir, rf.METRICS),
+                self.num_seeds,
+                self.members is not None,
+                self.resume,
+                self.config.batch_size,
+                self.note,
+            )
+            if self.storage.writes
+            else None
+        )
         self.sinks = ([csv_sink] if csv_sink else []) + self.user_sinks
 
     def checkpoint(self, state, update) -> Optional[str]:
@@ -222,11 +269,19 @@ class _Session:
     def progress(self, metrics: dict, evaluated: Optional[dict]) -> dict:
         """``on_chunk``'s argument: counters, timings, the chunk's ``metrics`` and ``evaluated`` (or None)."""
         batch = self.config.batch_size
-        return {"updates": self.done, "num_updates": self.config.num_updates, "env_steps": self.done * batch,
-                "run_s": self.run_s, "compile_s": self.compile_s, "start_update": self.start_update,
-                "steps_per_s": (self.done - self.start_update) * batch * self.runs / max(self.run_s, 1e-9),
-                "metrics": metrics, "evaluated": evaluated, "episode_return": metrics.get("episode_return"),
-                "eval_return": None if evaluated is None else evaluated.get("eval_return")}
+        return {
+            "updates": self.done,
+            "num_updates": self.config.num_updates,
+            "env_steps": self.done * batch,
+            "run_s": self.run_s,
+            "compile_s": self.compile_s,
+            "start_update": self.start_update,
+            "steps_per_s": (self.done - self.start_update) * batch * self.runs / max(self.run_s, 1e-9),
+            "metrics": metrics,
+            "evaluated": evaluated,
+            "episode_return": metrics.get("episode_return"),
+            "eval_return": None if evaluated is None else evaluated.get("eval_return"),
+        }
 
     # --- the whole session, with what every way out keeps ----------------------------------
     def run(self) -> RunResult:
@@ -266,17 +321,29 @@ class _Session:
             metrics = {k: np.concatenate([prev[k].astype(v.dtype), v], axis=1) for k, v in metrics.items()} or prev
         ret = metrics.get(self.prog.headline[0], np.full((runs, 1), np.nan))
         n_total, batch = self.config.num_updates, self.config.batch_size
-        result = RunResult(self.config, self.run_dir, self.state, metrics, self.compile_s, self.run_s,
-                           (done - self.start_update) * batch * runs, rf.final_returns(ret), updates_done=done,
-                           finished=done >= n_total, members=self.members,
-                           extra={"eval_s": self.eval_s} if self.evaluator else {})
+        result = RunResult(
+            self.config,
+            self.run_dir,
+            self.state,
+            metrics,
+            self.compile_s,
+            self.run_s,
+            (done - self.start_update) * batch * runs,
+            rf.final_returns(ret),
+            updates_done=done,
+            finished=done >= n_total,
+            members=self.members,
+            extra={"eval_s": self.eval_s} if self.evaluator else {},
+        )
         run_dir = self.run_dir
-        if self.storage.writes and result.finished and not (done == self.start_update and os.path.exists(
-                os.path.join(run_dir, rf.SUMMARY))):
+        if (
+            self.storage.writes
+            and result.finished
+            and not (done == self.start_update and os.path.exists(os.path.join(run_dir, rf.SUMMARY)))
+        ):
             try:
                 summary = rf.summary(result, n_total * batch * runs, self.storage.latest(), self.prog.headline[1])
                 self.storage.write_summary(summary)
             except OSError as e:
                 raise self.storage.write_error(e) from None
         return result
-

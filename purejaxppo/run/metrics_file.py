@@ -60,8 +60,10 @@ def lead_columns(header: list, path: str) -> int:
         return 1
     if header[:3] == ["member", "seed", "update"]:
         return 2
-    raise CheckpointError(f"{path}: unexpected header {header[:3]}; expected seed, update, ... or "
-                          "member, seed, update, ... (is this a metrics.csv written by purejaxppo train?)")
+    raise CheckpointError(
+        f"{path}: unexpected header {header[:3]}; expected seed, update, ... or "
+        "member, seed, update, ... (is this a metrics.csv written by purejaxppo train?)"
+    )
 
 
 def _number(s: str) -> Optional[float]:
@@ -80,9 +82,10 @@ def _decode(path: str) -> str:
         line = raw.count(b"\n", 0, e.start) + 1
         col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
         raise CheckpointError(
-            f"{path} line {line} holds bytes that are not UTF-8 text ({raw[e.start:e.end]!r} at character {col}; "
+            f"{path} line {line} holds bytes that are not UTF-8 text ({raw[e.start : e.end]!r} at character {col}; "
             f"an edit saved in another encoding?); re-save the file as UTF-8 (or retype that cell of line {line}) "
-            "and run the command again. No row needs deleting") from None
+            "and run the command again. No row needs deleting"
+        ) from None
 
 
 def _damaged(path: str, line: int, row: list, header: list, lead: Optional[int], why: str) -> CheckpointError:
@@ -92,7 +95,8 @@ def _damaged(path: str, line: int, row: list, header: list, lead: Optional[int],
         f"{path} line {line} is damaged ({why}: {','.join(row)[:60]!r}). Repair it by hand: give line {line} "
         f"the {len(header)} comma-separated fields of the header ({','.join(header)[:60]}), e.g. from a backup; "
         f"or delete line {line} alone (sed -i '{line}d' {path}), and `train --resume` recomputes from the "
-        f"checkpoint before {when} (same seeds, same numbers). Leave the other lines as they are")
+        f"checkpoint before {when} (same seeds, same numbers). Leave the other lines as they are"
+    )
 
 
 def load_table(path: str) -> tuple[list, list, list, bool]:
@@ -115,13 +119,14 @@ def load_table(path: str) -> tuple[list, list, list, bool]:
     if len(body) > 1 and len(widths) == 1 and widths != {len(header)}:
         raise CheckpointError(
             f"{path}: its header (line 1) names {len(header)} columns but every row has {widths.pop()} fields; "
-            f"edit line 1 so it names the rows' columns (it is {','.join(header)[:80]!r}). No row needs deleting")
+            f"edit line 1 so it names the rows' columns (it is {','.join(header)[:80]!r}). No row needs deleting"
+        )
     for n, r in body:
         if len(r) != len(header):
             raise _damaged(path, n, r, header, lead, f"{len(r)} fields where the header has {len(header)}")
-        index = [_number(x) for x in r[:lead + 1]]
+        index = [_number(x) for x in r[: lead + 1]]
         if not all(x is not None and x.is_integer() and x >= 0 for x in index):
-            raise _damaged(path, n, r, header, None, f"its {', '.join(header[:lead + 1])} cells are not whole numbers")
+            raise _damaged(path, n, r, header, None, f"its {', '.join(header[: lead + 1])} cells are not whole numbers")
     return header, [r for _, r in body], [n for n, _ in body], partial
 
 
@@ -149,7 +154,7 @@ def complete_updates(path: str, num_runs: int, num_seeds: int) -> int:
     lead = lead_columns(header, path)
     have = [set() for _ in range(num_runs)]
     for r in rows:
-        idx = [int(float(x)) for x in r[:lead + 1]]
+        idx = [int(float(x)) for x in r[: lead + 1]]
         run = idx[0] * num_seeds + idx[1] if lead == 2 else idx[0]
         if 0 <= run < num_runs:
             have[run].add(idx[lead])
@@ -159,8 +164,9 @@ def complete_updates(path: str, num_runs: int, num_seeds: int) -> int:
     return k
 
 
-def read_metrics(path: str, num_runs: Optional[int] = None, max_update: Optional[int] = None,
-                 num_seeds: Optional[int] = None) -> dict:
+def read_metrics(
+    path: str, num_runs: Optional[int] = None, max_update: Optional[int] = None, num_seeds: Optional[int] = None
+) -> dict:
     """``metrics.csv`` (or a run folder) -> ``{name: float64 [R, U]}``, run ``member*S + seed``.
 
     Rows with ``update >= max_update`` are ignored; missing (run, update) cells, empty cells
@@ -182,7 +188,7 @@ def read_metrics(path: str, num_runs: Optional[int] = None, max_update: Optional
     n_runs = num_runs or (int(run.max()) + 1 if len(data) else 0)
     updates = int(data[:, lead].max()) + 1 if len(data) else 0
     out = {}
-    for j, name in enumerate(header[lead + 1:], start=lead + 1):
+    for j, name in enumerate(header[lead + 1 :], start=lead + 1):
         a = np.full((n_runs, updates), np.nan)
         a[run, data[:, lead].astype(int)] = data[:, j]
         out[name] = a
@@ -225,8 +231,15 @@ class MetricsWriter:
     ``on_note``, default stderr). ``env_steps`` is counted on the host from ``batch_size``
     (default: the run folder's ``config.json``)."""
 
-    def __init__(self, path: str, num_seeds: int = 1, sweep: bool = False, append: bool = False,
-                 batch_size: Optional[int] = None, on_note: Optional[Callable[[str], None]] = None):
+    def __init__(
+        self,
+        path: str,
+        num_seeds: int = 1,
+        sweep: bool = False,
+        append: bool = False,
+        batch_size: Optional[int] = None,
+        on_note: Optional[Callable[[str], None]] = None,
+    ):
         self.path, self.num_seeds, self.sweep, self.batch_size = path, num_seeds, sweep, batch_size
         self.on_note = on_note or (lambda msg: print(f"warning: {msg}", file=sys.stderr, flush=True))
         self.names: Optional[list] = None
@@ -243,19 +256,27 @@ class MetricsWriter:
                 pass
         if os.path.exists(self.path) and os.path.getsize(self.path) > 0:  # appending: keep its columns
             header, rows, lines, _ = load_table(self.path)
-            self.names = header[len(lead):]
+            self.names = header[len(lead) :]
             extra = [k for k in self.names if k not in metrics]
             missing = sorted(set(metrics) - set(self.names))
             text = {k: v for k, v in text_cells(header, rows, lines).items() if k in metrics}
-            notes = [f"{self.path}: text where numbers belong in column(s) " + "; ".join(
-                f"{k!r} (first on line {n}: {x[:30]!r})" for k, (n, x) in text.items())
-                + "; read as NaN, the file is left as it is" if text else None]
+            notes = [
+                f"{self.path}: text where numbers belong in column(s) "
+                + "; ".join(f"{k!r} (first on line {n}: {x[:30]!r})" for k, (n, x) in text.items())
+                + "; read as NaN, the file is left as it is"
+                if text
+                else None
+            ]
             if extra:
-                notes.append(f"{self.path} has column(s) {', '.join(map(repr, extra))} that training does not "
-                             "write (added by hand?); kept as they are, new rows leave them empty")
+                notes.append(
+                    f"{self.path} has column(s) {', '.join(map(repr, extra))} that training does not "
+                    "write (added by hand?); kept as they are, new rows leave them empty"
+                )
             if missing:
-                notes.append(f"{self.path} has no column for {', '.join(missing)}; those metrics are not recorded "
-                             "in it (a new run folder records every metric)")
+                notes.append(
+                    f"{self.path} has no column for {', '.join(missing)}; those metrics are not recorded "
+                    "in it (a new run folder records every metric)"
+                )
             for note in filter(None, notes):
                 self.on_note(note)
         else:
@@ -284,7 +305,7 @@ class MetricsWriter:
             size = os.fstat(fd).st_size
             try:
                 while data:
-                    data = data[os.write(fd, data):]
+                    data = data[os.write(fd, data) :]
                 os.fsync(fd)
             except OSError:
                 try:

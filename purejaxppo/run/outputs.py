@@ -39,7 +39,9 @@ def check_out_file(path: str, flag: str, extensions: tuple) -> str:
     in an existing writable folder; returns it."""
     ext = os.path.splitext(path)[1].lower()
     if os.path.isdir(path):
-        raise ConfigError(f"{flag} {path!r} is a folder; give a file name, e.g. {os.path.join(path, 'out' + extensions[0])}")
+        raise ConfigError(
+            f"{flag} {path!r} is a folder; give a file name, e.g. {os.path.join(path, 'out' + extensions[0])}"
+        )
     if ext not in extensions:
         raise ConfigError(f"{flag} {path!r} must end in {', '.join(extensions)} (the file type is taken from it)")
     parent = os.path.dirname(os.path.abspath(path))

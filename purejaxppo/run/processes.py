@@ -166,9 +166,13 @@ def current() -> ProcessGroup:
     return _GROUP
 
 
-def initialize(coordinator: Optional[str] = None, num_processes: Optional[int] = None,
-               process_id: Optional[int] = None, heartbeat_s: int = HEARTBEAT_S,
-               on_loss: str = "") -> ProcessGroup:
+def initialize(
+    coordinator: Optional[str] = None,
+    num_processes: Optional[int] = None,
+    process_id: Optional[int] = None,
+    heartbeat_s: int = HEARTBEAT_S,
+    on_loss: str = "",
+) -> ProcessGroup:
     """Join the run's processes (before anything else uses JAX) and return the group.
 
     With no arguments, JAX fills them in from the launcher (SLURM, Open MPI, a TPU pod,
@@ -182,8 +186,9 @@ def initialize(coordinator: Optional[str] = None, num_processes: Optional[int] =
     # so the watchdog can name it and exit cleanly
     jax.config.update("jax_enable_recoverability", True)
     kwargs = dict(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
-    jax.distributed.initialize(**{k: v for k, v in kwargs.items() if v is not None},
-                               heartbeat_timeout_seconds=heartbeat_s)
+    jax.distributed.initialize(
+        **{k: v for k, v in kwargs.items() if v is not None}, heartbeat_timeout_seconds=heartbeat_s
+    )
     _GROUP = ProcessGroup(jax.process_index(), jax.process_count())
     if _GROUP.many:
         threading.Thread(target=_watch, args=(_GROUP, on_loss), daemon=True, name="purejaxppo-watchdog").start()
@@ -234,8 +239,10 @@ def _watch(group: ProcessGroup, on_loss: str, every_s: float = 1.0) -> None:
         lost = [i for i in everyone if i not in live]
         if lost and not _LEAVING.is_set():
             names = ", ".join(str(i) for i in lost)
-            fail(f"process {group.index} of {group.count}: lost process {names} (it stopped sending heartbeats: "
-                 f"killed, crashed or unreachable); stopping.{on_loss}")
+            fail(
+                f"process {group.index} of {group.count}: lost process {names} (it stopped sending heartbeats: "
+                f"killed, crashed or unreachable); stopping.{on_loss}"
+            )
             return
 
 
@@ -250,5 +257,7 @@ def wait_for_watchdog(e: BaseException, on_loss: str = "") -> None:
     """After a failed collective: let the watchdog name the lost process (it exits this
     process), or fail with what is known once the heartbeat timeout has passed."""
     time.sleep(HEARTBEAT_S + 5)
-    fail(f"process {current().index}: a collective with the other processes failed "
-         f"({str(e).splitlines()[0][:160]}); stopping.{on_loss}")
+    fail(
+        f"process {current().index}: a collective with the other processes failed "
+        f"({str(e).splitlines()[0][:160]}); stopping.{on_loss}"
+    )

@@ -72,8 +72,12 @@ class RunRecord:
 
     def to_json(self) -> dict:
         """The ``config.json`` entries of this record (the current layout)."""
-        out = {"version": VERSION, "kind": self.kind, "config": self.config.to_dict(),
-               "settings": None if self.settings is None else self.settings.to_dict()}
+        out = {
+            "version": VERSION,
+            "kind": self.kind,
+            "config": self.config.to_dict(),
+            "settings": None if self.settings is None else self.settings.to_dict(),
+        }
         for f in dataclasses.fields(self):
             if f.name not in ("kind", "config", "settings", "notes", "version"):
                 out[f.name] = getattr(self, f.name)
@@ -90,15 +94,28 @@ def from_json(raw: dict, kind: str, config_type, settings_type=None) -> "RunReco
     settings = raw.get("settings") if version >= 2 else raw.get(kind)  # layout 1: under the kind's name
     if settings_type is not None and not isinstance(settings, dict):
         raise KeyError(f"a {kind!r} record without its settings")
-    fields = {f.name: f.default for f in dataclasses.fields(RunRecord)
-              if f.default is not dataclasses.MISSING and f.name not in ("settings", "version")}
+    fields = {
+        f.name: f.default
+        for f in dataclasses.fields(RunRecord)
+        if f.default is not dataclasses.MISSING and f.name not in ("settings", "version")
+    }
     given = {k: raw[k] for k in fields if k in raw and raw[k] is not None}
-    return RunRecord(**{**fields, **given, "kind": kind, "version": version,
-                        "config": config_type.from_dict(raw["config"]), "seed": int(raw["seed"]),
-                        "num_seeds": int(raw["num_seeds"]), "members": raw.get("members"),
-                        "eval_every": raw.get("eval_every"), "init_from": raw.get("init_from"),
-                        "settings": None if settings_type is None else settings_type.from_dict(settings),
-                        "notes": {k: raw[k] for k in NOTES if k in raw}})
+    return RunRecord(
+        **{
+            **fields,
+            **given,
+            "kind": kind,
+            "version": version,
+            "config": config_type.from_dict(raw["config"]),
+            "seed": int(raw["seed"]),
+            "num_seeds": int(raw["num_seeds"]),
+            "members": raw.get("members"),
+            "eval_every": raw.get("eval_every"),
+            "init_from": raw.get("init_from"),
+            "settings": None if settings_type is None else settings_type.from_dict(settings),
+            "notes": {k: raw[k] for k in NOTES if k in raw},
+        }
+    )
 
 
 # --- reading a folder's record -----------------------------------------------------------
@@ -121,11 +138,15 @@ def read_raw(run_dir: str) -> dict:
     if not os.path.exists(path):
         left = [n for n in os.listdir(run_dir) if not n.startswith(".")]
         if not left or left == ["checkpoints"] and not list_checkpoints(os.path.join(run_dir, "checkpoints")):
-            raise CheckpointError(f"{run_dir!r} holds no run yet (its training stopped during startup, before "
-                                  f"config.json was written); start it again with the same command and "
-                                  f"--run-dir {run_dir}")
-        raise CheckpointError(f"{run_dir!r} has no config.json, so it is not a purejaxppo run folder; "
-                              "pass a folder written with --run-dir")
+            raise CheckpointError(
+                f"{run_dir!r} holds no run yet (its training stopped during startup, before "
+                f"config.json was written); start it again with the same command and "
+                f"--run-dir {run_dir}"
+            )
+        raise CheckpointError(
+            f"{run_dir!r} has no config.json, so it is not a purejaxppo run folder; "
+            "pass a folder written with --run-dir"
+        )
     try:
         return read_json(path)
     except (ValueError, UnicodeDecodeError) as e:
@@ -135,8 +156,9 @@ def read_raw(run_dir: str) -> dict:
 def record_of(raw: dict, path: str) -> RunRecord:
     """The typed record of a ``config.json`` or checkpoint ``meta.json`` (``raw``), read by its kind."""
     if "kind" not in raw and not {"config", "seed", "num_seeds"} <= set(raw):  # e.g. a model folder's config.json
-        raise CheckpointError(f"{path} is not a purejaxppo run record (no config, seed, num_seeds); pass a folder "
-                              "written with --run-dir")
+        raise CheckpointError(
+            f"{path} is not a purejaxppo run record (no config, seed, num_seeds); pass a folder written with --run-dir"
+        )
     kind, name = kinds.kind_of(raw)
     try:
         return from_json(raw, name, kind.config_type, kind.settings_type)

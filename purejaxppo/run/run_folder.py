@@ -34,8 +34,13 @@ from typing import Optional
 import jax
 import numpy as np
 
-from purejaxppo.run.checkpoint import (CheckpointError, latest_checkpoint, list_checkpoints, read_meta,
-                         restore_checkpoint)
+from purejaxppo.run.checkpoint import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    read_meta,
+    restore_checkpoint,
+)
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.run import kinds
 from purejaxppo.run.record import CONFIG, RunRecord, load_record, read_json, read_raw, record_of  # noqa: F401
@@ -55,10 +60,16 @@ def versions() -> dict:
 
     from purejaxppo import __version__
 
-    return {"purejaxppo": __version__, "jax": jax.__version__, "flax": flax.__version__,
-            "optax": optax.__version__, "gymnax": getattr(gymnax, "__version__", "?"),
-            "python": sys.version.split()[0], "platform": platform.platform(),
-            "devices": [str(d) for d in jax.devices()]}
+    return {
+        "purejaxppo": __version__,
+        "jax": jax.__version__,
+        "flax": flax.__version__,
+        "optax": optax.__version__,
+        "gymnax": getattr(gymnax, "__version__", "?"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "devices": [str(d) for d in jax.devices()],
+    }
 
 
 def final_returns(episode_return: np.ndarray, frac: float = 0.05) -> np.ndarray:
@@ -66,7 +77,7 @@ def final_returns(episode_return: np.ndarray, frac: float = 0.05) -> np.ndarray:
 
     ``episode_return`` is ``[R, U]`` (NaN where no episode completed in an update) -> ``[R]``."""
     ret = np.asarray(episode_return)
-    tail = ret[..., -max(1, int(math.ceil(ret.shape[-1] * frac))):]
+    tail = ret[..., -max(1, int(math.ceil(ret.shape[-1] * frac))) :]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN run -> NaN, on purpose
         return np.nanmean(np.where(np.isfinite(tail), tail, np.nan), axis=-1)
@@ -115,8 +126,9 @@ def refuse_existing_run(run_dir: str) -> None:
             hint = kinds.resume_hint(read_json(os.path.join(run_dir, CONFIG)), run_dir)
         except (OSError, ValueError):
             hint = f"the command that wrote it, with --resume {run_dir}"
-        raise ConfigError(f"run folder {run_dir!r} already holds a run; continue it with `{hint}` or choose "
-                          "another --run-dir")
+        raise ConfigError(
+            f"run folder {run_dir!r} already holds a run; continue it with `{hint}` or choose another --run-dir"
+        )
 
 
 def check_resumable(run_dir: str, record: RunRecord) -> None:
@@ -126,20 +138,26 @@ def check_resumable(run_dir: str, record: RunRecord) -> None:
     saved = read_raw(run_dir)
     kind, name = kinds.kind_of(saved)
     if name != record.kind:
-        raise CheckpointError(f"{run_dir!r} holds a {name}, not a {record.kind}; nothing was changed. "
-                              f"Continue it as what it is: {kinds.resume_hint(saved, run_dir)} (no other flags)")
+        raise CheckpointError(
+            f"{run_dir!r} holds a {name}, not a {record.kind}; nothing was changed. "
+            f"Continue it as what it is: {kinds.resume_hint(saved, run_dir)} (no other flags)"
+        )
     check_same_setup(saved, record, path)
     metrics, ckpts = os.path.join(run_dir, METRICS), list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
     if ckpts and not os.path.exists(metrics):
-        raise CheckpointError(f"{metrics} is missing, but the run has checkpoints up to update {ckpts[-1][0]}; "
-                              "put metrics.csv back (e.g. from a backup) to resume, or start a new run folder")
+        raise CheckpointError(
+            f"{metrics} is missing, but the run has checkpoints up to update {ckpts[-1][0]}; "
+            "put metrics.csv back (e.g. from a backup) to resume, or start a new run folder"
+        )
     if os.path.exists(metrics):
         header = load_rows(metrics)[0]
         want_lead = 2 if saved.get("members") else 1  # the writer's layout: member, seed, update with members
         if header and lead_columns(header, metrics) != want_lead:
             has = "without" if want_lead == 2 else "with"
-            raise CheckpointError(f"{metrics} has the columns of a run {has} members but config.json says "
-                                  f"{name}; the folder is mixed up, nothing was changed")
+            raise CheckpointError(
+                f"{metrics} has the columns of a run {has} members but config.json says "
+                f"{name}; the folder is mixed up, nothing was changed"
+            )
 
 
 def check_same_setup(meta: dict, record: RunRecord, path: str) -> None:
@@ -150,14 +168,23 @@ def check_same_setup(meta: dict, record: RunRecord, path: str) -> None:
     defaults = type(record.config)().to_dict()
     saved_cfg, cfg = meta.get("config", {}), json.loads(json.dumps(record.config.to_dict()))
     saved_cfg = {**{k: v for k, v in defaults.items() if k != "env_name"}, **saved_cfg} if saved_cfg else saved_cfg
-    diffs = [f"{k}: checkpoint {saved_cfg.get(k)!r}, now {cfg.get(k)!r}"
-             for k in sorted(set(saved_cfg) | set(cfg)) if saved_cfg.get(k) != cfg.get(k)]
-    diffs += [f"{k}: checkpoint {meta[k]!r}, now {getattr(record, k)!r}"
-              for k in ("seed", "num_seeds", "members") if k in meta and meta[k] != getattr(record, k)]
+    diffs = [
+        f"{k}: checkpoint {saved_cfg.get(k)!r}, now {cfg.get(k)!r}"
+        for k in sorted(set(saved_cfg) | set(cfg))
+        if saved_cfg.get(k) != cfg.get(k)
+    ]
+    diffs += [
+        f"{k}: checkpoint {meta[k]!r}, now {getattr(record, k)!r}"
+        for k in ("seed", "num_seeds", "members")
+        if k in meta and meta[k] != getattr(record, k)
+    ]
     if diffs:
-        raise CheckpointError(f"{path} was made with a different setup:\n  " + "\n  ".join(diffs[:8])
-                              + f"\nresume with the run's own config ({kinds.resume_hint(meta, 'RUN_DIR')}, "
-                              "no config flags) or start a new run folder")
+        raise CheckpointError(
+            f"{path} was made with a different setup:\n  "
+            + "\n  ".join(diffs[:8])
+            + f"\nresume with the run's own config ({kinds.resume_hint(meta, 'RUN_DIR')}, "
+            "no config flags) or start a new run folder"
+        )
 
 
 # --- resume and loading -------------------------------------------------------------------
@@ -180,8 +207,10 @@ def read_latest(run_dir: str, template, record: RunRecord):
     runner, done, note = template, 0, None
     if ckpts and (not usable or usable[-1][0] != ckpts[-1][0]):
         start = f"checkpoint update {usable[-1][0]}" if usable else "the start"
-        note = (f"metrics.csv has every run's rows only for updates 0..{complete - 1}, but the newest checkpoint is "
-                f"at update {ckpts[-1][0]}; recomputing from {start} (same seeds, same numbers)")
+        note = (
+            f"metrics.csv has every run's rows only for updates 0..{complete - 1}, but the newest checkpoint is "
+            f"at update {ckpts[-1][0]}; recomputing from {start} (same seeds, same numbers)"
+        )
     if usable:
         path = usable[-1][1]
         check_same_setup(read_meta(path), record, path)
@@ -230,8 +259,10 @@ def checkpoint_to_load(run_dir: str, record: RunRecord, checkpoint: Optional[str
     """The given checkpoint, else the folder's newest complete one (else a :class:`CheckpointError`)."""
     path = checkpoint or latest_checkpoint(os.path.join(run_dir, CHECKPOINTS))
     if path is None:
-        raise CheckpointError(f"{run_dir!r} has no complete checkpoint yet; train it (or resume it with "
-                              f"{kinds.resume_hint({'kind': record.kind}, run_dir)}) first")
+        raise CheckpointError(
+            f"{run_dir!r} has no complete checkpoint yet; train it (or resume it with "
+            f"{kinds.resume_hint({'kind': record.kind}, run_dir)}) first"
+        )
     return path
 
 
@@ -269,9 +300,15 @@ def summary(result, env_steps: int, checkpoint: Optional[str], name: str = "retu
     fr = np.asarray(result.final_return, np.float64)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        out = {f"final_{name}_per_seed": fr.tolist(), f"final_{name}_mean": float(np.nanmean(fr)),
-               "compile_s": result.compile_s, "run_s": result.run_s, "env_steps": env_steps,
-               "steps_per_s": result.steps_per_s, "checkpoint": checkpoint}
+        out = {
+            f"final_{name}_per_seed": fr.tolist(),
+            f"final_{name}_mean": float(np.nanmean(fr)),
+            "compile_s": result.compile_s,
+            "run_s": result.run_s,
+            "env_steps": env_steps,
+            "steps_per_s": result.steps_per_s,
+            "checkpoint": checkpoint,
+        }
         if result.members is not None:
             out["members"] = result.members
             out[f"final_{name}_per_member"] = fr.reshape(len(result.members), -1).tolist()

@@ -45,8 +45,10 @@ def _read_pid(fd: int) -> int:
 
 def _busy(run_dir: str, pid: int) -> RunFolderBusy:
     who = f"process {pid}" if pid else "another process"
-    return RunFolderBusy(f"run folder {run_dir!r} is in use by {who} (a train or --resume writing to it); "
-                         f"wait for it to finish{f' or stop it (kill {pid})' if pid else ''}, then try again")
+    return RunFolderBusy(
+        f"run folder {run_dir!r} is in use by {who} (a train or --resume writing to it); "
+        f"wait for it to finish{f' or stop it (kill {pid})' if pid else ''}, then try again"
+    )
 
 
 @contextmanager
@@ -59,8 +61,10 @@ def hold(run_dir: str):
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
-        raise CheckpointError(f"cannot write to run folder {run_dir!r} ({e.strerror}); "
-                              "choose a writable folder (--run-dir) or fix its permissions") from None
+        raise CheckpointError(
+            f"cannot write to run folder {run_dir!r} ({e.strerror}); "
+            "choose a writable folder (--run-dir) or fix its permissions"
+        ) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -42,6 +42,7 @@ class RunStorage:
     def open(self, resume: bool, held: contextlib.ExitStack) -> None:
         """Check and lock the folder for this session (held until ``held`` closes): a resume
         continues only a folder of the same kind and setup, a new run refuses a used one."""
+
         def on_writer():
             if resume:
                 rf.check_resumable(self.run_dir, self.record)  # before anything in the folder is touched
@@ -51,6 +52,7 @@ class RunStorage:
             if not resume:
                 rf.refuse_existing_run(self.run_dir)
             clean_partial(self.ckpt_root)  # .tmp-* folders of interrupted saves and prunes
+
         if self.run_dir:
             self.group.share(on_writer)
 
@@ -116,8 +118,14 @@ class RunStorage:
         reason = str(e) if isinstance(e, SaveError) else f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}"
         path = latest_checkpoint(self.ckpt_root) if self.ckpt_root and os.path.isdir(self.ckpt_root) else None
         update = int(os.path.basename(path).split("_")[-1]) if path else 0
-        kept = (f"checkpoint {path} (update {update}) and the metrics.csv rows before it; later rows are recomputed"
-                if path else "no checkpoint yet, so a resume starts from update 0 (same numbers)")
-        return RunFolderWriteError(f"could not write to run folder {self.run_dir} ({reason}). Kept: {kept}. Free some "
-                                   f"space (or fix permissions), then continue with `{resume_hint({'kind': self.record.kind}, self.run_dir)}`",
-                                   path, update)
+        kept = (
+            f"checkpoint {path} (update {update}) and the metrics.csv rows before it; later rows are recomputed"
+            if path
+            else "no checkpoint yet, so a resume starts from update 0 (same numbers)"
+        )
+        return RunFolderWriteError(
+            f"could not write to run folder {self.run_dir} ({reason}). Kept: {kept}. Free some "
+            f"space (or fix permissions), then continue with `{resume_hint({'kind': self.record.kind}, self.run_dir)}`",
+            path,
+            update,
+        )

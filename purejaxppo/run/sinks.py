@@ -77,9 +77,14 @@ class TensorBoardLogger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                raise ConfigError("--tensorboard needs tensorboardX; install it with "
-                                  "pip install 'purejaxppo[tensorboard]'") from None
-        self.writer, self.batch_size, self.num_members = SummaryWriter(os.path.join(run_dir, "tb")), batch_size, num_members
+                raise ConfigError(
+                    "--tensorboard needs tensorboardX; install it with pip install 'purejaxppo[tensorboard]'"
+                ) from None
+        self.writer, self.batch_size, self.num_members = (
+            SummaryWriter(os.path.join(run_dir, "tb")),
+            batch_size,
+            num_members,
+        )
 
     def write(self, metrics: dict, first_update: int) -> None:
         metrics = with_host_counters(metrics, first_update, self.batch_size)
@@ -98,15 +103,17 @@ class WandbLogger:
 
     Optional extra: ``pip install 'purejaxppo[wandb]'``."""
 
-    def __init__(self, run_dir: str, batch_size: int, config: dict, project: str = "purejaxppo",
-                 num_members: int = 1):
+    def __init__(self, run_dir: str, batch_size: int, config: dict, project: str = "purejaxppo", num_members: int = 1):
         try:
             import wandb
         except ImportError:
-            raise ConfigError("--wandb needs the wandb package; install it with pip install 'purejaxppo[wandb]'") from None
+            raise ConfigError(
+                "--wandb needs the wandb package; install it with pip install 'purejaxppo[wandb]'"
+            ) from None
         self.batch_size, self.num_members = batch_size, num_members
-        self.run = wandb.init(project=project, dir=run_dir, config=config, name=os.path.basename(run_dir.rstrip("/")),
-                              resume="allow")
+        self.run = wandb.init(
+            project=project, dir=run_dir, config=config, name=os.path.basename(run_dir.rstrip("/")), resume="allow"
+        )
 
     def write(self, metrics: dict, first_update: int) -> None:
         means = seed_means(with_host_counters(metrics, first_update, self.batch_size), self.num_members)

@@ -50,31 +50,49 @@ def describe(source: str, member: Optional[int], config, num_seeds: int) -> dict
     meta = read_meta(ckpt)
     kind, name = kinds.kind_of(meta)
     if kind.warm_start is None:
-        raise CheckpointError(f"--init-from {source!r}: that folder holds a {kind.what} run, which cannot start this "
-                              f"run; pass a folder written by this command (continue that one with "
-                              f"{kinds.resume_hint(meta, source)})")
+        raise CheckpointError(
+            f"--init-from {source!r}: that folder holds a {kind.what} run, which cannot start this "
+            f"run; pass a folder written by this command (continue that one with "
+            f"{kinds.resume_hint(meta, source)})"
+        )
     src_members = meta.get("members")
     if src_members and member is None:
-        raise CheckpointError(f"{source!r} is a {name} of {len(src_members)} members; choose the one to "
-                              f"start from with --member K (0..{len(src_members) - 1})")
+        raise CheckpointError(
+            f"{source!r} is a {name} of {len(src_members)} members; choose the one to "
+            f"start from with --member K (0..{len(src_members) - 1})"
+        )
     if not src_members and member is not None:
         raise CheckpointError(f"--member {member}: {source!r} is a single run, with no members; drop --member")
     if member is not None and not 0 <= member < len(src_members or []):
-        raise CheckpointError(f"--member {member}: {source!r} has {len(src_members)} members (0..{len(src_members) - 1})")
+        raise CheckpointError(
+            f"--member {member}: {source!r} has {len(src_members)} members (0..{len(src_members) - 1})"
+        )
     src_cfg, cfg = meta.get("config", {}), json.loads(json.dumps(config.to_dict()))
-    diffs = [f"{k}: {src_cfg.get(k)!r} there, {cfg.get(k)!r} here" for k in same_fields(config)
-             if src_cfg.get(k) != cfg.get(k)]
+    diffs = [
+        f"{k}: {src_cfg.get(k)!r} there, {cfg.get(k)!r} here"
+        for k in same_fields(config)
+        if src_cfg.get(k) != cfg.get(k)
+    ]
     if diffs:
-        raise CheckpointError(f"--init-from {source!r}: that run has another network or env ({'; '.join(diffs)}); "
-                              "use the same values for these fields (the other hyperparameters may differ)")
+        raise CheckpointError(
+            f"--init-from {source!r}: that run has another network or env ({'; '.join(diffs)}); "
+            "use the same values for these fields (the other hyperparameters may differ)"
+        )
     src_seeds = int(meta.get("num_seeds", 1))
     if src_seeds not in (1, num_seeds):
-        raise CheckpointError(f"--init-from {source!r}: that run has {src_seeds} seeds and this one {num_seeds}; "
-                              f"use --seeds {src_seeds} (seed s starts from its seed s) or a 1-seed source "
-                              "(it starts every seed)")
-    return {"run_dir": os.path.abspath(os.path.dirname(os.path.dirname(ckpt))), "checkpoint": ckpt,
-            "update": int(meta["update"]), "member": member, "source_seeds": src_seeds,
-            "seeds": "broadcast" if src_seeds == 1 and num_seeds > 1 else "seed s from seed s"}
+        raise CheckpointError(
+            f"--init-from {source!r}: that run has {src_seeds} seeds and this one {num_seeds}; "
+            f"use --seeds {src_seeds} (seed s starts from its seed s) or a 1-seed source "
+            "(it starts every seed)"
+        )
+    return {
+        "run_dir": os.path.abspath(os.path.dirname(os.path.dirname(ckpt))),
+        "checkpoint": ckpt,
+        "update": int(meta["update"]),
+        "member": member,
+        "source_seeds": src_seeds,
+        "seeds": "broadcast" if src_seeds == 1 and num_seeds > 1 else "seed s from seed s",
+    }
 
 
 def same_fields(config) -> tuple:
@@ -88,12 +106,16 @@ def _checkpoint(source: str) -> str:
     if os.path.isfile(os.path.join(source, "meta.json")):
         return os.path.abspath(source)
     if not os.path.isdir(source):
-        raise CheckpointError(f"--init-from {source!r}: no such run folder; pass a folder written by "
-                              "`python -m purejaxppo train` (or one of its checkpoints/update_* folders)")
+        raise CheckpointError(
+            f"--init-from {source!r}: no such run folder; pass a folder written by "
+            "`python -m purejaxppo train` (or one of its checkpoints/update_* folders)"
+        )
     ckpt = latest_checkpoint(os.path.join(source, "checkpoints"))
     if ckpt is None:
-        raise CheckpointError(f"--init-from {source!r}: that folder has no complete checkpoint to start from; "
-                              "train it first (or pass a run folder that has checkpoints/)")
+        raise CheckpointError(
+            f"--init-from {source!r}: that folder has no complete checkpoint to start from; "
+            "train it first (or pass a run folder that has checkpoints/)"
+        )
     return os.path.abspath(ckpt)
 
 
@@ -117,8 +139,10 @@ def apply(record: dict, runner, num_seeds: int):
         a = None if a is None else np.asarray(a)[base + (0 * runs if src_seeds == 1 else runs % num_seeds)]
         if a is None or a.shape != leaf.shape or a.dtype != leaf.dtype:
             have = "nothing" if a is None else f"{a.dtype}{a.shape[1:]}"
-            raise CheckpointError(f"--init-from {ckpt}: {key} is {have} there, this run needs "
-                                  f"{leaf.dtype}{leaf.shape[1:]}; start from a run of the same network and env")
+            raise CheckpointError(
+                f"--init-from {ckpt}: {key} is {have} there, this run needs "
+                f"{leaf.dtype}{leaf.shape[1:]}; start from a run of the same network and env"
+            )
         return place_like(a, leaf)
 
     return jax.tree_util.tree_map_with_path(take, runner)

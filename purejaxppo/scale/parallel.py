@@ -95,8 +95,9 @@ class ShardedRuns:
             self.sharding = NamedSharding(self.mesh, P(axis))
             # explicit per-device programs with no communication (letting the partitioner shard a
             # plain jit(vmap(fn)) inserted collectives for the shuffles and hung on host devices)
-            self.jitted = jax.jit(jax.shard_map(over_runs(fn), mesh=self.mesh, in_specs=P(axis), out_specs=P(axis),
-                                                check_vma=False))
+            self.jitted = jax.jit(
+                jax.shard_map(over_runs(fn), mesh=self.mesh, in_specs=P(axis), out_specs=P(axis), check_vma=False)
+            )
 
     def place(self, *args):
         _check_leading(args, self.num_devices)
@@ -148,12 +149,14 @@ def _check_split_envs(config: PPOConfig, num_devices: int):
     if config.num_envs % num_devices:
         raise ConfigError(
             f"num_envs={config.num_envs} cannot be split over {num_devices} devices; use a multiple of "
-            f"{num_devices} envs or a device count dividing {config.num_envs}")
+            f"{num_devices} envs or a device count dividing {config.num_envs}"
+        )
     units, what = minibatch_units(config)  # env sequences for a recurrent agent, transitions otherwise
     if units % num_devices:
         raise ConfigError(
             f"a minibatch of {units} {what} cannot be split over {num_devices} devices; choose num_envs and "
-            f"num_minibatches so that it is a multiple of {num_devices}")
+            f"num_minibatches so that it is a multiple of {num_devices}"
+        )
 
 
 def runner_specs(runner: RunnerState, axis: str) -> RunnerState:
@@ -163,10 +166,20 @@ def runner_specs(runner: RunnerState, axis: str) -> RunnerState:
     every device) replicated."""
     per_env = lambda tree: jax.tree.map(lambda _: P(axis), tree)
     replicate_stats = lambda tree: jax.tree.map(
-        lambda x: jax.tree.map(lambda _: P(), x) if isinstance(x, RunningStats) else P(axis), tree,
-        is_leaf=lambda x: isinstance(x, RunningStats))
-    return RunnerState(jax.tree.map(lambda _: P(), runner.train), replicate_stats(runner.env_state),
-                       P(axis), P(), P(), per_env(runner.carry), P(axis), replicate_stats(runner.reward_scale))
+        lambda x: jax.tree.map(lambda _: P(), x) if isinstance(x, RunningStats) else P(axis),
+        tree,
+        is_leaf=lambda x: isinstance(x, RunningStats),
+    )
+    return RunnerState(
+        jax.tree.map(lambda _: P(), runner.train),
+        replicate_stats(runner.env_state),
+        P(axis),
+        P(),
+        P(),
+        per_env(runner.carry),
+        P(axis),
+        replicate_stats(runner.reward_scale),
+    )
 
 
 def split_envs(config: PPOConfig, num_devices: Optional[int] = None, *, axis: str = "envs", **make_ppo_kwargs) -> PPO:

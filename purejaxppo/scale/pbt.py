@@ -71,14 +71,20 @@ class SearchSpace:
         return [{name: float(row[k]) for k, name in enumerate(self.names)} for row in np.asarray(hparams)]
 
     def to_dict(self) -> dict:
-        return {n: [lo, hi, "loguniform" if lg else "uniform"]
-                for n, lo, hi, lg in zip(self.names, self.lows, self.highs, self.log)}
+        return {
+            n: [lo, hi, "loguniform" if lg else "uniform"]
+            for n, lo, hi, lg in zip(self.names, self.lows, self.highs, self.log)
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> "SearchSpace":
         names = tuple(d)
-        return cls(names, tuple(float(d[n][0]) for n in names), tuple(float(d[n][1]) for n in names),
-                   tuple(d[n][2] == "loguniform" for n in names))
+        return cls(
+            names,
+            tuple(float(d[n][0]) for n in names),
+            tuple(float(d[n][1]) for n in names),
+            tuple(d[n][2] == "loguniform" for n in names),
+        )
 
 
 def search_space(base: PPOConfig, ranges: dict) -> SearchSpace:
@@ -89,23 +95,32 @@ def search_space(base: PPOConfig, ranges: dict) -> SearchSpace:
     numeric = PPOConfig.numeric_fields()
     for name, (lo, hi, dist) in ranges.items():
         if name not in numeric:
-            raise ConfigError(f"cannot search {name!r}: only numeric hyperparameters can change inside one "
-                              f"compile ({', '.join(numeric)})")
+            raise ConfigError(
+                f"cannot search {name!r}: only numeric hyperparameters can change inside one "
+                f"compile ({', '.join(numeric)})"
+            )
         if getattr(base, name) is None:
-            raise ConfigError(f"searching {name} needs a number in the base config (None disables it "
-                              f"structurally); pass e.g. --{name.replace('_', '-')} {lo}")
+            raise ConfigError(
+                f"searching {name} needs a number in the base config (None disables it "
+                f"structurally); pass e.g. --{name.replace('_', '-')} {lo}"
+            )
         if dist not in DISTRIBUTIONS:
             raise ConfigError(f"--search {name}: distribution {dist!r} is unknown; use one of {DISTRIBUTIONS}")
         if not lo < hi:
             raise ConfigError(f"--search {name}: low={lo} must be below high={hi}")
         if dist == "loguniform" and lo <= 0:
-            raise ConfigError(f"--search {name}: loguniform needs low > 0 (got {lo}); use uniform for a range "
-                              "that includes 0")
+            raise ConfigError(
+                f"--search {name}: loguniform needs low > 0 (got {lo}); use uniform for a range that includes 0"
+            )
         for v in (lo, hi):
             validate(base.replace(**{name: v}))
     names = tuple(ranges)
-    return SearchSpace(names, tuple(float(ranges[n][0]) for n in names), tuple(float(ranges[n][1]) for n in names),
-                       tuple(ranges[n][2] == "loguniform" for n in names))
+    return SearchSpace(
+        names,
+        tuple(float(ranges[n][0]) for n in names),
+        tuple(float(ranges[n][1]) for n in names),
+        tuple(ranges[n][2] == "loguniform" for n in names),
+    )
 
 
 def parse_search(specs: Sequence[str]) -> dict:
@@ -116,16 +131,22 @@ def parse_search(specs: Sequence[str]) -> dict:
         name, _, rest = spec.partition("=")
         parts = rest.split(":")
         if not name or len(parts) != 3:
-            raise ConfigError(f"--search {spec!r} must look like name=DIST:LOW:HIGH with DIST in {DISTRIBUTIONS}, "
-                              "e.g. lr=loguniform:1e-5:1e-2")
+            raise ConfigError(
+                f"--search {spec!r} must look like name=DIST:LOW:HIGH with DIST in {DISTRIBUTIONS}, "
+                "e.g. lr=loguniform:1e-5:1e-2"
+            )
         try:
             lo, hi = parse_float(parts[1]), parse_float(parts[2])
         except ValueError:
-            raise ConfigError(f"--search {spec!r}: LOW and HIGH must be numbers, e.g. lr=loguniform:1e-5:1e-2") from None
+            raise ConfigError(
+                f"--search {spec!r}: LOW and HIGH must be numbers, e.g. lr=loguniform:1e-5:1e-2"
+            ) from None
         key = name.strip().replace("-", "_")
         if key in out:
-            raise ConfigError(f"--search {key} is given twice; search each hyperparameter once (one "
-                              "--search NAME=DIST:LOW:HIGH per name)")
+            raise ConfigError(
+                f"--search {key} is given twice; search each hyperparameter once (one "
+                "--search NAME=DIST:LOW:HIGH per name)"
+            )
         out[key] = (lo, hi, parts[0].strip())
     return out
 
@@ -150,9 +171,18 @@ def rank(scores: jax.Array, valid: jax.Array) -> jax.Array:
     return jnp.where(valid, jnp.sum(below & valid[None, :], axis=1), n)
 
 
-def exploit_explore(key: jax.Array, runners: Any, hparams: jax.Array, scores: jax.Array, space: SearchSpace, *,
-                    quantile: float = 0.25, resample_prob: float = 0.1, finite: Optional[jax.Array] = None,
-                    keep: Sequence[str] = ("rng",)):
+def exploit_explore(
+    key: jax.Array,
+    runners: Any,
+    hparams: jax.Array,
+    scores: jax.Array,
+    space: SearchSpace,
+    *,
+    quantile: float = 0.25,
+    resample_prob: float = 0.1,
+    finite: Optional[jax.Array] = None,
+    keep: Sequence[str] = ("rng",),
+):
     """One PBT exploit/explore step over the whole population.
 
     ``runners``: a pytree with leading axis ``N`` (e.g. a :class:`~purejaxppo.step.train.RunnerState`

@@ -31,7 +31,8 @@ def _numeric(name: str):
     if name not in PPOConfig.numeric_fields():
         raise ConfigError(
             f"cannot sweep {name!r}: only numeric hyperparameters can vary inside one compile "
-            f"({', '.join(PPOConfig.numeric_fields())}); structural fields need separate runs")
+            f"({', '.join(PPOConfig.numeric_fields())}); structural fields need separate runs"
+        )
 
 
 def make_population(
@@ -51,7 +52,9 @@ def make_population(
     for name in list(grid) + list(random):
         _numeric(name)
     if base.target_kl is None and ("target_kl" in grid or "target_kl" in random):
-        raise ConfigError("sweeping target_kl needs a float target_kl in the base config (None disables it structurally)")
+        raise ConfigError(
+            "sweeping target_kl needs a float target_kl in the base config (None disables it structurally)"
+        )
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())] if grid else [{}]
     members = list(combos)
     if random:
@@ -63,13 +66,20 @@ def make_population(
         for row in u:
             s = {}
             for (name, (lo, hi, scale)), x in zip(random.items(), row):
-                s[name] = float(np.exp(np.log(lo) + x * (np.log(hi) - np.log(lo)))) if scale == "log" else float(lo + x * (hi - lo))
+                s[name] = (
+                    float(np.exp(np.log(lo) + x * (np.log(hi) - np.log(lo))))
+                    if scale == "log"
+                    else float(lo + x * (hi - lo))
+                )
             samples.append(s)
         members = [{**c, **s} for c in combos for s in samples]
     for m in members:
         validate(base.replace(**m))
-    leaves = {name: jnp.asarray([float(base.replace(**m).__getattribute__(name)) for m in members], jnp.float32)
-              for name in PPOConfig.numeric_fields() if getattr(base, name) is not None}
+    leaves = {
+        name: jnp.asarray([float(base.replace(**m).__getattribute__(name)) for m in members], jnp.float32)
+        for name in PPOConfig.numeric_fields()
+        if getattr(base, name) is not None
+    }
     return Population(base, base.replace(**leaves), members, num_seeds)
 
 
@@ -101,7 +111,7 @@ def member(population: Population, index: int, runner_state=None) -> tuple[PPOCo
     state ``[R, ...]`` laid out by :func:`runs`."""
     cfg = population.base.replace(**population.members[index])
     s = population.num_seeds
-    state = None if runner_state is None else jax.tree.map(lambda x: x[index * s:(index + 1) * s], runner_state)
+    state = None if runner_state is None else jax.tree.map(lambda x: x[index * s : (index + 1) * s], runner_state)
     return cfg, state
 
 
@@ -118,16 +128,20 @@ def parse_sweep(specs: Sequence[str]) -> dict:
         if not values.strip():
             raise ConfigError(f"--sweep {spec!r} lists no values")
         if any(not v.strip() for v in items):
-            raise ConfigError(f"--sweep {spec!r} has an empty value (two commas in a row, or one at an end); "
-                              f"list each value once: {name}={','.join(v.strip() for v in items if v.strip())}")
+            raise ConfigError(
+                f"--sweep {spec!r} has an empty value (two commas in a row, or one at an end); "
+                f"list each value once: {name}={','.join(v.strip() for v in items if v.strip())}"
+            )
         try:
             grid[name] = [parse_float(v) for v in items]
         except ValueError:
             raise ConfigError(f"--sweep {spec!r}: values must be numbers, e.g. {name}=1e-4,3e-4") from None
         twice = sorted({v for v in grid[name] if grid[name].count(v) > 1})
         if twice:
-            raise ConfigError(f"--sweep {spec!r} lists {', '.join(f'{v:g}' for v in twice)} more than once (the "
-                              "members would be the same run); list each value once, and use --seeds for repetitions")
+            raise ConfigError(
+                f"--sweep {spec!r} lists {', '.join(f'{v:g}' for v in twice)} more than once (the "
+                "members would be the same run); list each value once, and use --seeds for repetitions"
+            )
     return grid
 
 

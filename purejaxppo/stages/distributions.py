@@ -96,7 +96,7 @@ MASKED_CATEGORICAL = Distribution(masked_sample, masked_log_prob, masked_entropy
 def multi_discrete(nvec: Sequence[int]) -> Distribution:
     """The product of ``len(nvec)`` categoricals (a MultiDiscrete action space): action
     ``[..., K]`` ints, ``log_prob`` and ``entropy`` the sums over the ``K`` components."""
-    bounds = [int(b) for b in (sum(nvec[:i + 1]) for i in range(len(nvec) - 1))]
+    bounds = [int(b) for b in (sum(nvec[: i + 1]) for i in range(len(nvec) - 1))]
 
     def groups(logits):
         return jnp.split(logits, bounds, axis=-1)

@@ -50,8 +50,17 @@ def gae(
     Raises ``ValueError`` (while tracing) if any input's shape differs from ``rewards``'s,
     or ``terminated``/``truncated``/``mask`` is a float array.
     """
-    shape = same_shape("gae", "rewards", {"rewards": rewards, "values": values, "next_values": next_values,
-                                          "terminated": terminated, "truncated": truncated})
+    shape = same_shape(
+        "gae",
+        "rewards",
+        {
+            "rewards": rewards,
+            "values": values,
+            "next_values": next_values,
+            "terminated": terminated,
+            "truncated": truncated,
+        },
+    )
     if len(shape) < 1:
         raise ValueError(f"gae: rewards has shape {shape}, expected [T, ...] with time leading")
     check_bool("gae", terminated, "terminated")

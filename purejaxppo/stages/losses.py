@@ -40,11 +40,7 @@ def _clean(x, mask, fill=0.0):
 
 
 def actor_loss(
-    logp_new: jax.Array,
-    logp_old: jax.Array,
-    advantages: jax.Array,
-    clip_eps,
-    mask: Optional[jax.Array] = None,
+    logp_new: jax.Array, logp_old: jax.Array, advantages: jax.Array, clip_eps, mask: Optional[jax.Array] = None
 ) -> tuple[jax.Array, dict]:
     """Clipped surrogate ``-mean(min(rho*A, clip(rho, 1-eps, 1+eps)*A))``.
 
@@ -76,8 +72,9 @@ def value_loss(
 ) -> jax.Array:
     """``0.5 * mean((V - R)^2)``; with ``clip_eps``, the pessimistic max against
     ``V_old + clip(V - V_old, -clip_eps, clip_eps)``. ``clip_eps=None`` disables clipping."""
-    shape = same_shape("value_loss", "values_new", {"values_new": values_new, "values_old": values_old,
-                                                    "returns": returns})
+    shape = same_shape(
+        "value_loss", "values_new", {"values_new": values_new, "values_old": values_old, "returns": returns}
+    )
     check_mask("value_loss", mask, shape)
     values_new, values_old, returns = (_clean(v, mask) for v in (values_new, values_old, returns))
     err = jnp.square(values_new - returns)
@@ -97,9 +94,11 @@ def explained_variance(predictions: jax.Array, targets: jax.Array, mask: Optiona
     shape = same_shape("explained_variance", "targets", {"predictions": predictions, "targets": targets})
     check_mask("explained_variance", mask, shape)
     predictions, targets = _clean(predictions, mask), _clean(targets, mask)
+
     def var(x):
         m = masked_mean(x, mask)
         return masked_mean(_clean(jnp.square(x - m), mask), mask)
+
     var_t = var(targets)
     return jnp.where(var_t > 0, 1.0 - var(targets - predictions) / jnp.where(var_t > 0, var_t, 1.0), jnp.nan)
 
@@ -125,9 +124,19 @@ def ppo_loss(
     ``values_new``) and the fixed rollout data. Advantages are used as given:
     normalise them before calling (see :func:`normalize`) if wanted.
     """
-    same_shape("ppo_loss", "logp_new", {"logp_new": logp_new, "entropy": entropy, "values_new": values_new,
-                                        "batch_logp_old": batch_logp_old, "batch_values_old": batch_values_old,
-                                        "advantages": advantages, "returns": returns})
+    same_shape(
+        "ppo_loss",
+        "logp_new",
+        {
+            "logp_new": logp_new,
+            "entropy": entropy,
+            "values_new": values_new,
+            "batch_logp_old": batch_logp_old,
+            "batch_values_old": batch_values_old,
+            "advantages": advantages,
+            "returns": returns,
+        },
+    )
     l_actor, diag = actor_loss(logp_new, batch_logp_old, advantages, clip_eps, mask)
     l_critic = value_loss(values_new, batch_values_old, returns, vf_clip_eps, mask)
     ent = entropy_bonus(entropy, mask)

@@ -98,8 +98,9 @@ def apply_obs_stats(stats, obs, clip: float = 10.0) -> Any:
     return put_back(jax.tree.map(lambda x, st: apply_stats(st, x, clip), part, stats))
 
 
-def normalize_observation(venv: VecEnv, frozen: bool = False, clip: float = 10.0,
-                          axis_name: Optional[str] = None) -> VecEnv:
+def normalize_observation(
+    venv: VecEnv, frozen: bool = False, clip: float = 10.0, axis_name: Optional[str] = None
+) -> VecEnv:
     """Normalise observations with running mean/var over all envs' observations.
 
     Each step merges the batch of new observations ``[E, ...]`` (post-reset, as the
@@ -138,8 +139,16 @@ def init_reward_scale(num_envs: int) -> RewardScaleState:
     return RewardScaleState(jnp.zeros((num_envs,), jnp.float32), init_stats(()))
 
 
-def scale_rewards(state: RewardScaleState, reward: jax.Array, done: jax.Array, gamma, frozen: bool = False,
-                  clip: float = 10.0, eps: float = 1e-8, axis_name: Optional[str] = None):
+def scale_rewards(
+    state: RewardScaleState,
+    reward: jax.Array,
+    done: jax.Array,
+    gamma,
+    frozen: bool = False,
+    clip: float = 10.0,
+    eps: float = 1e-8,
+    axis_name: Optional[str] = None,
+):
     """Divide rewards ``[H, E]`` by the running std of the discounted return (no mean shift).
 
     Step by step (a ``lax.scan`` over ``H``): ``G = gamma * G + r``; merge ``G [E]`` into

@@ -89,8 +89,9 @@ def stateless(policy: Callable[[jax.Array, jax.Array], tuple]) -> Policy:
     return adapted
 
 
-def critic_values(critic: Callable[[jax.Array], jax.Array], traj: Transition,
-                  final_states: bool = True) -> tuple[jax.Array, jax.Array]:
+def critic_values(
+    critic: Callable[[jax.Array], jax.Array], traj: Transition, final_states: bool = True
+) -> tuple[jax.Array, jax.Array]:
     """``(V(s_t), V(s'_t))``, each ``[H, E]``, from one batched critic pass.
 
     ``s'_t`` is the true next state, so with ``final_states`` (the default) one pass over the

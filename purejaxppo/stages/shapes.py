@@ -22,8 +22,10 @@ def same_shape(fn: str, ref: str, arrays: dict) -> tuple:
     shape = tuple(jnp.shape(arrays[ref]))
     for name, x in arrays.items():
         if x is not None and tuple(jnp.shape(x)) != shape:
-            raise ValueError(f"{fn}: {name} has shape {tuple(jnp.shape(x))}, expected {shape} (the shape of "
-                             f"{ref}); reshape it (e.g. x.reshape({shape})) instead of relying on broadcasting")
+            raise ValueError(
+                f"{fn}: {name} has shape {tuple(jnp.shape(x))}, expected {shape} (the shape of "
+                f"{ref}); reshape it (e.g. x.reshape({shape})) instead of relying on broadcasting"
+            )
     return shape
 
 
@@ -32,8 +34,9 @@ def check_mask(fn: str, mask, shape: tuple, name: str = "mask") -> None:
     if mask is None:
         return
     if tuple(jnp.shape(mask)) != tuple(shape):
-        raise ValueError(f"{fn}: {name} has shape {tuple(jnp.shape(mask))}, expected {tuple(shape)} "
-                         "(the shape of the data it masks)")
+        raise ValueError(
+            f"{fn}: {name} has shape {tuple(jnp.shape(mask))}, expected {tuple(shape)} (the shape of the data it masks)"
+        )
     check_bool(fn, mask, name)
 
 
@@ -41,11 +44,13 @@ def check_bool(fn: str, x, name: str) -> None:
     """``x`` must be bool or integer (a float 0.5 would silently count as True)."""
     dtype = jnp.result_type(x)
     if not (jnp.issubdtype(dtype, jnp.bool_) or jnp.issubdtype(dtype, jnp.integer)):
-        raise ValueError(f"{fn}: {name} must be bool (or integer 0/1), got {dtype}; "
-                         f"pass {name} > 0 or {name}.astype(bool)")
+        raise ValueError(
+            f"{fn}: {name} must be bool (or integer 0/1), got {dtype}; pass {name} > 0 or {name}.astype(bool)"
+        )
 
 
 def check_rank(fn: str, name: str, x, rank: int, what: Optional[str] = None) -> None:
     if jnp.ndim(x) != rank:
-        raise ValueError(f"{fn}: {name} has shape {tuple(jnp.shape(x))}, expected {rank} dims"
-                         f"{' ' + what if what else ''}")
+        raise ValueError(
+            f"{fn}: {name} has shape {tuple(jnp.shape(x))}, expected {rank} dims{' ' + what if what else ''}"
+        )

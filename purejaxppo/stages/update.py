@@ -136,9 +136,7 @@ def update_epochs(
         minibatches = shuffle_split(epoch_key, data, num_minibatches)
         return jax.lax.scan(minibatch_step, carry, minibatches)
 
-    (state, _), (metrics, taken) = jax.lax.scan(
-        epoch, (state, jnp.asarray(False)), jax.random.split(key, num_epochs)
-    )
+    (state, _), (metrics, taken) = jax.lax.scan(epoch, (state, jnp.asarray(False)), jax.random.split(key, num_epochs))
     n_taken = jnp.sum(taken)
     metrics = jax.tree.map(lambda m: jnp.sum(m * taken) / jnp.maximum(n_taken, 1.0), metrics)
     metrics["minibatches_taken"] = n_taken
@@ -158,6 +156,7 @@ def accumulate_gradients(share_loss_fn: Callable, num_micro_batches: int) -> Cal
     one-pass gradient up to float rounding (another summation order). Bind ``totals`` to use
     it as :func:`update_epochs`' ``grad_fn``.
     """
+
     def grad_fn(params, mb, totals=None):
         totals = jax.lax.stop_gradient(totals)
         one = jax.value_and_grad(lambda p, micro: share_loss_fn(p, micro, totals), has_aux=True)
@@ -169,8 +168,9 @@ def accumulate_gradients(share_loss_fn: Callable, num_micro_batches: int) -> Cal
         def add(acc, micro):
             return jax.tree.map(jnp.add, acc, one(params, micro)), None
 
-        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
-                             jax.eval_shape(one, params, jax.tree.map(lambda x: x[0], micros)))
+        zeros = jax.tree.map(
+            lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(one, params, jax.tree.map(lambda x: x[0], micros))
+        )
         return jax.lax.scan(add, zeros, micros)[0]
 
     return grad_fn

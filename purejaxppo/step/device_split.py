@@ -35,8 +35,9 @@ def sample(split: DeviceSplit, dist: Distribution, key: jax.Array, dist_params):
     would draw for these envs)."""
     if split.axis_name is None:
         return dist.sample(key, dist_params)
-    pad = lambda x: jax.lax.dynamic_update_slice_in_dim(jnp.zeros((split.global_envs,) + x.shape[1:], x.dtype), x,
-                                                        device_offset(split), 0)
+    pad = lambda x: jax.lax.dynamic_update_slice_in_dim(
+        jnp.zeros((split.global_envs,) + x.shape[1:], x.dtype), x, device_offset(split), 0
+    )
     action = dist.sample(key, jax.tree.map(pad, dist_params))
     return jax.lax.dynamic_slice_in_dim(action, device_offset(split), split.local_envs, 0)
 

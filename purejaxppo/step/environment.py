@@ -48,8 +48,14 @@ def make_env(config: PPOConfig, axis_name: Optional[str] = None, num_devices: in
             return keys
         return jax.lax.dynamic_slice_in_dim(keys, jax.lax.axis_index(axis_name) * e_loc, e_loc)
 
-    venv = envs_lib.make_vec_env(config.env_name, e_loc, config.max_episode_steps, env_keys=env_keys,
-                                 reset_ratio=config.reset_ratio, **envs_lib.suite_options(config))
+    venv = envs_lib.make_vec_env(
+        config.env_name,
+        e_loc,
+        config.max_episode_steps,
+        env_keys=env_keys,
+        reset_ratio=config.reset_ratio,
+        **envs_lib.suite_options(config),
+    )
     if config.obs_keep is not None:
         venv = envs_lib.keep_observation(venv, config.obs_keep)
     venv = envs_lib.episode_statistics(venv)  # inside the normaliser: it records raw returns

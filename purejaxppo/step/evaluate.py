@@ -72,8 +72,9 @@ def policy_step(agent) -> tuple[Callable, Callable]:
     return agent.initial_carry, act
 
 
-def make_episodes(config: PPOConfig, agent, num_episodes: int, deterministic: bool = True,
-                  max_steps: Optional[int] = None) -> Callable:
+def make_episodes(
+    config: PPOConfig, agent, num_episodes: int, deterministic: bool = True, max_steps: Optional[int] = None
+) -> Callable:
     """Pure ``play(key, params, obs_stats | None) -> (returns [N], lengths [N])`` for ONE run
     (no seed axis; wrap it in ``vmap``/``jit``): ``N = num_episodes`` env copies each play one
     episode from a reset of their own; a copy whose episode is still running after
@@ -100,16 +101,24 @@ def make_episodes(config: PPOConfig, agent, num_episodes: int, deterministic: bo
             length = jnp.where(new, info["episode_length"], length)
             return (state, obs, memory, info["episode_done"], jnp.logical_or(finished, new), ret, length), None
 
-        init = (state, obs, init_memory(num_episodes), jnp.ones(num_episodes, bool), jnp.zeros(num_episodes, bool),
-                jnp.full(num_episodes, jnp.nan, jnp.float32), jnp.zeros(num_episodes, jnp.int32))
+        init = (
+            state,
+            obs,
+            init_memory(num_episodes),
+            jnp.ones(num_episodes, bool),
+            jnp.zeros(num_episodes, bool),
+            jnp.full(num_episodes, jnp.nan, jnp.float32),
+            jnp.zeros(num_episodes, jnp.int32),
+        )
         (*_, finished, ret, length), _ = jax.lax.scan(body, init, jax.random.split(k_run, horizon))
         return jnp.where(finished, ret, jnp.nan), length
 
     return play
 
 
-def make_evaluator(config: PPOConfig, agent, num_episodes: int, deterministic: bool = True,
-                   max_steps: Optional[int] = None) -> Callable:
+def make_evaluator(
+    config: PPOConfig, agent, num_episodes: int, deterministic: bool = True, max_steps: Optional[int] = None
+) -> Callable:
     """Jitted ``evaluate(key, params [S, ...], obs_stats [S, ...] | None) -> (returns [S, N], lengths [S, N])``.
 
     :func:`make_episodes` vmapped over seeds, with ``key`` split per seed."""
@@ -124,8 +133,9 @@ def make_evaluator(config: PPOConfig, agent, num_episodes: int, deterministic: b
     return evaluate
 
 
-def evaluate_runner(config: PPOConfig, agent, runner_state, key: jax.Array, num_episodes: int = 100,
-                    deterministic: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def evaluate_runner(
+    config: PPOConfig, agent, runner_state, key: jax.Array, num_episodes: int = 100, deterministic: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Evaluate every seed of a driver runner state (leading seed axis): ``(returns, lengths)`` ``[S, N]``."""
     evaluate = make_evaluator(config, agent, num_episodes, deterministic)
     stats = find_obs_stats(runner_state.env_state) if config.normalize_obs else None
@@ -138,15 +148,26 @@ def summarize(returns: np.ndarray) -> dict:
     r = np.asarray(returns, np.float64)
     flat = r[np.isfinite(r)]
     if flat.size == 0:
-        return {"episodes": 0, "mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"),
-                "per_seed_mean": [float("nan")] * r.shape[0]}
+        return {
+            "episodes": 0,
+            "mean": float("nan"),
+            "std": float("nan"),
+            "min": float("nan"),
+            "max": float("nan"),
+            "per_seed_mean": [float("nan")] * r.shape[0],
+        }
     per_seed = [float(np.mean(x[np.isfinite(x)])) if np.isfinite(x).any() else float("nan") for x in r]
-    return {"episodes": int(flat.size), "mean": float(flat.mean()), "std": float(flat.std()),
-            "min": float(flat.min()), "max": float(flat.max()), "per_seed_mean": per_seed}
+    return {
+        "episodes": int(flat.size),
+        "mean": float(flat.mean()),
+        "std": float(flat.std()),
+        "min": float(flat.min()),
+        "max": float(flat.max()),
+        "per_seed_mean": per_seed,
+    }
 
 
-def episode_states(config: PPOConfig, agent, params, key: jax.Array, obs_stats=None,
-                   deterministic: bool = True):
+def episode_states(config: PPOConfig, agent, params, key: jax.Array, obs_stats=None, deterministic: bool = True):
     """One episode in a single raw gymnax env: ``(env, env_params, [states], [cumulative rewards])``
     for gymnax's visualizer. ``params`` (and ``obs_stats``) are one seed's (no seed axis)."""
     from purejaxppo.envs import make_gymnax
@@ -202,25 +223,44 @@ def gif_renderer(config: PPOConfig):
     try:
         from gymnax.visualize import Visualizer
     except ImportError as e:
-        raise ConfigError(f"--gif needs gymnax's visualizer dependencies ({e}); install matplotlib and "
-                          "gymnasium[classic-control] (pygame), or drop --gif") from None
-    supported = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0",
-                 "Catch-bsuite", "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar",
-                 "SpaceInvaders-MinAtar", "Pong-misc", "PointRobot-misc", "MetaMaze-misc", "FourRooms-misc")
+        raise ConfigError(
+            f"--gif needs gymnax's visualizer dependencies ({e}); install matplotlib and "
+            "gymnasium[classic-control] (pygame), or drop --gif"
+        ) from None
+    supported = (
+        "Acrobot-v1",
+        "CartPole-v1",
+        "Pendulum-v1",
+        "MountainCar-v0",
+        "MountainCarContinuous-v0",
+        "Catch-bsuite",
+        "Asterix-MinAtar",
+        "Breakout-MinAtar",
+        "Freeway-MinAtar",
+        "Seaquest-MinAtar",
+        "SpaceInvaders-MinAtar",
+        "Pong-misc",
+        "PointRobot-misc",
+        "MetaMaze-misc",
+        "FourRooms-misc",
+    )
     if config.env_name not in supported:
-        raise ConfigError(f"gymnax's visualizer cannot render {config.env_name}; --gif works for "
-                          f"{', '.join(supported)}")
+        raise ConfigError(
+            f"gymnax's visualizer cannot render {config.env_name}; --gif works for {', '.join(supported)}"
+        )
     if config.env_name.endswith(("-v0", "-v1")):
         try:  # gymnax draws classic control through gymnasium's pygame renderer
             import pygame  # noqa: F401
         except ImportError:
-            raise ConfigError(f"--gif for {config.env_name} needs pygame: pip install 'purejaxppo[render]' "
-                              "(or pygame), or drop --gif") from None
+            raise ConfigError(
+                f"--gif for {config.env_name} needs pygame: pip install 'purejaxppo[render]' (or pygame), or drop --gif"
+            ) from None
     return Visualizer
 
 
-def save_gif(path: str, config: PPOConfig, agent, params, key: jax.Array, obs_stats=None,
-             deterministic: bool = True) -> int:
+def save_gif(
+    path: str, config: PPOConfig, agent, params, key: jax.Array, obs_stats=None, deterministic: bool = True
+) -> int:
     """Render one episode to ``path`` with gymnax's visualizer; returns the number of frames."""
     Visualizer = gif_renderer(config)
     env, env_params, seq, cum = episode_states(config, agent, params, key, obs_stats, deterministic)

@@ -62,8 +62,16 @@ def ppo_loss_fn(agent: Agent, params, mb: Batch, config: PPOConfig) -> tuple[jax
     logp = agent.dist.log_prob(dist_params, mb.action)
     entropy = agent.dist.entropy(dist_params)
     return losses.ppo_loss(
-        logp, entropy, values, mb.log_prob, mb.value, mb.advantage, mb.ret,
-        clip_eps=config.clip_eps, vf_coef=config.vf_coef, ent_coef=config.ent_coef,
+        logp,
+        entropy,
+        values,
+        mb.log_prob,
+        mb.value,
+        mb.advantage,
+        mb.ret,
+        clip_eps=config.clip_eps,
+        vf_coef=config.vf_coef,
+        ent_coef=config.ent_coef,
         vf_clip_eps=config.vf_clip_eps if config.clip_value else None,
     )
 
@@ -83,6 +91,7 @@ def strong_types(tree):
     weak types survive the step; a checkpoint restores strong arrays. Types are part of a
     compiled function's signature, so a weak fresh state and a strong restored one would
     compile the same chunk twice; a strong state from the start compiles it once."""
+
     def strong(x):
         if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
             return x  # typed keys are never weak
@@ -118,9 +127,18 @@ def init_runner(parts: StepParts, rng: jax.Array, cfg: PPOConfig) -> RunnerState
     params = parts.agent.init(k_net)
     obs, env_state = parts.venv.reset(k_env)
     scale = normalize.init_reward_scale(e_loc) if parts.static.normalize_reward else ()
-    return strong_types(RunnerState(TrainState(params, optimizer_for(cfg).init(params)), env_state, obs, rng,
-                                    jnp.asarray(0, jnp.int32), parts.agent.initial_carry(e_loc),
-                                    jnp.ones((e_loc,), bool), scale))
+    return strong_types(
+        RunnerState(
+            TrainState(params, optimizer_for(cfg).init(params)),
+            env_state,
+            obs,
+            rng,
+            jnp.asarray(0, jnp.int32),
+            parts.agent.initial_carry(e_loc),
+            jnp.ones((e_loc,), bool),
+            scale,
+        )
+    )
 
 
 def collect_rollout(parts: StepParts, params, runner: RunnerState, key: jax.Array):
@@ -132,8 +150,17 @@ def collect_rollout(parts: StepParts, params, runner: RunnerState, key: jax.Arra
         action = ds.sample(parts.split, agent.dist, k, dist_params)
         return carry, action, agent.dist.log_prob(dist_params, action), record
 
-    return collect(rollout_key(key, static.rollout_rng), policy, parts.venv.step, runner.env_state, runner.obs,
-                   static.num_steps, runner.carry, runner.done, static.rollout_unroll)
+    return collect(
+        rollout_key(key, static.rollout_rng),
+        policy,
+        parts.venv.step,
+        runner.env_state,
+        runner.obs,
+        static.num_steps,
+        runner.carry,
+        runner.done,
+        static.rollout_unroll,
+    )
 
 
 def compute_targets(parts: StepParts, params, traj: Transition, reward_scale, cfg: PPOConfig):
@@ -143,14 +170,19 @@ def compute_targets(parts: StepParts, params, traj: Transition, reward_scale, cf
     static, reward = parts.static, traj.reward
     if static.normalize_reward:
         reward_scale, reward = normalize.scale_rewards(
-            reward_scale, reward, jnp.logical_or(traj.terminated, traj.truncated), cfg.gamma,
-            axis_name=parts.split.axis_name)
+            reward_scale,
+            reward,
+            jnp.logical_or(traj.terminated, traj.truncated),
+            cfg.gamma,
+            axis_name=parts.split.axis_name,
+        )
     # without a truncation bootstrap every end is terminal, and no final state's value is read
     values, next_values = parts.agent.values(params, traj, final_states=static.bootstrap_truncated)
     terminated = gae_terminated(traj.terminated, traj.truncated, static.bootstrap_truncated)
     adv, ret = gae(reward, values, next_values, terminated, traj.truncated, cfg.gamma, cfg.gae_lambda)
-    batch, resets, info = ds.gather(parts.split, (Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret),
-                                                  traj.reset, traj.info), axis=1)
+    batch, resets, info = ds.gather(
+        parts.split, (Batch(traj.obs, traj.action, traj.log_prob, values, adv, ret), traj.reset, traj.info), axis=1
+    )
     if static.adv_norm == "batch":
         batch = batch._replace(advantage=losses.normalize(batch.advantage))
     return batch, resets, info, reward_scale
@@ -168,13 +200,20 @@ def update_params(parts: StepParts, runner: RunnerState, batch: Batch, resets, k
 
     units = parts.agent.units(batch, ds.gather(split, runner.carry, axis=0), resets)
     rates = learning_rates(cfg, runner.train.params, runner.update)
-    return update_epochs(key, runner.train, units, loss_fn=minibatch_loss, optimizer=optimizer_for(cfg, rates),
-                         num_epochs=static.update_epochs, num_minibatches=static.num_minibatches,
-                         target_kl=cfg.target_kl, axis_name=split.axis_name)
+    return update_epochs(
+        key,
+        runner.train,
+        units,
+        loss_fn=minibatch_loss,
+        optimizer=optimizer_for(cfg, rates),
+        num_epochs=static.update_epochs,
+        num_minibatches=static.num_minibatches,
+        target_kl=cfg.target_kl,
+        axis_name=split.axis_name,
+    )
 
 
-def step_metrics(static: PPOConfig, cfg: PPOConfig, update: jax.Array, metrics: dict, info: dict,
-                 batch: Batch) -> dict:
+def step_metrics(static: PPOConfig, cfg: PPOConfig, update: jax.Array, metrics: dict, info: dict, batch: Batch) -> dict:
     """The update's metrics plus the rollout's episodes, explained variance and rate(s)."""
     metrics.update(episode_metrics(info))
     metrics["explained_variance"] = losses.explained_variance(batch.value, batch.ret)

@@ -36,13 +36,37 @@ from purejaxppo.config import PPOConfig
 from purejaxppo.stages.rollout import Batch
 from purejaxppo.step.device_split import DeviceSplit
 from purejaxppo.step.environment import make_env, per_env_impl, rollout_key
-from purejaxppo.step.phases import (LossFn, RunnerState, StepParts, episode_metrics, gae_terminated, init_runner,
-                                    ppo_loss_fn, ppo_step, strong_types)
+from purejaxppo.step.phases import (
+    LossFn,
+    RunnerState,
+    StepParts,
+    episode_metrics,
+    gae_terminated,
+    init_runner,
+    ppo_loss_fn,
+    ppo_step,
+    strong_types,
+)
 from purejaxppo.step.schedule import learning_rate, learning_rates
 
-__all__ = ["PPO", "Batch", "RunnerState", "LossFn", "make_ppo", "make_train", "make_agent", "make_env",
-           "ppo_loss_fn", "learning_rate", "learning_rates", "gae_terminated", "rollout_key", "per_env_impl",
-           "strong_types", "episode_metrics"]
+__all__ = [
+    "PPO",
+    "Batch",
+    "RunnerState",
+    "LossFn",
+    "make_ppo",
+    "make_train",
+    "make_agent",
+    "make_env",
+    "ppo_loss_fn",
+    "learning_rate",
+    "learning_rates",
+    "gae_terminated",
+    "rollout_key",
+    "per_env_impl",
+    "strong_types",
+    "episode_metrics",
+]
 
 
 def env_steps_after(first_update: int, n: int, batch_size: int) -> np.ndarray:
