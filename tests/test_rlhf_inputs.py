@@ -102,3 +102,35 @@ def test_python_api_refuses_a_prompt_function_of_the_wrong_batch_or_past_the_pos
         jax.eval_shape(ppo.iteration, state)
     _, ppo, state = _ppo(task.prompts)  # the task's own prompts fit
     jax.eval_shape(ppo.iteration, state)
+
+
+def test_chunk_defaults_to_the_run_records_and_a_resume_takes_it(tmp_path, monkeypatch):
+    """No ``--chunk``: the command leaves the chunk to ``train_rlhf``'s default, which is the run
+    record's (``CHUNK_UPDATES``, 25, written out here); ``--resume --chunk 3`` passes 3 on, a
+    resume without it keeps the folder's own. The training calls are replaced by recorders."""
+    import inspect
+    import json
+
+    import purejaxppo.programs.rlhf_run as rlhf_run
+    from purejaxppo.cli import main
+    from purejaxppo.programs.rlhf_program import RLHFSettings
+    from purejaxppo.run.record import CHUNK_UPDATES, RunRecord
+
+    # the Python API's default is the record's
+    assert inspect.signature(rlhf_run.train_rlhf).parameters["chunk_updates"].default == CHUNK_UPDATES == 25
+    calls = []
+    monkeypatch.setattr(rlhf_run, "sft_model", lambda settings, seed: (None, None, {}))
+    monkeypatch.setattr(rlhf_run, "train_rlhf", lambda *a, **kw: calls.append(("train", kw)))
+    monkeypatch.setattr(rlhf_run, "resume_rlhf", lambda *a, **kw: calls.append(("resume", kw)))
+    monkeypatch.chdir(tmp_path)
+    assert main(["rlhf", "--quiet", "--run-dir", str(tmp_path / "new")]) == 0
+    ((kind, kw),) = calls
+    assert kind == "train" and kw.get("chunk_updates", CHUNK_UPDATES) == 25, kw
+    folder = tmp_path / "old"
+    folder.mkdir()
+    record = RunRecord("rlhf", TokenPPOConfig(batch_size=8), RLHFSettings(), chunk_updates=7)
+    (folder / "config.json").write_text(json.dumps(record.to_json()))
+    calls.clear()
+    assert main(["rlhf", "--quiet", "--resume", str(folder)]) == 0
+    assert main(["rlhf", "--quiet", "--resume", str(folder), "--chunk", "3"]) == 0
+    assert [kw.get("chunk_updates") for _, kw in calls] == [None, 3] and calls[0][0] == "resume"

@@ -207,9 +207,12 @@ def cmd_rlhf(args) -> int:
         steps="sequences",
         fmt=".3f",
     )
+    chunk = {} if args.chunk is None else {"chunk_updates": args.chunk}  # else the record's default
     try:
         if args.resume:
-            resume_rlhf(args.resume, record, on_chunk=on_chunk, loggers=sinks_for(args, args.resume, record.config, 1))
+            resume_rlhf(
+                args.resume, record, on_chunk=on_chunk, loggers=sinks_for(args, args.resume, record.config, 1), **chunk
+            )
             run_dir = args.resume
         else:
             t = time.perf_counter()
@@ -227,10 +230,10 @@ def cmd_rlhf(args) -> int:
                 num_seeds=args.seeds,
                 run_dir=run_dir,
                 num_devices=devices,
-                chunk_updates=args.chunk,
                 on_chunk=on_chunk,
                 sft=sft,
                 loggers=sinks_for(args, run_dir, config, 1),
+                **chunk,
             )
     except RewardFunctionError as e:  # failed in an evaluation (outside the training chunks)
         raise UserError(str(e)) from None

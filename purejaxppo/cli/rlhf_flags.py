@@ -19,6 +19,7 @@ import typing
 from purejaxppo.cli.errors import UserError, check_seed
 from purejaxppo.cli.flags import flag_type, strict_float, strict_int
 from purejaxppo.cli.train_setup import add_sink_flags
+from purejaxppo.run.record import CHUNK_UPDATES
 
 RENAMES = {
     "num_iterations": "--iterations",
@@ -125,7 +126,13 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None, help="run folder (default runs/rlhf-TASK-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue this run folder (no other flags)")
     p.add_argument("--devices", default="1", help="split each iteration's prompts over N devices (default 1)")
-    p.add_argument("--chunk", type=strict_int, default=10, help="iterations per compiled chunk (default 10)")
+    p.add_argument(
+        "--chunk",
+        type=strict_int,
+        default=None,
+        help=f"iterations per compiled chunk (default {CHUNK_UPDATES}, the run record's; with --resume: "
+        "changes it for this session)",
+    )
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (parameters stay float32)")
     p.add_argument(
         "--task-option",
