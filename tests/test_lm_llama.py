@@ -390,3 +390,57 @@ def test_load_reward_model_scores_the_last_valid_token(tmp_path, name):
     expected = {"llama": "LlamaForSequenceClassification", "qwen3": "Qwen3ForSequenceClassification"}[name]
     assert json.loads((tmp_path / "back" / "config.json").read_text())["architectures"] == [expected]
     _same_params(load_sequence_classifier(tmp_path / "back")[1], load_sequence_classifier(folder)[1])
+
+
+ROPE_REFUSED = [
+    # (the config's rope entries, what the one error says)
+    (dict(rope_scaling=dict(rope_type="dynamic", factor=2.0)), "rope_scaling: rope_type 'dynamic' is not supported"),
+    (dict(rope_scaling=dict(type="dynamic", factor=2.0)), "rope_scaling: rope_type 'dynamic' is not supported"),
+    (
+        dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=1e6)),
+        "rope_parameters: rope_type 'yarn' is not supported",
+    ),
+    (
+        dict(rope_scaling=dict(type="longrope", short_factor=[1.0], long_factor=[2.0])),
+        "rope_scaling: rope_type 'longrope' is not supported",
+    ),
+    (dict(rope_scaling=dict(factor=2.0)), "rope_scaling: {'factor': 2.0} names no rope_type"),
+    (
+        dict(
+            rope_parameters=dict(full_attention=dict(rope_type="default"), sliding_attention=dict(rope_type="default"))
+        ),
+        "rope_parameters: per-layer-type RoPE parameters",
+    ),
+]
+
+
+@pytest.mark.parametrize("rope,message", ROPE_REFUSED, ids=[m.split(":", 1)[1][:30] for _, m in ROPE_REFUSED])
+def test_rope_types_not_implemented_are_refused_naming_the_supported_ones(rope, message):
+    """A scaling this family's RoPE does not implement changes the model's numbers: refused, never
+    read as the default (both config styles, the old ``type`` key too)."""
+    cfg = {k: v for k, v in CONFIGS["llama"].items() if k not in ("rope_scaling", "rope_parameters")}
+    with pytest.raises(ValueError) as e:
+        llama_config_from_hf({**cfg, **rope})
+    assert message in str(e.value) and "(supported: default, linear, llama3)" in str(e.value), str(e.value)
+    # the kept ones still read: no scaling, and the old key's spelling of a supported type
+    assert llama_config_from_hf(cfg).rope_scaling is None
+    assert llama_config_from_hf({**cfg, "rope_scaling": {"type": "linear", "factor": 2.0}}).rope_scaling.factor == 2.0
+
+
+def test_rlhf_refuses_a_model_with_yarn_rope_in_one_line(tmp_path, capsys):
+    from _lm_fixtures import tiny_llama_folder
+
+    from purejaxppo.cli.main import main
+
+    model = tiny_llama_folder(tmp_path / "m", "llama")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "p.txt").write_text("hello\n")
+    (tmp_path / "r.py").write_text("def f(prompts, responses):\n    return [0.0] * len(prompts)\n")
+    argv = ["rlhf", "--model", model, "--prompts", str(tmp_path / "p.txt"), "--reward", f"{tmp_path / 'r.py'}:f"]
+    assert main([*argv, "--run-dir", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --model {model}"), err
+    assert "rope_type 'yarn' is not supported (supported: default, linear, llama3)" in err[0], err
+    assert not (tmp_path / "run").exists()

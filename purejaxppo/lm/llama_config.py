@@ -77,12 +77,22 @@ class LlamaConfig:
 
 
 def _rope(config: Mapping) -> tuple[float, Optional[RopeScaling]]:
-    """``(rope_theta, scaling)`` from either config style; ``ValueError`` for an unsupported type."""
-    params = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+    """``(rope_theta, scaling)`` from either config style; ``ValueError`` naming the key for a
+    type outside :data:`ROPE_TYPES` (``dynamic``, ``yarn``, ``longrope``, ... change the
+    frequencies or the attention scale in ways not implemented here: refused, never ignored),
+    for a scaling without a type, and for per-layer-type parameters."""
+    key = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
+    params = dict(config.get(key) or {})
+    supported = f"supported: {', '.join(ROPE_TYPES)}"
+    if any(isinstance(v, Mapping) for v in params.values()):
+        raise ValueError(f"{key}: per-layer-type RoPE parameters ({sorted(params)}) are not supported ({supported})")
     theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
-    kind = params.get("rope_type", params.get("type", "default"))
+    kind = params.get("rope_type", params.get("type"))
+    if kind is None and set(params) - {"rope_theta"}:
+        raise ValueError(f"{key}: {params} names no rope_type ({supported})")
+    kind = "default" if kind is None else kind
     if kind not in ROPE_TYPES:
-        raise ValueError(f"rope_type {kind!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+        raise ValueError(f"{key}: rope_type {kind!r} is not supported ({supported})")
     if kind == "default":
         return theta, None
     keys = [f.name for f in fields(RopeScaling)][1:]
