@@ -119,7 +119,7 @@ def test_chunk_defaults_to_the_run_records_and_a_resume_takes_it(tmp_path, monke
     # the Python API's default is the record's
     assert inspect.signature(rlhf_run.train_rlhf).parameters["chunk_updates"].default == CHUNK_UPDATES == 25
     calls = []
-    monkeypatch.setattr(rlhf_run, "sft_model", lambda settings, seed: (None, None, {}))
+    monkeypatch.setattr(rlhf_run, "sft_model", lambda settings, seed, start=None: (None, None, {}))
     monkeypatch.setattr(rlhf_run, "train_rlhf", lambda *a, **kw: calls.append(("train", kw)))
     monkeypatch.setattr(rlhf_run, "resume_rlhf", lambda *a, **kw: calls.append(("resume", kw)))
     monkeypatch.chdir(tmp_path)

@@ -71,7 +71,7 @@ def join(args):
     run_dir = args.resume or args.run_dir
     if not run_dir:
         raise UserError("several processes need --run-dir (the same on every process; process 0 writes it)")
-    if getattr(args, "eval_every", None) is not None:
+    if getattr(args, "eval_every", None):  # 0 (rlhf: off) is fine
         raise UserError(
             "--eval-every does not run across processes yet; train without it and evaluate the run "
             f"folder afterwards: python -m purejaxppo eval {run_dir}"

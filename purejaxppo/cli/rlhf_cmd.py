@@ -20,6 +20,7 @@ import os
 import time
 
 from purejaxppo.cli.errors import UserError
+from purejaxppo.cli.export_cmd import check_export_flag, export_at_end
 from purejaxppo.cli.rlhf_flags import (
     BOTH,
     TASK_PRESETS,
@@ -44,6 +45,8 @@ def _settings(args, text: bool):
     st = {dest: getattr(args, dest) for dest, *_ in {**TEXT, **TOY, **BOTH}.values() if getattr(args, dest) is not None}
     st.update({dest: True for dest, _ in TEXT_SWITCHES.values() if getattr(args, dest)})
     st.setdefault("eval_every", 10)
+    if args.init_from:  # the source run's policy is the start: no SFT stage unless asked for
+        st.setdefault("sft_steps", 0)
     if text:
         for dest in ("model_dir", "prompts", "eval_prompts", "sft_data", "reward_model"):
             if st.get(dest):
@@ -138,24 +141,53 @@ def _check_run_dir(run_dir: str) -> None:
         )
 
 
-def _prepare(args):
-    """Everything checked and read before any work: ``(config, settings, devices, run_dir)``."""
-    from purejaxppo.cli.devices import choose_devices
-
+def _prepare(args, group):
+    """Everything checked and read before any work: ``(config, settings, devices, run_dir,
+    (init_from, start))``. The devices are counted (and made, on one process) before anything
+    starts JAX; the run folder and the export folder are checked on process 0, which writes them."""
     text = args.model_dir is not None
     check_plain(args, text)
     config = token_config(args, text)
+    devices = _devices(args.devices, config.batch_size, f"--batch ({config.batch_size})", group)
     settings, vocab = _load(_settings(args, text), args, text)
     if config.top_k > vocab:
         raise UserError(
             f"--top-k {config.top_k} is more than the vocabulary's {vocab} tokens; give at most {vocab} (0 = off)"
         )
-    devices = choose_devices(args.devices, config.batch_size, f"--batch ({config.batch_size})")
     run_dir = args.run_dir or os.path.join("runs", f"rlhf-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-    _check_run_dir(run_dir)
+    group.share(lambda: (_check_run_dir(run_dir), check_export_flag(args, settings), check_sinks(args)))
+    start = _start_from(args, settings)
     if text and not args.quiet:
         _describe_data(settings)
-    return config, settings, devices, run_dir
+    return config, settings, devices, run_dir, start
+
+
+def _devices(spec: str, divides: int, what: str, group) -> int:
+    """``--devices`` as a count: on one process its devices (set before JAX starts); across
+    processes every process's devices together (:func:`~purejaxppo.cli.distributed.global_devices`)."""
+    from purejaxppo.cli.devices import choose_devices, set_devices
+    from purejaxppo.cli.distributed import global_devices
+
+    if group.many:
+        return global_devices(spec, divides, what)
+    devices = choose_devices(spec, divides, what)
+    set_devices(devices)
+    return devices
+
+
+def _start_from(args, settings):
+    """``--init-from RUN_DIR``: ``(its init_from record, the policy's parameters)``, or ``(None, None)``."""
+    if args.init_from is None:
+        return None, None
+    import jax
+
+    from purejaxppo.config import ConfigError
+    from purejaxppo.programs.rlhf_init_from import start_from_run
+
+    try:
+        return start_from_run(args.init_from, settings, settings.model(jax.random.PRNGKey(0))[1])
+    except ConfigError as e:
+        raise UserError(str(e)) from None
 
 
 def _describe_data(settings) -> None:
@@ -176,23 +208,32 @@ def _describe_data(settings) -> None:
 
 
 def cmd_rlhf(args) -> int:
-    from purejaxppo.cli.devices import set_devices
+    from purejaxppo.cli.distributed import join
 
+    group = join(args)  # several processes: before anything starts JAX
+    if group.many and args.reward:
+        raise UserError(
+            "--reward (a Python function on the host) does not run across processes yet; use "
+            "--reward-model DIR, or one process (--devices N splits the prompts over its devices)"
+        )
     given = given_flags(args)
     if args.resume and given:
         raise UserError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
+    if group.many and args.eval_every is None:
+        args.eval_every = 0  # the evaluation during training runs on one process only (for now)
     if args.resume:  # the folder's kind says which command continues it
         from purejaxppo.cli.train_cmd import refuse_other_command
         from purejaxppo.programs import kinds
 
-        kind, record = kinds.folder(args.resume)
-        refuse_other_command(kind, args.resume, args.command)
-        devices, label = record.num_devices, getattr(record.settings, "task", "")
+        record = group.share(lambda: kinds.folder(args.resume)[1])  # process 0 reads the folder
+        refuse_other_command(kinds.kind_named(record.kind), args.resume, args.command)
+        group.share(lambda: (check_export_flag(args, record.settings), check_sinks(args)))
+        devices = _devices(str(record.num_devices), record.num_devices, "", group)  # still there?
+        label = getattr(record.settings, "task", "")
     else:
-        config, settings, devices, run_dir = _prepare(args)  # a used --run-dir is refused here, before the SFT
+        # a used --run-dir is refused here, before the SFT
+        config, settings, devices, run_dir, (init_from, start) = _prepare(args, group)
         label = settings.task
-    check_sinks(args)
-    set_devices(devices)
     from purejaxppo.lm.text_reward import RewardFunctionError
     from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
     from purejaxppo.run.guards import NonFiniteError
@@ -207,23 +248,28 @@ def cmd_rlhf(args) -> int:
         steps="sequences",
         fmt=".3f",
     )
-    chunk = {} if args.chunk is None else {"chunk_updates": args.chunk}  # else the record's default
+    # a flag not given leaves the record's default (a new run) or the folder's own (a resume)
+    session = {k: v for k, v in (("chunk_updates", args.chunk), ("stop_after", args.stop_after)) if v is not None}
     try:
         if args.resume:
-            resume_rlhf(
-                args.resume, record, on_chunk=on_chunk, loggers=sinks_for(args, args.resume, record.config, 1), **chunk
+            result = resume_rlhf(
+                args.resume,
+                record,
+                on_chunk=on_chunk,
+                loggers=sinks_for(args, args.resume, record.config, 1) if group.writer else [],
+                **session,
             )
             run_dir = args.resume
         else:
             t = time.perf_counter()
-            sft = sft_model(settings, args.seed)
+            sft = sft_model(settings, args.seed, start)
             if not args.quiet:
                 ev = {k[5:]: round(v, 3) for k, v in sft[2].items() if k.startswith("eval_")}
                 print(
                     f"SFT: {settings.sft_steps} steps in {time.perf_counter() - t:.1f}s; greedy {json.dumps(ev)}",
                     flush=True,
                 )
-            train_rlhf(
+            result = train_rlhf(
                 config,
                 settings,
                 seed=args.seed,
@@ -232,8 +278,9 @@ def cmd_rlhf(args) -> int:
                 num_devices=devices,
                 on_chunk=on_chunk,
                 sft=sft,
-                loggers=sinks_for(args, run_dir, config, 1),
-                **chunk,
+                init_from=init_from,
+                loggers=sinks_for(args, run_dir, config, 1) if group.writer else [],
+                **session,
             )
     except RewardFunctionError as e:  # failed in an evaluation (outside the training chunks)
         raise UserError(str(e)) from None
@@ -243,8 +290,10 @@ def cmd_rlhf(args) -> int:
         raise
     finally:
         close()
-    if not args.quiet:
-        _report(run_dir)
+    if group.writer:  # the others have no folder to read
+        if not args.quiet:
+            _report(run_dir)
+        export_at_end(args, result, run_dir)
     return 0
 
 

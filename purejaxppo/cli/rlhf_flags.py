@@ -16,6 +16,7 @@ import math
 import re
 import typing
 
+from purejaxppo.cli.distributed import add_process_flags
 from purejaxppo.cli.errors import UserError, check_seed
 from purejaxppo.cli.flags import flag_type, strict_float, strict_int
 from purejaxppo.cli.train_setup import add_sink_flags
@@ -125,6 +126,13 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=strict_int, default=1, help="independent runs trained at once (default 1)")
     p.add_argument("--run-dir", default=None, help="run folder (default runs/rlhf-TASK-<time>)")
     p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue this run folder (no other flags)")
+    p.add_argument(
+        "--init-from",
+        metavar="RUN_DIR",
+        default=None,
+        help="start from run 0's policy in another rlhf run folder (its newest checkpoint, LoRA merged) "
+        "instead of the model's own weights; the same model flags; no SFT stage unless --sft-steps",
+    )
     p.add_argument("--devices", default="1", help="split each iteration's prompts over N devices (default 1)")
     p.add_argument(
         "--chunk",
@@ -132,6 +140,21 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"iterations per compiled chunk (default {CHUNK_UPDATES}, the run record's; with --resume: "
         "changes it for this session)",
+    )
+    p.add_argument(
+        "--stop-after",
+        type=strict_int,
+        default=None,
+        metavar="ITERATIONS",
+        help="stop (with a checkpoint) once this many iterations are done; continue later with --resume",
+    )
+    p.add_argument(
+        "--export",
+        dest="export_dir",
+        metavar="DIR",
+        default=None,
+        help="when the run finishes, write run 0's policy (LoRA merged) in the Hugging Face layout of the "
+        "model it started from into DIR (new or empty), as `export RUN_DIR DIR` does",
     )
     p.add_argument("--bf16", action="store_true", help="compute in bfloat16 (parameters stay float32)")
     p.add_argument(
@@ -144,6 +167,7 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_sink_flags(p)
+    add_process_flags(p)
     preset = ", ".join(f"{k}={v}" for k, v in TOY_CONFIG.items())
     group = p.add_argument_group(f"token-PPO config (defaults: TokenPPOConfig's; the built-in tasks use {preset})")
     for f, hint in config_fields():
@@ -172,6 +196,7 @@ def given_flags(args) -> list:
     out += [flag for flag, (dest, *_) in {**TEXT, **TOY, **BOTH}.items() if getattr(args, dest) is not None]
     out += [flag for flag, (dest, _) in TEXT_SWITCHES.items() if getattr(args, dest)]
     out += ["--task"] * (args.task is not None) + ["--task-option"] * bool(args.task_options)
+    out += ["--init-from"] * (args.init_from is not None)
     return out
 
 
@@ -209,6 +234,7 @@ def check_plain(args, text: bool) -> None:
     check_seed("--seed", args.seed)
     _at_least("--seeds", args.seeds, 1, " (independent runs trained at once)")
     _at_least("--chunk", args.chunk, 1, " (iterations per compiled chunk)")
+    _at_least("--stop-after", args.stop_after, 1, " (iterations before stopping with a checkpoint)")
     for flag in ("--sft-steps", "--eval-every", "--max-prompt-tokens"):
         _at_least(flag, getattr(args, {**TEXT, **BOTH}[flag][0]), 0)
     for flag in ("--d-model", "--layers", "--heads", "--max-new-tokens", "--sft-batch"):

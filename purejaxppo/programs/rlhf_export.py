@@ -23,13 +23,30 @@ from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint
 
 
-def _source_folder(settings: RLHFSettings):
+def source_folder(settings: RLHFSettings):
     """The Hugging Face folder the run's model was loaded from, or None (a built-in TinyLM)."""
     for name in ("model", "model_dir", "init"):
         value = getattr(settings, name, None)
         if isinstance(value, str) and value:
             return value
     return None
+
+
+def check_out_dir(out_dir: str, flag: str = "OUT_DIR") -> None:
+    """``out_dir`` is new or an empty folder (an export never overwrites a model); else
+    :class:`ConfigError` naming ``flag`` (how the user gave the folder)."""
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise ConfigError(f"{flag} {out_dir} exists and is not an empty folder; give a new folder")
+
+
+def check_exportable(settings: RLHFSettings, what: str) -> None:
+    """The run (``what``: its folder, or the flags that start it) began from a Hugging Face
+    folder, whose layout the export writes; a built-in TinyLM has none (:class:`ConfigError`)."""
+    if not source_folder(settings):
+        raise ConfigError(
+            f"{what} trains a built-in TinyLM, which has no Hugging Face layout; export takes a run "
+            "started from a local Hugging Face model folder (--model DIR or --init DIR)"
+        )
 
 
 def final_policy(run_dir: str, run: int = 0):
@@ -46,24 +63,23 @@ def final_policy(run_dir: str, run: int = 0):
     if latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS)) is None:
         raise CheckpointError(f"{run_dir} has no checkpoint yet (nothing trained to export)")
     loaded = kind.load(run_dir, record)
-    settings, lm, ckpt = record.settings, loaded.agent_fns.lm, loaded.checkpoint
-    one = jax.tree.map(lambda x: x[run], loaded.runner)
-    params = jax.tree.map(np.asarray, jax.jit(policy_params)(one))
-    return settings, lm, params, int(os.path.basename(ckpt).rsplit("_", 1)[-1])
+    return record.settings, loaded.agent_fns.lm, loaded_policy(loaded.runner, run), loaded.update
+
+
+def loaded_policy(runner, run: int = 0):
+    """Run ``run``'s policy parameters (LoRA merged, host arrays) of a token-level state ``[S, ...]``."""
+    one = jax.tree.map(lambda x: x[run], runner)
+    return jax.tree.map(np.asarray, jax.jit(policy_params)(one))
 
 
 def export_policy(run_dir: str, out_dir: str, run: int = 0) -> int:
     """Write run ``run``'s final policy into ``out_dir`` (config.json, model.safetensors, the
     source folder's tokenizer files); returns the checkpoint's update. ``out_dir`` must be new
     or empty: an export never overwrites a model."""
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        raise ConfigError(f"OUT_DIR {out_dir} exists and is not an empty folder; give a new folder")
+    check_out_dir(out_dir)
     settings, lm, params, update = final_policy(run_dir, run)
-    source = _source_folder(settings)
-    if not source:
-        raise ConfigError(
-            f"{run_dir} trained a built-in TinyLM, which has no Hugging Face layout; export takes a run "
-            "started from a local Hugging Face model folder"
-        )
-    save_pretrained(out_dir, lm, params, copy_from=source)  # the family's writer, tokenizer files copied
+    check_exportable(settings, run_dir)
+    save_pretrained(
+        out_dir, lm, params, copy_from=source_folder(settings)
+    )  # the family's writer, tokenizer files copied
     return update

@@ -58,6 +58,14 @@ class TokenRuns:
         state, meta = restore_checkpoint(path, jax.eval_shape(prog.init, *run_keys(record.seed, record.num_seeds)))
         return kinds.Loaded(record, state, prog, path, int(meta["update"]))
 
+    def initial_policy(self, run_dir: str, record, run: int = 0) -> tuple:
+        """``(params, update, checkpoint)``: run ``run``'s policy (LoRA merged, host arrays) at the
+        newest checkpoint, for a token-level run to start from (``rlhf --init-from``)."""
+        from purejaxppo.programs.rlhf_export import loaded_policy
+
+        loaded = self.load(run_dir, record)
+        return loaded_policy(loaded.runner, run), loaded.update, loaded.checkpoint
+
     def evaluate(self, run_dir: str, record, request: kinds.EvalRequest) -> tuple:
         from purejaxppo.lm.token_ppo import policy_params
         from purejaxppo.programs.rlhf_eval import RLHFEvaluator

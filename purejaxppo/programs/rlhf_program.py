@@ -26,6 +26,7 @@ from purejaxppo.lm.tasks import make_task
 from purejaxppo.lm.text_reward import TextReward
 from purejaxppo.lm.text_task import BoundReward
 from purejaxppo.lm.token_ppo import make_token_ppo
+from purejaxppo.run import processes
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
 
@@ -165,6 +166,22 @@ def task_config(config: TokenPPOConfig, task) -> TokenPPOConfig:
     return config.replace(max_new_tokens=task.max_new, stop_ids=tuple(task.stop_ids), pad_id=task.pad_id)
 
 
+def on_every_process(tree, num_devices: int):
+    """A tree every process computed alike (the same keys through the same program) as global
+    arrays replicated over the run's mesh, the layout the chunks take across processes."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from purejaxppo.lm.data_parallel import prompt_mesh
+
+    sharding = NamedSharding(prompt_mesh(num_devices), PartitionSpec())
+
+    def one(x):
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(one, tree)
+
+
 class RLHFProgram:
     """The compiled ``init`` and ``n``-iteration chunks of token-level PPO over ``R`` seeds.
 
@@ -222,7 +239,8 @@ class RLHFProgram:
         return inputs
 
     def init(self, keys, configs=None):
-        return self._init(keys, self.sft_params, self.critic_params, self.reward_params)
+        state = self._init(keys, self.sft_params, self.critic_params, self.reward_params)
+        return on_every_process(state, self.num_devices) if processes.current().many else state
 
     def _chunk(self, n: int):
         if n not in self._chunks:

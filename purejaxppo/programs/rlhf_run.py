@@ -22,6 +22,7 @@ from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
 from purejaxppo.lm.sft import evaluate_policy, train_sft
 from purejaxppo.programs.rlhf_eval import EVAL_KEY, RLHFEvaluator
 from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
+from purejaxppo.run import processes
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.loop import RunResult, run_chunks
 from purejaxppo.run.record import CHUNK_UPDATES, RunRecord
@@ -29,12 +30,15 @@ from purejaxppo.run.record import CHUNK_UPDATES, RunRecord
 SAMPLES = "samples.txt"
 
 
-def sft_model(settings: RLHFSettings, seed: int):
+def sft_model(settings: RLHFSettings, seed: int, start=None):
     """``(lm, params, record)``: the settings' model after its SFT stage (from ``seed``), and
-    ``record`` (the SFT's final loss and its greedy evaluation)."""
+    ``record`` (the SFT's final loss and its greedy evaluation). ``start``: parameters of the
+    settings' model to begin from instead of its own (another run's policy,
+    :mod:`purejaxppo.programs.rlhf_init_from`)."""
     task = settings.make_task()
     key = jax.random.PRNGKey(seed)
     lm, params = settings.model(jax.random.fold_in(key, 1))
+    params = params if start is None else start
     losses = np.zeros(0)
     if settings.sft_steps:
         params, losses = train_sft(
@@ -73,16 +77,19 @@ def train_rlhf(
     on_note: Optional[Callable[[str], None]] = None,
     sft: Optional[tuple] = None,
     program: Optional[RLHFProgram] = None,
+    init_from: Optional[dict] = None,
 ) -> RunResult:
     """SFT (unless resuming, or ``sft=(lm, params, record)`` is given), then ``config.num_iterations``
     PPO iterations of ``num_seeds`` runs in chunks of ``chunk_updates``, a checkpoint every
     ``checkpoint_every`` chunks. Metrics per iteration and run go to ``metrics.csv``.
     ``program``: an :class:`RLHFProgram` of this setup whose compiled chunks to reuse (its
-    SFT model is the one used; ``sft`` is then only the record)."""
+    SFT model is the one used; ``sft`` is then only the record). ``init_from``: the record of the
+    run the model came from (:func:`purejaxppo.programs.rlhf_init_from.start_from_run`), kept in
+    ``config.json``."""
     validate_token_config(config)
     settings = checked_data(settings, resume)
     if resume:
-        record = rf.load_record(run_dir).notes.get("sft")
+        record = processes.current().share(lambda: rf.load_record(run_dir).notes.get("sft"))  # process 0's folder
         lm, params = (program.lm, program.sft_params) if program else RLHFProgram.template(settings)
     else:
         lm, params, record = sft if sft is not None else sft_model(settings, seed)
@@ -104,6 +111,7 @@ def train_rlhf(
         num_devices=num_devices,
         split=prog.split,
         checkpoint_every=checkpoint_every,
+        init_from=init_from,
         notes={"sft": record},
     )
     return run_chunks(
@@ -153,6 +161,7 @@ def resume_rlhf(run_dir: str, record=None, **kwargs) -> RunResult:
         num_devices=record.num_devices,
         chunk_updates=record.chunk_updates,
         checkpoint_every=record.checkpoint_every,
+        init_from=record.init_from,
     )
     opts.update(kwargs)
     return train_rlhf(record.config, record.settings, run_dir=run_dir, resume=True, **opts)

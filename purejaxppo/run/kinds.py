@@ -82,6 +82,9 @@ class RunKind(Protocol):
       command's report (``request``: an :class:`EvalRequest`; a kind refuses the options that do
       not apply to it with :class:`~purejaxppo.config.ConfigError`, before any work).
     * ``report(result, run_dir)``: the closing lines after training or a resume.
+    * optional ``initial_policy(run_dir, record, run) -> (params, update, checkpoint)``: run
+      ``run``'s language-model policy at the newest checkpoint, for a token-level run to start
+      from (``rlhf --init-from``); a kind without it cannot start one.
     """
 
     names: Tuple[str, ...]
