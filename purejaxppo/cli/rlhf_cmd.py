@@ -210,12 +210,12 @@ def _describe_data(settings) -> None:
 def cmd_rlhf(args) -> int:
     from purejaxppo.cli.distributed import join
 
-    group = join(args)  # several processes: before anything starts JAX
-    if group.many and args.reward:
+    if (args.distributed or args.coordinator is not None) and args.reward:  # before waiting for the others
         raise UserError(
             "--reward (a Python function on the host) does not run across processes yet; use "
             "--reward-model DIR, or one process (--devices N splits the prompts over its devices)"
         )
+    group = join(args)  # several processes: before anything starts JAX
     given = given_flags(args)
     if args.resume and given:
         raise UserError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
