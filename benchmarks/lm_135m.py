@@ -171,10 +171,29 @@ def _ours(spec: dict) -> dict:
     init = jax.jit(lambda k, p: tp.init(k, p, None if lora else p))
     state = init(jax.random.PRNGKey(spec["seed"]), params)
     del params  # the state holds what the run needs
+    marks = {"after_init": _hwm_mb()}
     t0 = time.perf_counter()
     compiled = jax.jit(tp.iteration, donate_argnums=0).lower(state).compile()
     compile_s = time.perf_counter() - t0
+    marks["after_compile"] = _hwm_mb()
     mem = compiled.memory_analysis()
+    gen_times = []
+    if spec.get("split"):  # generation alone (the policy's KV-cache sampler on the state's params)
+        from purejaxppo.lm import experience
+        from purejaxppo.lm.token_ppo import trained_params
+
+        models = experience.Models(lm, lm, lm, reward)
+        batch = prompts(jax.random.PRNGKey(5), cfg.batch_size)
+        keys = jax.random.split(jax.random.PRNGKey(6), cfg.batch_size)
+        gen = jax.jit(
+            lambda s, k: experience.sample(models, trained_params(s.train.params, s.reference), k, *batch, cfg)
+        )
+        gen = gen.lower(state, keys).compile()
+        for _ in range(2):
+            t0 = time.perf_counter()
+            jax.block_until_ready(gen(state, keys))
+            gen_times.append(time.perf_counter() - t0)
+        marks["after_generation"] = _hwm_mb()
     times, cpu = [], []
     for _ in range(spec["iterations"]):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -198,9 +217,17 @@ def _ours(spec: dict) -> dict:
         "xla_arguments_MiB": mem.argument_size_in_bytes / 2**20 if mem else None,
         "xla_temp_MiB": mem.temp_size_in_bytes / 2**20 if mem else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_marks_mb": marks,  # the process's peak so far: after init, after compile (, after generation)
+        "generation_s": gen_times,
         "score": float(m["score"]),
         "kl": float(m["kl"]),
     }
+
+
+def _hwm_mb() -> float:
+    """The process's peak resident memory so far (``VmHWM``), MB."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
 
 
 def _summary(side: dict, b: int, t: int) -> dict:
@@ -229,6 +256,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--trl-python", default=TRL_PYTHON, help="the TRL venv's python")
     ap.add_argument("--trl-threads", type=int, default=2)
     ap.add_argument("--skip-trl", action="store_true", help="ours alone (e.g. on a GPU)")
+    ap.add_argument("--split", action="store_true", help="ours: also time generation alone (its own program)")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "lm_135m.json"))
     ap.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -265,6 +293,7 @@ def main(argv=None) -> dict:
         "seed": 0,
         "reward": "even",
         "threads": args.trl_threads,
+        "split": args.split,
     }
     res = {
         "benchmark": "lm_135m",
@@ -282,7 +311,8 @@ def main(argv=None) -> dict:
         print(
             f"ours {mode:>9}: compile {r['first_s']:.1f}s, {r['iteration_s']:.2f}s/iteration "
             f"({r['tokens_per_s']:.1f} tok/s), peak RSS {r['peak_rss_mb']:.0f} MB, "
-            f"XLA temp {out['xla_temp_MiB'] or 0:.0f} MiB; load {loadavg()}",
+            f"XLA temp {out['xla_temp_MiB'] or 0:.0f} MiB, peak after init / compile {out['peak_rss_marks_mb']}, "
+            f"generation alone {[round(x, 2) for x in out['generation_s']]} s; load {loadavg()}",
             flush=True,
         )
         _write(args.json, res)

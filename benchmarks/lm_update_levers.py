@@ -8,7 +8,8 @@ the first). The phases of the baseline iteration (generation, scoring, update) a
 way first (``--phases``). Variants (``--levers``):
 
 * ``base``: the library as is;
-* ``micro2``: ``micro_batches=2`` (each minibatch in two passes of 8, gradients accumulated);
+* ``micro2`` / ``micro4``: ``micro_batches=2`` / ``4`` (each minibatch of 16 in passes of 8 / 4
+  sequences, gradients accumulated: the same update to float rounding);
 * ``bf16``: the GPT-2's compute dtype bfloat16 (matmuls in bf16; parameters, softmax, loss float32);
 * ``remat``: every teacher-forced pass under ``jax.checkpoint`` (activations recomputed in the
   backward pass instead of kept);
@@ -31,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-LEVERS = ("base", "micro2", "bf16", "remat", "one_softmax", "qb32", "qb128")
+LEVERS = ("base", "micro2", "micro4", "bf16", "remat", "one_softmax", "qb32", "qb128")
 
 
 def one_softmax_logprobs(logits, tokens, cfg):
@@ -169,8 +170,8 @@ def main(argv=None) -> dict:
 
     def variant(name):
         lm, c = base_lm, cfg
-        if name == "micro2":
-            c = dataclasses.replace(cfg, micro_batches=2)
+        if name in ("micro2", "micro4"):
+            c = dataclasses.replace(cfg, micro_batches=int(name[5:]))
         elif name == "bf16":
             lm = FlaxLM(module.clone(dtype=jnp.bfloat16))
         elif name == "remat":

@@ -253,6 +253,7 @@ def _ours(spec: dict) -> dict:
         beta=h["beta"],
         temperature=h["temperature"],
         missing_eos_penalty=h["missing_eos_penalty"],
+        micro_batches=spec.get("micro_batches", 1),
     )
     if spec["mode"] == "learning":  # the members vmapped over "runs" agree on one response width (length_buckets)
         ppo = make_token_ppo(cfg, lm, reward, prompts=prompts, runs_axis="runs")
@@ -635,6 +636,12 @@ def main(argv=None) -> dict:
         help="a lever on TRL's side: torch.set_flush_denormal(True) (XLA:CPU flushes denormals already)",
     )
     ap.add_argument(
+        "--micro-batches",
+        type=int,
+        default=1,
+        help="our side: each minibatch in N gradient-accumulated passes (TokenPPOConfig.micro_batches)",
+    )
+    ap.add_argument(
         "--positions",
         type=int,
         default=MODEL["n_positions"],
@@ -723,6 +730,7 @@ def main(argv=None) -> dict:
         "seed": 0,
         "devices": args.devices,
         "flush_denormal": args.trl_flush_denormal,
+        "micro_batches": args.micro_batches,
     }
     print(
         f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "
