@@ -5,6 +5,10 @@ CPU build of torch 2.13.0 first, so that trl's requirements do not pull a CUDA b
 
     python3 -m venv /tmp/trl-venv && /tmp/trl-venv/bin/pip install torch==2.13.0 && /tmp/trl-venv/bin/pip install trl==1.12.0
 
+(``torch==2.13.0+cpu`` where the index holds the CPU build under that name; trl 1.12.0 then pulled
+transformers 5.24.0, accelerate 1.16.0 and datasets 5.2.0 on 2026-12-03, the versions of the
+``lm_135m.py`` and cap-1024 rows).
+
 Then (the lock keeps timings from overlapping with other benchmark runs on a shared machine)::
 
     flock /tmp/purejaxppo-timing.lock python benchmarks/vs_trl.py [--trl-python /tmp/trl-venv/bin/python]
