@@ -3,7 +3,8 @@ never in the project's. It imports neither jax nor purejaxppo.
 
     /tmp/trl-venv/bin/python benchmarks/_trl_side.py SPEC.json OUT.json
 
-SPEC (written by vs_trl.py): ``model_dir`` (our SFT GPT-2 in HF layout), ``prompts`` (a ``.npy`` pool
+SPEC (written by vs_trl.py or lm_135m.py): ``model_dir`` (an HF-layout folder: our SFT GPT-2, or a
+Llama-family model), ``reward`` (``reverse``, the default, or ``even``), ``prompts`` (a ``.npy`` pool
 of left-padded prompts, PAD 0), ``mode`` (``throughput`` | ``learning``), ``iterations``, ``seed``,
 ``beta``, ``response_length``, ``stop`` (EOS id or None), and the shared hyperparameters. OUT: per
 iteration wall time split into generation / scoring / update, the raw task score and the KL per
@@ -85,8 +86,32 @@ class ReverseReward(nn.Module):
         return exact[:, None, None].expand(-1, tokens.shape[1], 1)
 
 
+class EvenShare(nn.Module):
+    """A cheap reward any vocabulary has (the 135M-shape rows, ``benchmarks/lm_135m.py``): the share
+    of even token ids among the response's valid tokens (those before the first PAD), repeated at
+    every position. ``prompt_len``: the prompts' width."""
+
+    base_model_prefix = "backbone"
+
+    def __init__(self, prompt_len: int):
+        super().__init__()
+        self.prompt_len = prompt_len
+        self.backbone = _Hidden()
+        self.last_raw = None
+
+    def score(self, hidden):
+        tokens, valid = hidden[..., 0].long(), hidden[..., 1] > 0.5
+        response, mask = tokens[:, self.prompt_len :], valid[:, self.prompt_len :]
+        even = ((response % 2 == 0) & mask).sum(1).float() / mask.sum(1).clamp(min=1).float()
+        self.last_raw = even.detach().clone()
+        return even[:, None, None].expand(-1, tokens.shape[1], 1)
+
+
+REWARDS = {"reverse": ReverseReward, "even": EvenShare}
+
+
 class ValueModel(nn.Module):
-    """TRL's value-model interface over a GPT-2 trunk: ``transformer`` and a ``score`` head."""
+    """TRL's value-model interface over a trunk (GPT-2 or a Llama-family model): ``transformer`` and a ``score`` head."""
 
     base_model_prefix = "transformer"
 
@@ -118,20 +143,22 @@ def main(spec_path: str, out_path: str) -> None:
     torch.manual_seed(spec["seed"])
     t_import = time.perf_counter()
     import datasets
-    from transformers import GPT2LMHeadModel, GPT2Model, TrainerCallback
+    from transformers import AutoModel, AutoModelForCausalLM, TrainerCallback
     from trl.experimental.ppo import PPOConfig, PPOTrainer
     from trl.experimental.ppo import ppo_trainer as pt
 
-    policy = GPT2LMHeadModel.from_pretrained(spec["model_dir"], local_files_only=True)
-    ref = GPT2LMHeadModel.from_pretrained(spec["model_dir"], local_files_only=True)
-    value = ValueModel(GPT2Model.from_pretrained(spec["model_dir"], local_files_only=True), policy.config.n_embd)
+    # GPT2LMHeadModel / GPT2Model for vs_trl.py's folder, LlamaForCausalLM / LlamaModel for lm_135m.py's
+    policy = AutoModelForCausalLM.from_pretrained(spec["model_dir"], local_files_only=True, dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(spec["model_dir"], local_files_only=True, dtype=torch.float32)
+    trunk = AutoModel.from_pretrained(spec["model_dir"], local_files_only=True, dtype=torch.float32)
+    value = ValueModel(trunk, policy.config.hidden_size)
     stop = spec["stop"]
     for m in (policy, ref):
         m.generation_config.pad_token_id = PAD
         m.generation_config.eos_token_id = stop
         m.generation_config.bos_token_id = None
     pool = np.load(spec["prompts"])
-    reward = ReverseReward(pool.shape[1])
+    reward = REWARDS[spec.get("reward", "reverse")](pool.shape[1])
     b, iters = spec["batch_size"], spec["iterations"]
     train = datasets.Dataset.from_dict({"input_ids": pool.tolist()})
     evals = datasets.Dataset.from_dict({"input_ids": pool[:b].tolist()})

@@ -20,6 +20,11 @@ python benchmarks/gru_sequence.py --batch 256 --iters 50 --json "$out/gru_sequen
 # (float32, then bfloat16 compute); each JSON names the device (device_kind) and its peak memory
 python benchmarks/vs_trl.py --ours-only small --lengths 256 --batch 64 --iterations 4 --json "$out/token_ppo_gpt2small_T256.json"
 python benchmarks/vs_trl.py --ours-only small --lengths 256 --batch 64 --iterations 4 --bf16 --json "$out/token_ppo_gpt2small_T256_bf16.json"
+# token-level PPO at real models' shapes (benchmarks/lm_135m.py; random weights in HF layout, written locally):
+# SmolLM2-135M and Qwen2.5-0.5B, batch 64, 64-token prompts, 256-token responses (EOS off); full fine-tune and
+# LoRA, float32 and bfloat16 parameters, one process per mode; ours alone (TRL's side is a CPU run)
+python benchmarks/lm_135m.py --shape smollm2-135m --skip-trl --batch 64 --response 256 --epochs 4 --minibatches 4 --iterations 4 --json "$out/lm_smollm2_135m_T256.json"
+python benchmarks/lm_135m.py --shape qwen2.5-0.5b --skip-trl --batch 64 --response 256 --epochs 4 --minibatches 4 --iterations 4 --json "$out/lm_qwen25_05b_T256.json"
 # side by side with PureJaxRL (a checkout you supply: PUREJAXRL_DIR=/path/to/purejaxrl), same process,
 # interleaved rounds; each JSON names the device. Skipped (with a message) without a checkout.
 if [ -n "${PUREJAXRL_DIR:-}" ]; then

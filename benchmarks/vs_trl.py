@@ -5,6 +5,10 @@ CPU build of torch 2.13.0 first, so that trl's requirements do not pull a CUDA b
 
     python3 -m venv /tmp/trl-venv && /tmp/trl-venv/bin/pip install torch==2.13.0 && /tmp/trl-venv/bin/pip install trl==1.12.0
 
+(``torch==2.13.0+cpu`` where the index holds the CPU build under that name; trl 1.12.0 then pulled
+transformers 5.24.0, accelerate 1.16.0 and datasets 5.2.0 on 2026-12-03, the versions of the
+``lm_135m.py`` and cap-1024 rows).
+
 Then (the lock keeps timings from overlapping with other benchmark runs on a shared machine)::
 
     flock /tmp/purejaxppo-timing.lock python benchmarks/vs_trl.py [--trl-python /tmp/trl-venv/bin/python]
@@ -107,8 +111,9 @@ def loadavg() -> str:
 
 
 # --- the shared inputs -----------------------------------------------------------------------
-def prepare(work: str = WORK) -> dict:
-    """SFT the GPT-2 on the reverse task and write it (HF layout) and a prompt pool; cached."""
+def prepare(work: str = WORK, model: dict = MODEL) -> dict:
+    """SFT the GPT-2 (``model``: its sizes) on the reverse task and write it (HF layout) and a
+    prompt pool into ``work``; cached."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -123,10 +128,10 @@ def prepare(work: str = WORK) -> dict:
     if os.path.exists(info_path):
         with open(info_path) as f:
             info = json.load(f)
-        if info.get("model") == MODEL and info.get("task") == TASK and info.get("sft_steps") == SFT_STEPS:
+        if info.get("model") == model and info.get("task") == TASK and info.get("sft_steps") == SFT_STEPS:
             return info
     task = make_task("reverse", **TASK)
-    module = GPT2(vocab_size=task.vocab_size, **MODEL)
+    module = GPT2(vocab_size=task.vocab_size, **model)
     lm = FlaxLM(module)
     n = task.prompt_len + task.max_new
     params = jax.jit(module.init)(jax.random.PRNGKey(0), jnp.zeros((1, n), jnp.int32), jnp.ones((1, n), bool))
@@ -139,7 +144,7 @@ def prepare(work: str = WORK) -> dict:
     os.makedirs(work, exist_ok=True)
     np.save(prompts, np.asarray(pool, np.int64))
     info = {
-        "model": MODEL,
+        "model": model,
         "task": TASK,
         "sft_steps": SFT_STEPS,
         "model_dir": model_dir,
@@ -252,6 +257,7 @@ def _ours(spec: dict) -> dict:
         beta=h["beta"],
         temperature=h["temperature"],
         missing_eos_penalty=h["missing_eos_penalty"],
+        micro_batches=spec.get("micro_batches", 1),
     )
     if spec["mode"] == "learning":  # the members vmapped over "runs" agree on one response width (length_buckets)
         ppo = make_token_ppo(cfg, lm, reward, prompts=prompts, runs_axis="runs")
@@ -633,6 +639,18 @@ def main(argv=None) -> dict:
         action="store_true",
         help="a lever on TRL's side: torch.set_flush_denormal(True) (XLA:CPU flushes denormals already)",
     )
+    ap.add_argument(
+        "--micro-batches",
+        type=int,
+        default=1,
+        help="our side: each minibatch in N gradient-accumulated passes (TokenPPOConfig.micro_batches)",
+    )
+    ap.add_argument(
+        "--positions",
+        type=int,
+        default=MODEL["n_positions"],
+        help="the GPT-2's position table (default %(default)s: caps up to 281); a cap of 1024 needs >= 1031",
+    )
     ap.add_argument("--json", default=os.path.join(HERE, "results", "vs_trl.json"))
     ap.add_argument(
         "--ours-only",
@@ -675,13 +693,23 @@ def main(argv=None) -> dict:
         )
         _write(args.json, res)
         return res
+    model = {**MODEL, "n_positions": args.positions}
+    too_long = [t for t in (int(x) for x in args.lengths.split(",") if x) if TASK["max_len"] + 1 + t > args.positions]
+    if too_long:
+        print(
+            f"error: --lengths {args.lengths}: a cap of {max(too_long)} needs --positions >= "
+            f"{TASK['max_len'] + 1 + max(too_long)} (the prompts take {TASK['max_len'] + 1} slots)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     if not os.path.exists(args.trl_python):
         sys.exit(
             f"no TRL environment at {args.trl_python}; install it once with:\n  python3 -m venv /tmp/trl-venv && "
             "/tmp/trl-venv/bin/pip install torch==2.13.0 && /tmp/trl-venv/bin/pip install trl==1.12.0"
         )
     t_start = time.perf_counter()
-    info = prepare()
+    # another position table is another model: its own SFT, cached in its own folder
+    info = prepare(WORK if model == MODEL else f"{WORK}_pos{args.positions}", model)
     from _common import hardware
 
     result = {
@@ -689,7 +717,7 @@ def main(argv=None) -> dict:
         "hardware": hardware(),
         "sft": info,
         "hyper": HYPER,
-        "model": MODEL,
+        "model": model,
         "task": TASK,
         "command": "python benchmarks/vs_trl.py " + " ".join(argv or sys.argv[1:]),
         "loadavg_start": loadavg(),
@@ -706,6 +734,7 @@ def main(argv=None) -> dict:
         "seed": 0,
         "devices": args.devices,
         "flush_denormal": args.trl_flush_denormal,
+        "micro_batches": args.micro_batches,
     }
     print(
         f"SFT GPT-2 ({info['params']} params): greedy exact match {info['sft_greedy']['exact_match']:.3f}, "

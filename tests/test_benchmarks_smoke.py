@@ -135,6 +135,25 @@ TINY = {  # the scripts that need only this package, at a size that runs in seco
         "--json",
         "OUT/li.json",
     ],
+    "lm_135m.py": [
+        "--shape",
+        "tiny",
+        "--skip-trl",
+        "--modes",
+        "full,lora-bf16",
+        "--batch",
+        "2",
+        "--prompt",
+        "4",
+        "--response",
+        "4",
+        "--minibatches",
+        "1",
+        "--iterations",
+        "1",
+        "--json",
+        "OUT/l135.json",
+    ],
 }
 
 
@@ -179,3 +198,20 @@ def test_the_shared_timing_loop_interleaves_the_sides():
     assert seen == [(r, lab, f"{lab}{2 * r + (lab == 'b') + 1}", True, True) for r in range(3) for lab in "ab"]
     assert guarded == [(r, lab, io) for r in range(3) for lab in "ab" for io in ("in", "out")]
     assert [len(rec[k].times) for k in "ab"] == [3, 3] and all(t > 0 for t in rec["a"].times)
+
+
+@pytest.mark.parametrize(
+    "script, args, flag",
+    [
+        ("vs_trl.py", ["--lengths", "16,1024", "--skip-learning"], "--lengths 16,1024"),  # 288 positions
+        ("lm_135m.py", ["--modes", "full,lora16", "--skip-trl"], "--modes full,lora16"),
+    ],
+)
+def test_bad_flags_exit_2_before_creating_anything(script, args, flag, tmp_path):
+    """One ``error:`` line naming the flag as typed, exit 2, no JSON written (before any model work)."""
+    out_json = tmp_path / "out.json"
+    out = _run([os.path.join("benchmarks", script), *args, "--json", str(out_json)])
+    assert out.returncode == 2, (out.stdout[-1000:], out.stderr[-2000:])
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and flag in errors[0], out.stderr
+    assert not out_json.exists()

@@ -1,0 +1,348 @@
+"""One token-level PPO iteration at a real model's shape: ours (full fine-tune and LoRA, float32 and
+bfloat16 parameters) next to TRL 1.12.0's PPOTrainer on the same model folder and prompts.
+
+The model: a Llama-family architecture at SmolLM2-135M's shape (``--shape smollm2-135m``: hidden 576,
+30 layers, 9 heads, 3 key/value heads, MLP 1536, vocabulary 49152, tied head) or Qwen2.5-0.5B's
+(``qwen2.5-0.5b``), random weights (``normal(0.02)``) written once in Hugging Face layout with
+:func:`purejaxppo.lm.pretrained.save_pretrained`; nothing is downloaded. Both sides load that folder
+(ours :func:`~purejaxppo.lm.pretrained.load_pretrained`, TRL ``AutoModelForCausalLM``) and draw
+batches from one pool of random prompts (``--prompt`` tokens, no padding). EOS off: every response
+is ``--response`` tokens, so both sides do the same work. Reward: the share of even token ids in
+the response (``_trl_side.EvenShare`` on TRL's side). Separate critic from the policy's weights
+(TRL: the trunk with a zero ``score`` head), the frozen reference, k1 KL in the reward, Adam
+(TRL: AdamW, weight decay 0), float32 compute; the other settings as ``vs_trl.py``'s ``HYPER``
+except ``--epochs`` x ``--minibatches``.
+
+Modes (ours), one process each so that peak RSS is that mode's alone:
+
+* ``full``: full fine-tuning, float32 parameters (policy, critic, reference, two Adam moments each);
+* ``full-bf16``: the same with every matrix kept in bfloat16 (``load_pretrained(param_dtype=bf16)``;
+  norms and value head float32; Adam's moments follow the parameters' dtype), compute float32;
+* ``lora``: LoRA rank ``--rank`` on every projection of policy and critic, base float32 (one copy:
+  it is also the reference);
+* ``lora-bf16``: the same over a bfloat16 base.
+
+Timed: the whole iteration (one compiled program: sampling with the KV cache, the teacher-forced
+passes, GAE, the update), compile apart, ``--iterations`` iterations (the first reported apart);
+tokens/s = batch x response / iteration s. TRL's first iteration (eager warm-up) is apart too.
+Peak RSS = the process's ``ru_maxrss`` (loading, compile and the iterations included).
+
+    flock /tmp/purejaxppo-cpu.lock python benchmarks/lm_135m.py --trl-python /work/trl-venv/bin/python
+        [--modes full,full-bf16,lora,lora-bf16] [--iterations 2] [--json benchmarks/results/lm_135m.json]
+    python benchmarks/lm_135m.py --shape qwen2.5-0.5b --skip-trl --batch 64 --response 256   # a GPU row
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from vs_trl import HYPER, TRL_PYTHON, _median, _spawn, _write, loadavg, run_trl  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = "/tmp/purejaxppo-lm-shapes"
+SHAPES = {
+    "smollm2-135m": dict(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        vocab_size=49152,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        model_type="llama",
+    ),
+    "qwen2.5-0.5b": dict(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        vocab_size=151936,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        model_type="qwen2",
+    ),
+    "tiny": dict(  # a smoke size (tests)
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        model_type="llama",
+    ),
+}
+MODES = ("full", "full-bf16", "lora", "lora-bf16")
+PAD = 0
+
+
+def prepare(shape: str, prompt: int, pool: int = 64, work: str = WORK) -> dict:
+    """The random model in HF layout and a ``[pool, prompt]`` prompt pool (ids 3..vocab); cached."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from purejaxppo.lm.llama import Llama
+    from purejaxppo.lm.llama_config import llama_config_from_hf
+    from purejaxppo.lm.pretrained import save_pretrained
+
+    folder = os.path.join(work, shape)
+    prompts = os.path.join(work, f"{shape}_prompts_{prompt}.npy")
+    hf = {**SHAPES[shape], "head_dim": SHAPES[shape]["hidden_size"] // SHAPES[shape]["num_attention_heads"]}
+    if not os.path.exists(os.path.join(folder, "model.safetensors")):
+        module = Llama(llama_config_from_hf(hf))
+        params = jax.jit(module.init)(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool))
+        save_pretrained(folder, module, params)
+    if not os.path.exists(prompts):
+        rng = np.random.default_rng(2)
+        np.save(prompts, rng.integers(3, hf["vocab_size"], (pool, prompt)).astype(np.int64))
+    return {"model_dir": folder, "prompts": prompts, "shape": hf}
+
+
+def _ours(spec: dict) -> dict:
+    """One mode's compile and iterations (a worker process)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from purejaxppo.lm.config import TokenPPOConfig
+    from purejaxppo.lm.pretrained import load_pretrained
+    from purejaxppo.lm.token_ppo import make_token_ppo
+
+    mode, t0 = spec["mode"], time.perf_counter()
+    lm, params = load_pretrained(spec["model_dir"], param_dtype=jnp.bfloat16 if mode == "full-bf16" else jnp.float32)
+    n_params = int(sum(x.size for x in jax.tree.leaves(params)))
+    load_s = time.perf_counter() - t0
+    pool = jnp.asarray(np.load(spec["prompts"]), jnp.int32)
+
+    def prompts(key, b):
+        idx = jax.random.choice(key, pool.shape[0], (b,), replace=False)
+        return pool[idx], pool[idx] != PAD
+
+    def reward(_, p, pv, r, m):  # the share of even token ids among the response's valid tokens
+        return jnp.sum((r % 2 == 0) & m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1)
+
+    lora = mode.startswith("lora")
+    h = spec
+    cfg = TokenPPOConfig(
+        batch_size=h["batch_size"],
+        update_epochs=h["update_epochs"],
+        num_minibatches=h["num_minibatches"],
+        max_new_tokens=h["response_length"],
+        stop_ids=(),
+        pad_id=PAD,
+        actor_lr=h["lr"],
+        critic_lr=h["lr"],
+        max_grad_norm=h["max_grad_norm"],
+        adam_eps=h["adam_eps"],
+        clip_eps=h["clip_eps"],
+        vf_clip_eps=h["vf_clip_eps"],
+        vf_coef=h["vf_coef"],
+        gamma=h["gamma"],
+        gae_lambda=h["gae_lambda"],
+        beta=h["beta"],
+        temperature=h["temperature"],
+        missing_eos_penalty=0.0,
+        **(
+            dict(
+                lora_rank=h["rank"],
+                lora_alpha=2.0 * h["rank"],
+                lora_base_dtype="bfloat16" if "bf16" in mode else "float32",
+            )
+            if lora
+            else {}
+        ),
+    )
+    tp = make_token_ppo(cfg, lm, reward, prompts=prompts)
+    init = jax.jit(lambda k, p: tp.init(k, p, None if lora else p))
+    state = init(jax.random.PRNGKey(spec["seed"]), params)
+    del params  # the state holds what the run needs
+    marks = {"after_init": _hwm_mb()}
+    t0 = time.perf_counter()
+    compiled = jax.jit(tp.iteration, donate_argnums=0).lower(state).compile()
+    compile_s = time.perf_counter() - t0
+    marks["after_compile"] = _hwm_mb()
+    mem = compiled.memory_analysis()
+    gen_times = []
+    if spec.get("split"):  # generation alone (the policy's KV-cache sampler on the state's params)
+        from purejaxppo.lm import experience
+        from purejaxppo.lm.token_ppo import trained_params
+
+        models = experience.Models(lm, lm, lm, reward)
+        batch = prompts(jax.random.PRNGKey(5), cfg.batch_size)
+        keys = jax.random.split(jax.random.PRNGKey(6), cfg.batch_size)
+        gen = jax.jit(
+            lambda s, k: experience.sample(models, trained_params(s.train.params, s.reference), k, *batch, cfg)
+        )
+        gen = gen.lower(state, keys).compile()
+        for _ in range(2):
+            t0 = time.perf_counter()
+            jax.block_until_ready(gen(state, keys))
+            gen_times.append(time.perf_counter() - t0)
+        marks["after_generation"] = _hwm_mb()
+    times, cpu = [], []
+    for _ in range(spec["iterations"]):
+        t0, c0 = time.perf_counter(), time.process_time()
+        state, m = compiled(state)
+        jax.block_until_ready(m)
+        times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    from purejaxppo.lm import lora as lora_lib
+
+    return {
+        "side": "ours",
+        "mode": mode,
+        "jax": jax.__version__,
+        "params": n_params,
+        "trainable": lora_lib.count(state.train.params),
+        "load_s": load_s,
+        "compile_s": compile_s,
+        "times": times,
+        "cores": [c / t for c, t in zip(cpu, times)],
+        "state_MiB": sum(x.nbytes for x in jax.tree.leaves(state)) / 2**20,
+        "xla_arguments_MiB": mem.argument_size_in_bytes / 2**20 if mem else None,
+        "xla_temp_MiB": mem.temp_size_in_bytes / 2**20 if mem else None,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_marks_mb": marks,  # the process's peak so far: after init, after compile (, after generation)
+        "generation_s": gen_times,
+        "score": float(m["score"]),
+        "kl": float(m["kl"]),
+    }
+
+
+def _hwm_mb() -> float:
+    """The process's peak resident memory so far (``VmHWM``), MB."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def _summary(side: dict, b: int, t: int) -> dict:
+    if side["side"] == "trl":
+        times = [r["iteration_s"] for r in side["rows"]]
+        first = times[0]
+    else:
+        times, first = side["times"], side["compile_s"]
+    timed = times[1:] or times  # the first iteration warms up
+    it = _median(timed)
+    return {"first_s": first, "iteration_s": it, "tokens_per_s": b * t / it, "peak_rss_mb": side["peak_rss_mb"]}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"ours: a comma list of {', '.join(MODES)}")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--prompt", type=int, default=64)
+    ap.add_argument("--response", type=int, default=64)
+    ap.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration")
+    ap.add_argument("--minibatches", type=int, default=2, help="minibatches per epoch")
+    ap.add_argument("--rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
+    ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--iterations", type=int, default=2, help="per side (the first is reported apart)")
+    ap.add_argument("--trl-python", default=TRL_PYTHON, help="the TRL venv's python")
+    ap.add_argument("--trl-threads", type=int, default=2)
+    ap.add_argument("--skip-trl", action="store_true", help="ours alone (e.g. on a GPU)")
+    ap.add_argument("--split", action="store_true", help="ours: also time generation alone (its own program)")
+    ap.add_argument("--json", default=os.path.join(HERE, "results", "lm_135m.json"))
+    ap.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        with open(args.worker[0]) as f:
+            spec = json.load(f)
+        with open(args.worker[1], "w") as f:
+            json.dump({**_ours(spec), "spec": spec}, f)
+        return {}
+    modes = [m for m in args.modes.split(",") if m]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        print(f"error: --modes {args.modes}: {bad[0]!r} is not one of {', '.join(MODES)}", file=sys.stderr)
+        sys.exit(2)
+    if not args.skip_trl and not os.path.exists(args.trl_python):
+        print(f"error: --trl-python {args.trl_python} does not exist (install: vs_trl.py's docstring)", file=sys.stderr)
+        sys.exit(2)
+    info = prepare(args.shape, args.prompt)
+    from _common import hardware
+
+    spec = {
+        **HYPER,
+        **info,
+        "batch_size": args.batch,
+        "update_epochs": args.epochs,
+        "num_minibatches": args.minibatches,
+        "response_length": args.response,
+        "lr": args.lr,
+        "missing_eos_penalty": 0.0,
+        "rank": args.rank,
+        "iterations": args.iterations,
+        "stop": None,
+        "beta": 0.05,
+        "seed": 0,
+        "reward": "even",
+        "threads": args.trl_threads,
+        "split": args.split,
+    }
+    res = {
+        "benchmark": "lm_135m",
+        "hardware": hardware(),
+        "command": "python benchmarks/lm_135m.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "spec": spec,
+        "rows": {},
+    }
+    b, t = args.batch, args.response
+    script = [os.path.abspath(__file__), "--worker"]
+    for mode in modes:
+        out = _spawn(sys.executable, script, {**spec, "mode": mode}, f"{args.shape}_{mode}", 7200)
+        res["rows"][mode] = {**_summary(out, b, t), "raw": out}
+        r = res["rows"][mode]
+        print(
+            f"ours {mode:>9}: compile {r['first_s']:.1f}s, {r['iteration_s']:.2f}s/iteration "
+            f"({r['tokens_per_s']:.1f} tok/s), peak RSS {r['peak_rss_mb']:.0f} MB, "
+            f"XLA temp {out['xla_temp_MiB'] or 0:.0f} MiB, peak after init / compile {out['peak_rss_marks_mb']}, "
+            f"generation alone {[round(x, 2) for x in out['generation_s']]} s; load {loadavg()}",
+            flush=True,
+        )
+        _write(args.json, res)
+    if not args.skip_trl:
+        out = run_trl(args.trl_python, spec, f"{args.shape}_trl", 7200)
+        res["rows"]["trl"] = {**_summary(out, b, t), "raw": out}
+        r = res["rows"]["trl"]
+        print(
+            f"TRL {out.get('trl')}: first iteration {r['first_s']:.1f}s, {r['iteration_s']:.2f}s/iteration "
+            f"({r['tokens_per_s']:.1f} tok/s), peak RSS {r['peak_rss_mb']:.0f} MB; load {loadavg()}",
+            flush=True,
+        )
+    rows = res["rows"]
+    full = rows.get("full", {}).get("peak_rss_mb")
+    for mode, r in rows.items():
+        if "trl" in rows and mode != "trl":
+            r["ratio_vs_trl"] = r["tokens_per_s"] / rows["trl"]["tokens_per_s"]
+        if full and mode != "trl":
+            r["peak_vs_full"] = r["peak_rss_mb"] / full
+    print(f"\n{args.shape}: batch {b}, prompt {args.prompt}, response {t}; load at end {loadavg()}")
+    print(f"{'side':>10} {'first s':>8} {'iter s':>8} {'tok/s':>8} {'xTRL':>6} {'peak MB':>8} {'/full':>6}")
+    for mode, r in rows.items():
+        print(
+            f"{mode:>10} {r['first_s']:8.1f} {r['iteration_s']:8.2f} {r['tokens_per_s']:8.1f} "
+            f"{r.get('ratio_vs_trl', float('nan')):6.2f} {r['peak_rss_mb']:8.0f} {r.get('peak_vs_full', float('nan')):6.2f}"
+        )
+    res["loadavg_end"] = loadavg()
+    _write(args.json, res)
+    return res
+
+
+if __name__ == "__main__":
+    main()
