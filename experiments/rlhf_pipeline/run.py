@@ -48,6 +48,7 @@ FULL = dict(
     chunk=5,
     lr=3e-4,
     reps=4,
+    rewards="rm,true",
 )
 QUICK = dict(
     corpus=2000,
@@ -64,6 +65,7 @@ QUICK = dict(
     chunk=2,
     lr=3e-4,
     reps=1,
+    rewards="rm,true",
 )
 
 
@@ -130,8 +132,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="output folder (created)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run of every stage")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a size (betas=0.01,0.1)")
     args = ap.parse_args(argv)
-    p = QUICK if args.quick else FULL
+    p = dict(QUICK if args.quick else FULL)
+    for item in args.set:
+        k, _, v = item.partition("=")
+        if k not in p:
+            ap.error(f"--set {item}: no size {k!r}; one of {', '.join(p)}")
+        p[k] = tuple(float(x) for x in v.split(",")) if k == "betas" else type(p[k])(v)
     out, seed, t0 = os.path.abspath(args.out), args.seed, time.time()
     os.makedirs(out, exist_ok=True)
 
@@ -157,7 +165,7 @@ def main(argv=None) -> int:
 
     model, prompts = os.path.join(out, "sft_model"), os.path.join(out, "data", "prompts.jsonl")
     true_fn = os.path.join(HERE, "objective.py") + ":true_reward"
-    runs = [("rm", b) for b in p["betas"]] + [("true", b) for b in p["betas"]]
+    runs = [(r, b) for r in p["rewards"].split(",") for b in p["betas"]]
     sampler = world.Sampler(model, prompts)
     evaluator = ppo.Evaluator(sampler, os.path.join(out, "rm", "model"), p["reps"])
     rows = []
