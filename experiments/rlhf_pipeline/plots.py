@@ -11,6 +11,7 @@ from collections import defaultdict
 import numpy as np
 
 COLORS = {"rm": "tab:red", "true": "tab:blue"}
+PANELS = (("true", "TRUE objective"), ("proxy", "proxy (reward model)"), ("corr", "corr(proxy, true) over samples"))
 LABELS = {"rm": "PPO on the reward model", "true": "PPO on the true objective"}
 
 
@@ -97,9 +98,9 @@ def plot_all(rows, out: str) -> list:
     betas = sorted({b for _, b in groups})
     paths = []
     for x_key, xlabel in (("kl", "KL(policy || SFT) per response, nats"), ("iteration", "PPO iteration")):
-        fig, axes = plt.subplots(2, len(betas), figsize=(4.2 * len(betas), 7), squeeze=False)
+        fig, axes = plt.subplots(3, len(betas), figsize=(4.2 * len(betas), 10), squeeze=False)
         for j, beta in enumerate(betas):
-            for i, (y_key, ylabel) in enumerate((("true", "TRUE objective"), ("proxy", "proxy (reward model)"))):
+            for i, (y_key, ylabel) in enumerate(PANELS):
                 ax = axes[i, j]
                 _panel(ax, groups, beta, x_key, y_key)
                 ax.set_title(f"beta = {beta:g}: {ylabel}", fontsize=10)
@@ -109,7 +110,7 @@ def plot_all(rows, out: str) -> list:
         fig.suptitle("mean over seeds (thick), each seed (thin)", fontsize=10)
         fig.tight_layout()
         path = os.path.join(out, f"proxy_true_vs_{x_key}.png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=75)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -48,6 +48,7 @@ def run_ppo(
     batch: int,
     chunk: int,
     lr: float,
+    kl_estimator: str = "k1",
     seed: int = 0,
 ) -> None:
     """``seeds`` PPO runs of ``iterations`` from the SFT folder ``model``, a snapshot per chunk."""
@@ -63,7 +64,13 @@ def run_ppo(
         eval_batch=len(obj.prompts()),
     )
     config = TokenPPOConfig(
-        num_iterations=iterations, batch_size=batch, beta=beta, actor_lr=lr, critic_lr=lr, max_new_tokens=MAX_NEW
+        num_iterations=iterations,
+        batch_size=batch,
+        beta=beta,
+        actor_lr=lr,
+        critic_lr=lr,
+        max_new_tokens=MAX_NEW,
+        kl_estimator=kl_estimator,
     )
     ckpts = os.path.join(run_dir, rf.CHECKPOINTS)
 

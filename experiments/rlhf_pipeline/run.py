@@ -49,6 +49,7 @@ FULL = dict(
     lr=3e-4,
     reps=4,
     rewards="rm,true",
+    kl_estimator="k1",
 )
 QUICK = dict(
     corpus=2000,
@@ -66,7 +67,11 @@ QUICK = dict(
     lr=3e-4,
     reps=1,
     rewards="rm,true",
+    kl_estimator="k1",
 )
+
+
+TRAINING = ("score", "kl", "entropy", "response_length")
 
 
 def log(msg: str) -> None:
@@ -186,6 +191,7 @@ def main(argv=None) -> int:
                     batch=p["batch"],
                     chunk=p["chunk"],
                     lr=p["lr"],
+                    kl_estimator=p["kl_estimator"],
                     seed=seed,
                     reward_model=os.path.join(out, "rm", "model") if reward == "rm" else None,
                     reward=true_fn if reward == "true" else None,
@@ -202,9 +208,18 @@ def main(argv=None) -> int:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
+    training = []  # what PPO itself logged each iteration (on its training samples): the proxy or true score, KL
+    for reward, beta in runs:
+        with open(os.path.join(out, f"ppo_{reward}_beta{beta:g}", "metrics.csv")) as f:
+            training += [{"reward": reward, "beta": beta, **r} for r in csv.DictReader(f)]
+    with open(os.path.join(out, "training.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["reward", "beta", "update", "seed", *TRAINING], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(training)
     records["table"] = plots.summary_table(rows)
     plots.plot_all(rows, out)
-    records["wall_s"] = round(time.time() - t0, 1)
+    records["wall_s"] = round(time.time() - t0, 1)  # this invocation (finished stages are not rerun)
+    records["stages_wall_s"] = round(sum(r.get("wall_s", 0) for r in records.values() if isinstance(r, dict)), 1)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(records, f, indent=1)
     log(f"done in {records['wall_s']:.0f}s: {out}/summary.json, eval.csv, *.png")
