@@ -94,7 +94,7 @@ class Evaluator:
         lm, rm_fn = sampler.lm, self.rm_fn
 
         def measure(params, ref, rm_params, key, prompt, valid):
-            response, mask = sampler._sample(params, key, prompt, valid)[::2]
+            response, mask = sampler.sample_fn(params, key, prompt, valid)[::2]
             toks = jnp.concatenate([prompt, response], axis=1)
             full = jnp.concatenate([valid.astype(bool), mask], axis=1)
             lp = tk.token_logprobs(lm.logits(params, toks, full), toks)[:, -MAX_NEW:]

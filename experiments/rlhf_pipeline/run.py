@@ -6,17 +6,20 @@
 3. preference pairs: two SFT samples per prompt, labelled by the hidden TRUE objective with
    Bradley-Terry noise (``data/pairs.jsonl``);
 4. a reward model trained on them with ``python -m purejaxppo reward`` (``rm/model``);
-5. PPO against the reward model, ``--seeds`` seeds per beta of ``--betas``;
+5. PPO against the reward model, ``seeds`` seeds for each of the ``betas``;
 6. the same PPO with the true objective as the reward (``--reward objective.py:true_reward``);
 7. every PPO checkpoint evaluated on fresh samples: true objective, proxy (reward model) and KL
    from the SFT model (``eval.csv``, ``summary.json``, plots).
 
 Usage::
 
-    python experiments/rlhf_pipeline/run.py --out runs/pipeline            # the full experiment
-    python experiments/rlhf_pipeline/run.py --out /tmp/pipeline --quick    # minutes
+    python experiments/rlhf_pipeline/run.py --out runs/pipeline            # the full experiment (~14 min)
+    python experiments/rlhf_pipeline/run.py --out /tmp/pipeline --quick    # every stage, tiny (~2 min)
 
-A stage whose output exists in ``--out`` is not run again (delete it to redo it).
+The sizes are :data:`FULL` (or :data:`QUICK`); ``--set KEY=VALUE`` changes one (``--set
+betas=0.005,0.02 --set rewards=rm --set kl_estimator=k3``). A stage whose record is in
+``--out/stages/`` is not run again (delete it to redo the stage); the tables and figures are
+rebuilt every time.
 """
 
 from __future__ import annotations

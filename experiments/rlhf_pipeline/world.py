@@ -136,7 +136,7 @@ class Sampler:
         def sample(params, key, prompt, valid):
             return sample_response(self.lm, params, key, prompt, valid, MAX_NEW, stop, pad)
 
-        self._sample = jax.jit(sample)
+        self.sample_fn = jax.jit(sample)  # (params, key, prompt, valid) -> (tokens, logp, mask)
 
     def rows(self, reps: int):
         """``(prompt [N*reps, P], valid, texts)``: every prompt ``reps`` times."""
@@ -144,7 +144,7 @@ class Sampler:
         return self.prompt_tokens[idx], self.prompt_valid[idx], [self.texts[i] for i in idx]
 
     def sample(self, params, key, prompt, valid):
-        response, _, mask = self._sample(params, key, prompt, valid)
+        response, _, mask = self.sample_fn(params, key, prompt, valid)
         return response, mask
 
     def decode(self, response) -> list:
