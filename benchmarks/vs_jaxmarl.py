@@ -9,7 +9,9 @@ JaxMARL's baselines are scripts in its repository, not in the pip package; fetch
 
 Their ``make_train`` is imported from the script as it is: ``hydra`` and ``omegaconf`` (used
 only by its ``main``) are stubbed when absent, and ``wandb.log`` (the script logs every update
-through an ``io_callback``) is replaced by a no-op inside the timed program.
+through an ``io_callback``) is dropped from the timed program: the callback is replaced by a
+no-op (with it, ``jax.vmap`` over seeds deadlocked intermittently on this CPU, jax 0.10.2; it cost
+their side one host call per update).
 
 The config is the script's ``ippo_ff_mpe.yaml`` (16 envs x 128 steps, 4 epochs x 4 minibatches,
 lr 2.5e-4 annealed, tanh 64x64, ent 0.01, clip 0.2, grad clip 0.5) at ``--env-steps`` env steps,
@@ -60,7 +62,18 @@ def load_their_make_train(path, log=None):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.wandb = types.SimpleNamespace(log=log or (lambda *a, **k: None))  # the callback's logger
+    if log is None:  # no logger: their per-update io_callback dropped (under vmap on CPU it can deadlock)
+        mod.jax = _WithoutIoCallback()
     return mod.make_train
+
+
+class _WithoutIoCallback:
+    """``jax`` for a baseline script whose ``jax.experimental.io_callback`` is a no-op."""
+
+    experimental = types.SimpleNamespace(io_callback=lambda *a, **k: None)
+
+    def __getattr__(self, name):
+        return getattr(jax, name)
 
 
 THEIR_CONFIG = {
