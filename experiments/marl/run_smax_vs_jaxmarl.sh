@@ -10,6 +10,4 @@ flock /tmp/purejaxppo-cpu.lock bash -c "
 python experiments/marl/jaxmarl_smax.py --script $J/baselines/IPPO/ippo_rnn_smax.py --map 3m --env-steps 200000 \
   --num-envs 16 --out $R/3m_jaxmarl_ippo_rnn.json
 python experiments/marl/learning.py --env jaxmarl:3m --steps 600000 --out $R/3m_ippo_gru_boot.json
-python experiments/marl/learning.py --env jaxmarl:2s3z --steps 1000000 --network mlp --num-envs 80 \
-  --set 'hidden_sizes=(128,128)' num_steps=64 --out $R/2s3z_ippo_boot.json
 "
