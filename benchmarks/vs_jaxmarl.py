@@ -10,8 +10,8 @@ JaxMARL's baselines are scripts in its repository, not in the pip package; fetch
 Their ``make_train`` is imported from the script as it is: ``hydra`` and ``omegaconf`` (used
 only by its ``main``) are stubbed when absent, and ``wandb.log`` (the script logs every update
 through an ``io_callback``) is dropped from the timed program: the callback is replaced by a
-no-op (with it, ``jax.vmap`` over seeds deadlocked intermittently on this CPU, jax 0.10.2; it cost
-their side one host call per update).
+no-op (one host call per update less on their side). On 2026-12-03 runs of this script stopped in
+their program's first execution, idle, with and without the callback (benchmarks/NOTES.md).
 
 The config is the script's ``ippo_ff_mpe.yaml`` (16 envs x 128 steps, 4 epochs x 4 minibatches,
 lr 2.5e-4 annealed, tanh 64x64, ent 0.01, clip 0.2, grad clip 0.5) at ``--env-steps`` env steps,
