@@ -9,13 +9,19 @@ JaxMARL's baselines are scripts in its repository, not in the pip package; fetch
 
 Their ``make_train`` is imported from the script as it is: ``hydra`` and ``omegaconf`` (used
 only by its ``main``) are stubbed when absent, and ``wandb.log`` (the script logs every update
-through an ``io_callback``) is replaced by a no-op inside the timed program.
+through an ``io_callback``) is dropped from the timed program: the callback is replaced by a
+no-op (one host call per update less on their side). On 2026-12-03 runs of this script stopped in
+their program's first execution, idle, with and without the callback (benchmarks/NOTES.md).
 
 The config is the script's ``ippo_ff_mpe.yaml`` (16 envs x 128 steps, 4 epochs x 4 minibatches,
 lr 2.5e-4 annealed, tanh 64x64, ent 0.01, clip 0.2, grad clip 0.5) at ``--env-steps`` env steps,
 seeds vmapped on both sides (``jax.vmap(train)(keys)``). Ours is the same config on
-``jaxmarl:MPE_simple_spread_v3`` (48 rows = 16 envs x 3 agents), run twice: with truncations
-bootstrapped (ours) and with ``bootstrap_truncated=False`` (their semantics: every end terminal).
+``jaxmarl:MPE_simple_spread_v3`` (48 rows = 16 envs x 3 agents), run three times: with truncations
+bootstrapped (ours), with ``bootstrap_truncated=False`` (their semantics: every end terminal), and
+with ``rollout_rng="unsafe_rbg"`` (action sampling from XLA's RngBitGenerator instead of threefry; env
+noise stays per-env threefry; under the seeds' ``vmap`` the seeds' action noise is one batch drawn from
+the first seed's key, so a seed's numbers differ from the same seed run alone; ``--no-rbg-row`` skips it).
+``--unroll N`` sets our rows' ``rollout_unroll``.
 
 Timing: compile (``lower().compile()``) apart, then ``--rounds`` runs per side interleaved,
 median. Env-steps/s counts ENV steps (an env step is 3 agent steps) of all seeds together.
@@ -40,21 +46,34 @@ import numpy as np
 
 
 def _stub(name, **attrs):
-    if importlib.util.find_spec(name) is None:
+    if name not in sys.modules and importlib.util.find_spec(name) is None:
         mod = types.ModuleType(name)
         mod.__dict__.update(attrs)
         sys.modules[name] = mod
 
 
-def load_their_make_train(path):
+def load_their_make_train(path, log=None):
+    """``make_train`` of JaxMARL's baseline script at ``path``; ``log(dict)`` receives what the script
+    passes to ``wandb.log`` (default: dropped)."""
     _stub("hydra", main=lambda **kw: lambda f: f)
     _stub("omegaconf", OmegaConf=types.SimpleNamespace(to_container=lambda c: c))
     _stub("wandb", log=lambda *a, **k: None, init=lambda *a, **k: None)
-    spec = importlib.util.spec_from_file_location("jaxmarl_ippo_ff_mpe", path)
+    spec = importlib.util.spec_from_file_location("jaxmarl_baseline", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    mod.wandb = types.SimpleNamespace(log=lambda *a, **k: None)  # the callback's logger: a no-op
+    mod.wandb = types.SimpleNamespace(log=log or (lambda *a, **k: None))  # the callback's logger
+    if log is None:  # no logger: their per-update io_callback dropped (under vmap on CPU it can deadlock)
+        mod.jax = _WithoutIoCallback()
     return mod.make_train
+
+
+class _WithoutIoCallback:
+    """``jax`` for a baseline script whose ``jax.experimental.io_callback`` is a no-op."""
+
+    experimental = types.SimpleNamespace(io_callback=lambda *a, **k: None)
+
+    def __getattr__(self, name):
+        return getattr(jax, name)
 
 
 THEIR_CONFIG = {
@@ -83,6 +102,8 @@ def main():
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--json", default=None)
+    p.add_argument("--unroll", type=int, default=1, help="rollout_unroll of our rows (lax.scan unroll)")
+    p.add_argument("--no-rbg-row", action="store_true", help="skip our rollout_rng=unsafe_rbg row")
     a = p.parse_args()
 
     from purejaxppo import PPOConfig, make_ppo
@@ -108,6 +129,7 @@ def main():
         max_grad_norm=0.5,
         activation="tanh",
         hidden_sizes=(64, 64),
+        rollout_unroll=a.unroll,
     )
     sides = {
         "jaxmarl_ippo_ff_mpe": (their_train, lambda out: np.asarray(out["metrics"]["returned_episode_returns"])),
@@ -117,6 +139,11 @@ def main():
             lambda out: np.asarray(out[1]["episode_return"]),
         ),
     }
+    if not a.no_rbg_row:  # env noise stays per-env threefry; action sampling from XLA's RngBitGenerator
+        sides["ours_unsafe_rbg"] = (
+            make_ppo(ours_cfg.replace(rollout_rng="unsafe_rbg")).train,
+            lambda out: np.asarray(out[1]["episode_return"]),
+        )
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
     compiled, rows = {}, {}
     for name, (fn, _) in sides.items():

@@ -186,3 +186,28 @@ def test_observation_normaliser_keeps_masks_and_normalises_the_global_state():
     g = np.asarray(obs.global_state, np.float64)
     expect = np.clip((g - g.mean(0)) / np.sqrt(g.var(0) + 1e-8), -10, 10)  # numpy: mean/var over the 6 rows
     np.testing.assert_allclose(np.asarray(out.global_state), expect, rtol=1e-3, atol=1e-3)
+
+
+def test_eval_plays_team_episodes_and_reports_each_team_return_once():
+    """``eval --episodes K`` on a JaxMARL env: K envs of N agent rows, K team returns (any K, not only
+    multiples of N); each equals the sum over the episode and the agents of the rewards, stepped here
+    by hand with the mode action (MPE: every episode lasts 26 steps)."""
+    from purejaxppo.step.evaluate import make_episodes
+    from purejaxppo.step.train import make_env
+
+    cfg = PPOConfig(env_name=f"jaxmarl:{MPE}", num_envs=6, num_steps=8, hidden_sizes=(8,))
+    ppo = make_ppo(cfg)
+    params = ppo.agent.init(jax.random.PRNGKey(3))
+    key = jax.random.PRNGKey(4)
+    ret, length = jax.jit(make_episodes(cfg, ppo.agent, 2))(key, params)
+    assert ret.shape == length.shape == (2,)
+    np.testing.assert_array_equal(np.asarray(length), [26, 26])
+    venv = make_env(cfg)  # 6 rows = the 2 envs eval plays, same keys
+    k_reset, k_run = jax.random.split(key)
+    obs, state = venv.reset(k_reset)
+    total = np.zeros(6)
+    for k in jax.random.split(k_run, 26):
+        _, dist_params, _ = ppo.agent.act(params, (), obs, jnp.zeros(6, bool))
+        obs, state, reward, *_ = venv.step(jax.random.split(k)[1], state, ppo.agent.dist.mode(dist_params))
+        total += np.asarray(reward)
+    np.testing.assert_allclose(np.asarray(ret), total.reshape(2, 3).sum(1), rtol=1e-5)

@@ -35,7 +35,8 @@ TINY = PPOConfig(
     gru_size=8,
     max_episode_steps=20,
 )
-SUITES = {"pgx": "pgx", "jumanji": "jumanji"}
+SUITES = {"pgx": "pgx", "jumanji": "jumanji", "jaxmarl": "jaxmarl"}
+MPE = "jaxmarl:MPE_simple_spread_v3"
 
 # id -> (config changes, text of the refusal: the problem or the fix)
 REFUSED_API = {
@@ -49,6 +50,17 @@ REFUSED_API = {
     "obs-keep-index": (dict(obs_keep=(0, 9)), "has an index >= the observation size 4"),
     "unknown-network": (dict(network="transformer"), "is not a registered agent; choose one of"),
     "pgx-two-player": (dict(env_name="pgx:tic_tac_toe"), "is a 2-player game"),
+    "marl-rows": (dict(env_name=MPE), "num_envs=4 must be a multiple of the 3 agents"),
+    "marl-heterogeneous": (
+        dict(env_name="jaxmarl:MPE_simple_adversary_v3", num_envs=6),
+        "shares one policy over homogeneous agents",
+    ),
+    "centralised-single-agent": (dict(agent_critic="centralised"), "use agent_critic='independent'"),
+    "agent-ids-single-agent": (dict(agent_ids=True), "has one agent"),
+    "centralised-shared-torso": (
+        dict(env_name=MPE, num_envs=6, agent_critic="centralised", shared_torso=True),
+        "neither shared_torso=True nor obs_keep",
+    ),
 }
 
 # id -> (config changes, "train" (2 updates) or "trace" (built and traced, not compiled))
@@ -69,6 +81,8 @@ SUPPORTED_API = {
     "critic-lr-separate-torsos": (dict(critic_lr=1e-3), "train"),
     "lr-end-no-anneal": (dict(lr_end=1e-5, lr_ramp_steps=10.0, anneal_lr=False), "train"),
     "cnn-image": (dict(network="cnn", env_name="Breakout-MinAtar"), "train"),
+    "gru-centralised": (dict(network="gru", env_name="jaxmarl:3m", num_envs=6, agent_critic="centralised"), "trace"),
+    "agent-ids-masked": (dict(env_name="jaxmarl:3m", num_envs=6, agent_ids=True), "trace"),
 }
 
 CLI_TINY = [
@@ -115,6 +129,7 @@ PBT_COMBOS = {
     "pbt-split-envs": ["--split", "envs"],
     "pbt-eval-every": ["--eval-every", "1"],
     "pbt-init-from": ["--init-from", "RUN"],
+    "pbt-jaxmarl": ["--env", MPE, "--num-envs", "6"],  # in place of CLI_TINY's --env and --num-envs
 }
 
 
@@ -254,8 +269,12 @@ def test_refused_by_the_cli_other_commands(case, trained, capsys):
 def test_pbt_combination_does_what_the_table_says(case, trained, capsys):
     root, run = trained
     folder = str(root / case)
+    base = CLI_TINY
+    if MPE in PBT_COMBOS[case]:
+        pytest.importorskip("jaxmarl")
+        base = CLI_TINY[4:]  # without --env CartPole-v1 --num-envs 4
     flags = [run if f == "RUN" else f for f in PBT_COMBOS[case]]
-    rc = main(["train", "--devices", "1", "--quiet", *CLI_TINY, *PBT, *flags, "--run-dir", folder])
+    rc = main(["train", "--devices", "1", "--quiet", *base, *PBT, *flags, "--run-dir", folder])
     err = capsys.readouterr().err
     assert rc in (0, 2) and "Traceback" not in err, err
     if rc == 2:  # refused: one line, nothing made

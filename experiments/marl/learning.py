@@ -53,8 +53,8 @@ def main():
         from purejaxppo.step.evaluate import evaluate_runner
 
         n = ppo.venv.spec.num_agents
-        rets, _ = evaluate_runner(cfg, ppo.agent, runner, jax.random.PRNGKey(1), num_episodes=32 * n)
-        per_env = np.asarray(rets)[:, ::n]  # [seeds, 32 envs]: every row of an env holds its team return
+        rets, _ = evaluate_runner(cfg, ppo.agent, runner, jax.random.PRNGKey(1), num_episodes=32)
+        per_env = np.asarray(rets)  # [seeds, 32 episodes]: team returns
         extra = dict(
             greedy_team_return_per_seed=np.nanmean(per_env, axis=1).tolist(),
             greedy_win_rate_per_seed=np.mean(per_env > 1.5 * n, axis=1).tolist(),

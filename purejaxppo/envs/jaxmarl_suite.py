@@ -155,7 +155,7 @@ def make_vec_env(
         k = max(1, num_envs // n)
         raise ConfigError(
             f"num_envs={num_envs} must be a multiple of the {n} agents of jaxmarl:{name}: rows are envs x "
-            f"agents (so are eval's --episodes, and each device's share under --split envs); pass "
+            f"agents (each device's share under --split envs too); pass "
             f"--num-envs {k * n} ({k} envs)"
         )
     if reset_ratio != 1 and (num_envs // n) % reset_ratio:

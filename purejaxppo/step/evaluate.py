@@ -78,9 +78,16 @@ def make_episodes(
     """Pure ``play(key, params, obs_stats | None) -> (returns [N], lengths [N])`` for ONE run
     (no seed axis; wrap it in ``vmap``/``jit``): ``N = num_episodes`` env copies each play one
     episode from a reset of their own; a copy whose episode is still running after
-    ``max_steps`` (default: the env's time limit, so every episode ends) reports NaN."""
+    ``max_steps`` (default: the env's time limit, so every episode ends) reports NaN.
+    A multi-agent env's copy is ``A`` rows (its agents) and reports its team return once."""
     if num_episodes < 1:
         raise ConfigError(f"--episodes={num_episodes} must be >= 1")
+    from purejaxppo.step.train import make_env
+
+    multi_agent = config.env_name.startswith("jaxmarl:")  # the training config's rows are valid; eval's K may not be
+    agents = make_env(config.replace(normalize_obs=False, normalize_reward=False)).spec.num_agents if multi_agent else 1
+    team = slice(None, None, agents)  # every row of a multi-agent copy holds its team return
+    num_episodes = num_episodes * agents
     venv = _eval_env(config, num_episodes)
     horizon = int(max_steps or venv.spec.max_episode_steps)
     init_memory, act = policy_step(agent)
@@ -111,7 +118,7 @@ def make_episodes(
             jnp.zeros(num_episodes, jnp.int32),
         )
         (*_, finished, ret, length), _ = jax.lax.scan(body, init, jax.random.split(k_run, horizon))
-        return jnp.where(finished, ret, jnp.nan), length
+        return jnp.where(finished, ret, jnp.nan)[team], length[team]
 
     return play
 
