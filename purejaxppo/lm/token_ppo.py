@@ -35,6 +35,7 @@ from purejaxppo.config.ppo_config import ConfigError
 from purejaxppo.lm import experience, length_buckets, lora
 from purejaxppo.lm import tokens as tk
 from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
+from purejaxppo.stages import device_rows
 from purejaxppo.stages.update import TrainState, accumulate_gradients, make_optimizer, update_epochs
 
 #: ``prompts(key, batch) -> (prompt [B, P] int32, prompt_valid [B, P] bool)``, left-padded
@@ -210,20 +211,11 @@ def make_token_ppo(
         policy, reference or policy, None if config.critic == "value_head" else (critic or policy), reward
     )
 
-    def mine(tree):  # this device's equal share of every leaf's leading axis (rows of a batch or minibatch)
-        if axis_name is None:
-            return tree
-
-        def take(x):
-            n = x.shape[0] // num_devices
-            return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis_name) * n, n, 0)
-
-        return jax.tree.map(take, tree)
+    def mine(tree):  # this device's rows of a batch or minibatch
+        return device_rows.mine(tree, axis_name, num_devices)
 
     def gather(tree):
-        if axis_name is None:
-            return tree
-        return jax.tree.map(lambda x: jax.lax.all_gather(x, axis_name, axis=0, tiled=True), tree)
+        return device_rows.gather(tree, axis_name)
 
     def share_loss(params, mb, totals, cfg, base=None):
         """The minibatch loss's share held by ``mb`` (see ``accumulate_gradients``); ``base``:
