@@ -31,7 +31,6 @@ from purejaxppo.programs.program import NAN_HINT
 from purejaxppo.run import processes
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
-from purejaxppo.scale.parallel import device_mesh
 from purejaxppo.scale.pbt import SearchSpace, exploit_explore, window_score
 from purejaxppo.stages import device_rows
 from purejaxppo.step.train import PPO, RunnerState, env_steps_after, make_ppo, strong_types
@@ -104,7 +103,7 @@ class PBTProgram:
         self.num_seeds = num_seeds  # independent populations: run m*S + s is member m of population s
         self.shard = num_devices  # members are split over the devices
         self.ppo = ppo if ppo is not None else make_ppo(config)
-        self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
+        self.mesh = device_rows.device_mesh(num_devices, axis) if num_devices > 1 else None
         self.headline = ("episode_return", "return")
         self.nan_hint = NAN_HINT
         self.traces = 0
