@@ -5,9 +5,9 @@
 (:func:`purejaxppo.lm.sampling.sample_response`, one key per row); :func:`score` re-reads the
 whole sequences teacher-forced (policy, reference, critic), scores them, folds
 the per-token KL into the rewards and puts the score on the LAST valid response token (the
-stop token when one was generated; never a prompt or pad slot). GAE and whitening are
-:func:`finish`'s, applied to the whole batch (over every device's rows, see
-:mod:`purejaxppo.lm.token_ppo`).
+stop token when one was generated; never a prompt or pad slot). The advantages (GAE and
+whitening, or a group baseline: :func:`advantages`) are :func:`finish`'s, applied to the whole
+batch (over every device's rows, see :mod:`purejaxppo.lm.token_phases`).
 
 Old log-probs. The policy being trained is the distribution responses are sampled FROM: the
 policy's logits divided by ``temperature`` and cut to the top-k / top-p set
