@@ -199,7 +199,7 @@ def finish(exp: dict, beta, cfg) -> tuple[dict, dict]:
         score_with_penalty=jnp.mean(total),
         kl=jnp.mean(seq_kl),
         kl_k1=jnp.mean(k1),
-        non_score_reward=jnp.mean(-beta * seq_kl),
+        non_score_reward=jnp.mean(-beta * seq_kl) if cfg.kl_in == "reward" else jnp.float32(0.0),
         response_length=jnp.mean(jnp.sum(mask, axis=1)),
         eos_rate=jnp.mean(exp["has_stop"]),
         logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp["logp_sampled"] - exp["logp_old"]), 0.0)),
