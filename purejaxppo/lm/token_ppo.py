@@ -67,11 +67,13 @@ class TokenPPOState(NamedTuple):
 class TokenPPO(NamedTuple):
     """``init(key, policy_params, reference_params, critic_params=None, reward_params=None,
     config=None) -> state``; ``iteration(state, prompts=None, config=None) -> (state, metrics)``
-    (``prompts``: ``(prompt, prompt_valid)`` or None to draw them); ``run(state, n, config=None)
-    -> (state, metrics [n])``; ``train(key, policy_params, reference_params, ...) -> (state,
-    metrics [num_iterations])``; ``loss(params, minibatch, totals, config)``: the share loss;
-    ``update(train_state, data, key, config=None, base=None, beta=None) -> (train_state, metrics)``: the iteration's
-    update stage alone (e.g. to time it apart, ``benchmarks/lm_iteration.py``)."""
+    (``prompts``: ``(prompt, prompt_valid)`` of ``batch_size / group_size`` prompts, or None to
+    draw them); ``run(state, n, config=None) -> (state, metrics [n])``; ``train(key,
+    policy_params, reference_params, ...) -> (state, metrics [num_iterations])``; ``loss(params,
+    minibatch, totals, config)``: the share loss (``totals``:
+    :func:`~purejaxppo.lm.token_update.minibatch_totals`); ``update(train_state, data, key,
+    config=None, base=None, beta=None) -> (train_state, metrics)``: the iteration's update
+    stage alone (e.g. to time it apart, ``benchmarks/lm_iteration.py``)."""
 
     init: Callable
     iteration: Callable
