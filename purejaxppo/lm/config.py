@@ -21,12 +21,19 @@ CRITICS = ("separate", "value_head")
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 AGGREGATIONS = ("token-mean", "seq-mean")
 BASE_DTYPES = ("float32", "bfloat16")
+ADVANTAGES = ("gae", "grpo", "rloo")
+KL_IN = ("reward", "loss")
 
 
 @struct.dataclass
 class TokenPPOConfig:
     # --- structural (static) --------------------------------------------------------------
-    batch_size: int = static(64)  # prompts (and responses) per iteration
+    batch_size: int = static(64)  # responses per iteration: batch_size / group_size prompts, each group_size times
+    # responses sampled per prompt: rows [g*G, (g+1)*G) answer one prompt (each row its own key)
+    group_size: int = static(1)
+    # gae: the critic's GAE | grpo: (r - group mean) / group std | rloo: r - the others' mean (no critic)
+    advantage: str = static("gae")
+    kl_in: str = static("reward")  # reward: beta * KL per token in the rewards | loss: beta * KL as a loss term
     num_iterations: int = static(100)
     update_epochs: int = static(4)
     num_minibatches: int = static(4)  # over sequences; batch_size must divide evenly
@@ -36,10 +43,11 @@ class TokenPPOConfig:
     pad_id: int = static(0)
     top_k: int = static(0)  # 0 = off
     top_p: float = static(1.0)  # 1.0 = off (static: sorting the vocabulary is a code path)
-    kl_estimator: str = static("k1")  # the per-token KL in the rewards: k1 | k2 | k3 | abs
+    kl_estimator: str = static("k1")  # the per-token KL (in the rewards or the loss): k1 | k2 | k3 | abs
     aggregation: str = static("token-mean")  # token-mean | seq-mean
-    critic: str = static("separate")  # separate: its own model and params; value_head: on the policy's trunk
-    whiten_advantages: bool = static(True)  # over the whole batch's valid tokens (micro-batching stays exact)
+    # gae's critic (grpo / rloo have none): separate: its own model and params; value_head: on the policy's trunk
+    critic: str = static("separate")
+    whiten_advantages: bool = static(True)  # gae's, over the whole batch's valid tokens (micro-batching stays exact)
     clip_value: bool = static(True)
     adaptive_kl: bool = static(False)  # Ziegler et al.'s controller drives beta towards kl_target
     # the smallest response width the teacher-forced passes and the update run at: the batch is cut
@@ -97,7 +105,15 @@ def _positive_int(cfg, name):
 def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
     """Raise :class:`ConfigError` naming the field and the fix; return ``cfg``. Numeric
     fields are checked when concrete (a traced or stacked value is the caller's)."""
-    for name in ("batch_size", "num_iterations", "update_epochs", "num_minibatches", "micro_batches", "max_new_tokens"):
+    for name in (
+        "batch_size",
+        "group_size",
+        "num_iterations",
+        "update_epochs",
+        "num_minibatches",
+        "micro_batches",
+        "max_new_tokens",
+    ):
         _positive_int(cfg, name)
     if cfg.batch_size % cfg.num_minibatches:
         raise ConfigError(f"batch_size={cfg.batch_size} must be divisible by num_minibatches={cfg.num_minibatches}")
@@ -105,10 +121,17 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
         raise ConfigError(
             f"the minibatch of {cfg.minibatch_size} sequences must be divisible by micro_batches={cfg.micro_batches}"
         )
-    choices = {"kl_estimator": KL_ESTIMATORS, "aggregation": AGGREGATIONS, "critic": CRITICS}
+    choices = {
+        "kl_estimator": KL_ESTIMATORS,
+        "aggregation": AGGREGATIONS,
+        "critic": CRITICS,
+        "advantage": ADVANTAGES,
+        "kl_in": KL_IN,
+    }
     for name, allowed in choices.items():
         if getattr(cfg, name) not in allowed:
             raise ConfigError(f"{name}={getattr(cfg, name)!r} must be one of {allowed}")
+    _check_groups(cfg)
     if (
         isinstance(cfg.length_buckets, bool)
         or not isinstance(cfg.length_buckets, numbers.Integral)
@@ -154,6 +177,24 @@ def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
         if isinstance(v, numbers.Real) and not 0.0 <= v <= 1.0:
             raise ConfigError(f"{name}={v!r} must be in [0, 1]")
     return cfg
+
+
+def needs_critic(cfg: TokenPPOConfig) -> bool:
+    """Whether the advantages need a critic (GAE's values); grpo / rloo use a group baseline."""
+    return cfg.advantage == "gae"
+
+
+def _check_groups(cfg: TokenPPOConfig) -> None:
+    if cfg.batch_size % cfg.group_size:
+        raise ConfigError(
+            f"batch_size={cfg.batch_size} responses must split into groups of group_size={cfg.group_size} "
+            "(batch_size / group_size prompts per iteration); make batch_size a multiple of group_size"
+        )
+    if cfg.advantage != "gae" and cfg.group_size < 2:
+        raise ConfigError(
+            f"advantage={cfg.advantage!r} takes its baseline from the other responses to the same prompt: "
+            f"group_size={cfg.group_size} must be >= 2 (or use advantage='gae', the critic's baseline)"
+        )
 
 
 def _check_lora(cfg: TokenPPOConfig) -> None:

@@ -20,21 +20,15 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from purejaxppo.config.ppo_config import ConfigError
 from purejaxppo.lm.token_ppo import TokenPPO
+from purejaxppo.stages.device_rows import device_mesh
 
 AXIS = "data"
 
 
 def prompt_mesh(num_devices: int) -> Mesh:
     """A 1-D mesh (axis ``"data"``) over the first ``num_devices`` devices."""
-    devices = jax.devices()
-    if num_devices > len(devices):
-        raise ConfigError(
-            f"--devices {num_devices}: only {len(devices)} device(s) here (on CPU, set XLA_FLAGS="
-            f"--xla_force_host_platform_device_count={num_devices} before starting Python)"
-        )
-    return Mesh(np.array(devices[:num_devices]), (AXIS,))
+    return device_mesh(num_devices, AXIS)
 
 
 def data_parallel(build: Callable[..., TokenPPO], num_devices: int) -> TokenPPO:

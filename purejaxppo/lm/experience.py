@@ -5,9 +5,9 @@
 (:func:`purejaxppo.lm.sampling.sample_response`, one key per row); :func:`score` re-reads the
 whole sequences teacher-forced (policy, reference, critic), scores them, folds
 the per-token KL into the rewards and puts the score on the LAST valid response token (the
-stop token when one was generated; never a prompt or pad slot). GAE and whitening are
-:func:`finish`'s, applied to the whole batch (over every device's rows, see
-:mod:`purejaxppo.lm.token_ppo`).
+stop token when one was generated; never a prompt or pad slot). The advantages (GAE and
+whitening, or a group baseline: :func:`advantages`) are :func:`finish`'s, applied to the whole
+batch (over every device's rows, see :mod:`purejaxppo.lm.token_phases`).
 
 Old log-probs. The policy being trained is the distribution responses are sampled FROM: the
 policy's logits divided by ``temperature`` and cut to the top-k / top-p set
@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from purejaxppo.lm import group_advantages as group
 from purejaxppo.lm import tokens as tk
 from purejaxppo.lm.sampling import filter_logits, sample_response
 
@@ -38,12 +39,14 @@ RewardFn = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array
 class Models(NamedTuple):
     """The three roles: ``policy`` (a :class:`~purejaxppo.lm.model.CausalLM`, the actor),
     ``reference`` (scores the KL; frozen), ``critic`` (its ``values``; None when the values
-    come from the policy's own value head) and the ``reward``."""
+    come from the policy's own value head) and the ``reward``. ``values`` False: no critic at
+    all (a group baseline): no value is computed, the values read 0."""
 
     policy: Any
     reference: Any
     critic: Optional[Any]
     reward: RewardFn
+    values: bool = True
 
 
 def filtered_logprobs(logits, tokens, cfg):
@@ -60,7 +63,10 @@ def filtered_logprobs(logits, tokens, cfg):
 
 def heads(models: Models, params: dict, tokens, valid):
     """``(logits [B, L, V], values [B, L])`` of the policy and the critic, values aligned to
-    tokens (``values[:, t]`` is V of the state before token ``t``)."""
+    tokens (``values[:, t]`` is V of the state before token ``t``; zeros without a critic)."""
+    if not models.values:
+        logits = models.policy.logits(params["policy"], tokens, valid)
+        return logits, jnp.zeros(logits.shape[:2], jnp.float32)
     if models.critic is None:
         logits, values = models.policy.forward(params["policy"], tokens, valid)
     else:
@@ -150,20 +156,42 @@ def score(
     )
 
 
+def advantages(total, kl, values, mask, beta, cfg) -> tuple[jax.Array, jax.Array]:
+    """``(advantages, returns) [B, L]`` (0 off ``mask``) of the sequences' scores ``total [B]``
+    (the missing-EOS penalty in), the per-token KL estimates ``kl [B, L]`` and the critic's
+    ``values [B, L]``; ``beta * kl`` is subtracted from the rewards under ``kl_in == "reward"``.
+
+    ``gae``: the score on the last valid token, masked GAE, optionally whitened over the batch.
+    ``grpo`` / ``rloo``: the sequence reward (score minus ``beta *`` the sequence's KL) against
+    its group's baseline (:func:`purejaxppo.lm.group_advantages.group_advantages`, rows
+    ``[g*G, (g+1)*G)`` one prompt's), broadcast over the response's valid tokens; returns 0 (no
+    critic learns from them)."""
+    kl = kl if cfg.kl_in == "reward" else jnp.zeros_like(kl)
+    if cfg.advantage == "gae":
+        rewards = tk.shaped_rewards(total, kl, mask, beta)
+        adv, ret = tk.token_gae(rewards, values, mask, cfg.gamma, cfg.gae_lambda)
+        if cfg.whiten_advantages:
+            adv = jnp.where(mask, tk.masked_whiten(adv, mask), 0.0)
+        return adv, ret
+    seq = group.group_advantages(total - beta * tk.sequence_kl(kl, mask), cfg.group_size, cfg.advantage)
+    adv = group.token_advantages(seq, mask)
+    return adv, jnp.zeros_like(adv)
+
+
 def finish(exp: dict, beta, cfg) -> tuple[dict, dict]:
-    """GAE over the whole batch: ``(data, stats)``. ``data``: what the update reads
-    (``tokens, valid, mask, logp_old, values_old, advantages, returns``); ``stats``: the
+    """Advantages over the whole batch (:func:`advantages`): ``(data, stats)``. ``data``: what
+    the update reads (``tokens, valid, mask, logp_old, values_old, advantages, returns``, and
+    ``logp_ref`` under ``kl_in == "loss"``); ``stats``: the
     batch's means (score, the KL per sequence, non-score reward, response length, EOS rate,
     ``logp_mismatch``: the largest ``|logp_sampled - logp_old|``)."""
     mask = exp["mask"]
     total = exp["score"] - cfg.missing_eos_penalty * (~exp["has_stop"])
     kl = tk.kl_penalty(exp["logp_old"], exp["logp_ref"], cfg.kl_estimator, mask)
-    rewards = tk.shaped_rewards(total, kl, mask, beta)
-    adv, ret = tk.token_gae(rewards, exp["values_old"], mask, cfg.gamma, cfg.gae_lambda)
-    if cfg.whiten_advantages:
-        adv = jnp.where(mask, tk.masked_whiten(adv, mask), 0.0)
+    adv, ret = advantages(total, kl, exp["values_old"], mask, beta, cfg)
     data = {k: exp[k] for k in ("tokens", "valid", "mask", "logp_old", "values_old")}
     data.update(advantages=adv, returns=ret)
+    if cfg.kl_in == "loss":
+        data["logp_ref"] = exp["logp_ref"]
     k1 = tk.sequence_kl(tk.kl_penalty(exp["logp_old"], exp["logp_ref"], "k1", mask), mask)
     seq_kl = tk.sequence_kl(kl, mask)
     stats = dict(
@@ -171,7 +199,7 @@ def finish(exp: dict, beta, cfg) -> tuple[dict, dict]:
         score_with_penalty=jnp.mean(total),
         kl=jnp.mean(seq_kl),
         kl_k1=jnp.mean(k1),
-        non_score_reward=jnp.mean(-beta * seq_kl),
+        non_score_reward=jnp.mean(-beta * seq_kl) if cfg.kl_in == "reward" else jnp.float32(0.0),
         response_length=jnp.mean(jnp.sum(mask, axis=1)),
         eos_rate=jnp.mean(exp["has_stop"]),
         logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp["logp_sampled"] - exp["logp_old"]), 0.0)),

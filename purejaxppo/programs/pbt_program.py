@@ -31,8 +31,8 @@ from purejaxppo.programs.program import NAN_HINT
 from purejaxppo.run import processes
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
-from purejaxppo.scale.parallel import device_mesh
 from purejaxppo.scale.pbt import SearchSpace, exploit_explore, window_score
+from purejaxppo.stages import device_rows
 from purejaxppo.step.train import PPO, RunnerState, env_steps_after, make_ppo, strong_types
 
 PBT_SALT = 0x9B7  # folded into seed key 0: the exploit/explore key, apart from every member's own keys
@@ -103,7 +103,7 @@ class PBTProgram:
         self.num_seeds = num_seeds  # independent populations: run m*S + s is member m of population s
         self.shard = num_devices  # members are split over the devices
         self.ppo = ppo if ppo is not None else make_ppo(config)
-        self.mesh = device_mesh(num_devices, axis) if num_devices > 1 else None
+        self.mesh = device_rows.device_mesh(num_devices, axis) if num_devices > 1 else None
         self.headline = ("episode_return", "return")
         self.nan_hint = NAN_HINT
         self.traces = 0
@@ -152,15 +152,6 @@ class PBTProgram:
         space, interval, window, seeds = s.space, s.interval, s.score_window, self.num_seeds
         axis = self.axis if sharded else None
 
-        def gather(tree):
-            return tree if axis is None else jax.tree.map(lambda x: jax.lax.all_gather(x, axis, tiled=True), tree)
-
-        def mine(tree, n_loc):
-            if axis is None:
-                return tree
-            start = jax.lax.axis_index(axis) * n_loc
-            return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, n_loc, 0), tree)
-
         def record(st, parents, score, non_finite, exploited):
             out = {
                 "pbt_exploit": jnp.full(parents.shape, exploited, jnp.float32),
@@ -172,14 +163,13 @@ class PBTProgram:
             return out
 
         def own_index(n_loc):
-            base = 0 if axis is None else jax.lax.axis_index(axis) * n_loc
+            base = 0 if axis is None else device_rows.first_row(axis, n_loc)
             return (base + jnp.arange(n_loc)) // seeds  # the member each run is, in its population
 
         def exploit(st: PBTState, upd):
-            n_loc = st.hparams.shape[0]
             finite = jax.vmap(lambda r: tree_finite((r.train, r.obs)))(st.runner)
             score = window_score(st.ret_sum, st.ret_count)
-            runner, hparams, full_score, full_finite = gather((st.runner, st.hparams, score, finite))
+            runner, hparams, full_score, full_finite = device_rows.gather((st.runner, st.hparams, score, finite), axis)
             key = jax.random.fold_in(st.key[0], upd)
             if seeds == 1:
                 runner, hparams, parents = exploit_explore(
@@ -196,7 +186,7 @@ class PBTProgram:
                 runner, hparams, parents = exploit_populations(
                     key, runner, hparams, full_score, full_finite, space, seeds, s.quantile, s.resample_prob
                 )
-            runner, hparams, parents = mine((runner, hparams, parents), n_loc)
+            runner, hparams, parents = device_rows.mine((runner, hparams, parents), axis, self.num_devices)
             zeros = jnp.zeros_like(st.ret_sum)
             new = PBTState(runner, hparams, zeros, zeros, st.key)
             return new, record(new, parents, score, ~finite, 1.0)

@@ -23,28 +23,13 @@ from typing import Callable, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from purejaxppo.agents.registry import minibatch_units, validate_config
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.stages.normalize import RunningStats
 from purejaxppo.step.train import PPO, RunnerState, make_ppo
-
-
-# --- meshes -------------------------------------------------------------------------------
-def device_mesh(num_devices: Optional[int] = None, axis: str = "runs") -> Mesh:
-    """A 1-D mesh over the first ``num_devices`` devices (all of them if None)."""
-    devices = jax.devices()
-    if num_devices is not None:
-        if num_devices < 1:
-            raise ConfigError(f"num_devices={num_devices} must be >= 1")
-        if num_devices > len(devices):
-            raise ConfigError(
-                f"asked for {num_devices} devices but JAX sees {len(devices)}; on CPU set "
-                f"XLA_FLAGS=--xla_force_host_platform_device_count={num_devices} before importing jax"
-            )
-        devices = devices[:num_devices]
-    return Mesh(np.array(devices), (axis,))
+from purejaxppo.stages.device_rows import device_mesh
 
 
 # --- runs over devices ----------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from purejaxppo.stages import device_rows
 from purejaxppo.stages.distributions import Distribution
 
 
@@ -26,7 +27,7 @@ class DeviceSplit(NamedTuple):
 
 def device_offset(split: DeviceSplit) -> jax.Array:
     """The first global env row of this device."""
-    return jax.lax.axis_index(split.axis_name) * split.local_envs
+    return device_rows.first_row(split.axis_name, split.local_envs)
 
 
 def sample(split: DeviceSplit, dist: Distribution, key: jax.Array, dist_params):
@@ -44,15 +45,9 @@ def sample(split: DeviceSplit, dist: Distribution, key: jax.Array, dist_params):
 
 def gather(split: DeviceSplit, tree, axis: int):
     """Every device gets the global arrays (env axis ``axis``), in single-device env order."""
-    if split.axis_name is None:
-        return tree
-    return jax.tree.map(lambda x: jax.lax.all_gather(x, split.axis_name, axis=axis, tiled=True), tree)
+    return device_rows.gather(tree, split.axis_name, axis)
 
 
 def my_share(split: DeviceSplit, mb):
     """This device's equal share of a (global) minibatch (leading axis)."""
-    if split.axis_name is None:
-        return mb
-    share = jax.tree.leaves(mb)[0].shape[0] // split.num_devices
-    start = jax.lax.axis_index(split.axis_name) * share
-    return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, share, 0), mb)
+    return device_rows.mine(mb, split.axis_name, split.num_devices)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from purejaxppo import envs as envs_lib
 from purejaxppo.config import PPOConfig
-from purejaxppo.stages import normalize
+from purejaxppo.stages import device_rows, normalize
 
 
 def rollout_key(key: jax.Array, impl: str) -> jax.Array:
@@ -44,9 +44,7 @@ def make_env(config: PPOConfig, axis_name: Optional[str] = None, num_devices: in
 
     def env_keys(key):
         keys = jax.random.split(per_env_impl(key), e_glob)
-        if axis_name is None:
-            return keys
-        return jax.lax.dynamic_slice_in_dim(keys, jax.lax.axis_index(axis_name) * e_loc, e_loc)
+        return device_rows.mine(keys, axis_name, num_devices)
 
     venv = envs_lib.make_vec_env(
         config.env_name,

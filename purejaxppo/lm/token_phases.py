@@ -1,0 +1,159 @@
+"""The phases of one token-level PPO iteration, as pure functions with explicit arguments.
+
+:func:`~purejaxppo.lm.token_ppo.make_token_ppo` composes them, in order:
+
+1. :func:`prompt_phase`: the iteration's prompts, each ``group_size`` times in a row;
+2. :func:`sample_phase`: this device's rows' responses (the policy's KV cache, one key per
+   row) and their scores by the reward;
+3. :func:`score_phase`: the sequences read back teacher-forced (policy, reference and, for GAE,
+   the critic) at the batch's response width (:mod:`purejaxppo.lm.length_buckets`);
+4. :func:`finish_phase`: every device's rows gathered, the KL, the advantages (GAE or a group
+   baseline) and the batch statistics (:func:`purejaxppo.lm.experience.finish`);
+5. :func:`~purejaxppo.lm.token_update.update_phase`: the epochs of minibatch steps;
+6. :func:`beta_phase`: the adaptive KL controller moves ``beta``.
+
+Shapes: ``B = batch_size`` rows (responses), ``B / G`` prompts of ``P`` slots, ``T =
+max_new_tokens``; on ``D`` devices each holds ``b = B / D`` rows (rows ``[d*b, (d+1)*b)``, with
+the row keys one device would use) until :func:`finish_phase` gathers them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from purejaxppo.config.ppo_config import ConfigError
+from purejaxppo.lm import experience
+from purejaxppo.lm import tokens as tk
+from purejaxppo.lm.config import TokenPPOConfig
+from purejaxppo.lm.group_advantages import repeat_prompts
+from purejaxppo.lm.token_update import Devices
+from purejaxppo.stages import device_rows
+
+#: ``prompts(key, n) -> (prompt [n, P] int32, prompt_valid [n, P] bool)``, left-padded
+PromptFn = Callable[[jax.Array, int], tuple]
+
+
+class Sampled(NamedTuple):
+    """This device's ``b`` rows after sampling: ``prompt, prompt_valid [b, P]``, ``response,
+    logp_sampled, mask [b, T]`` (right-padded; ``mask`` the valid response tokens) and the
+    reward's ``scores [b]``."""
+
+    prompt: jax.Array
+    prompt_valid: jax.Array
+    response: jax.Array
+    logp_sampled: jax.Array
+    mask: jax.Array
+    scores: jax.Array
+
+
+def position_rows(model) -> Optional[int]:
+    """The position table of a :class:`~purejaxppo.lm.model.FlaxLM`'s module (TinyLM's ``max_len``,
+    GPT-2's ``n_positions``, the Llama family's ``config.max_position_embeddings``), None when unknown."""
+    module = getattr(model, "model", model)
+    for holder in (module, getattr(module, "config", None)):  # the Llama family keeps its sizes in .config
+        for name in ("max_len", "n_positions", "max_position_embeddings"):
+            if isinstance(getattr(holder, name, None), int):
+                return getattr(holder, name)
+    return None
+
+
+def check_prompts(batch_prompts, cfg: TokenPPOConfig, policy) -> None:
+    """Shapes are static under ``jit``: a prompts function's wrong batch or a prompt table wider
+    than the model's positions is refused at trace time, naming the fix (instead of a vmap
+    error, or positions past the table that clamp silently)."""
+    try:
+        prompt, valid = batch_prompts
+    except (TypeError, ValueError):
+        raise ConfigError("prompts(key, n) must return (prompt [n, P] int32, prompt_valid [n, P] bool)") from None
+    n = cfg.batch_size // cfg.group_size
+    if prompt.ndim != 2 or prompt.shape != valid.shape or prompt.shape[0] != n:
+        what = f"batch_size={cfg.batch_size}" if cfg.group_size == 1 else f"batch_size / group_size = {n}"
+        raise ConfigError(
+            f"prompts(key, {n}) returned prompt {tuple(prompt.shape)} and prompt_valid "
+            f"{tuple(valid.shape)}; both must be [{what}, P]"
+        )
+    rows = position_rows(policy)
+    if rows is not None and prompt.shape[1] + cfg.max_new_tokens > rows:
+        raise ConfigError(
+            f"prompts of {prompt.shape[1]} slots + max_new_tokens={cfg.max_new_tokens} exceed the "
+            f"model's {rows} positions; shorten the prompts or the response budget"
+        )
+
+
+def prompt_phase(prompts: Optional[PromptFn], key, batch_prompts, cfg: TokenPPOConfig, policy) -> tuple:
+    """``(prompt, prompt_valid) [B, P]``: ``batch_prompts`` (``B / G`` prompts), or drawn with
+    ``prompts(key, B / G)`` when None, each repeated ``G = group_size`` times in a row."""
+    if batch_prompts is None:
+        if prompts is None:
+            raise ConfigError("iteration() without prompts needs make_token_ppo(..., prompts=fn)")
+        batch_prompts = prompts(key, cfg.batch_size // cfg.group_size)
+    check_prompts(batch_prompts, cfg, policy)
+    if cfg.group_size == 1:
+        return tuple(batch_prompts)
+    return repeat_prompts(*batch_prompts, cfg.group_size)
+
+
+def sample_phase(
+    models: experience.Models,
+    params: dict,
+    reward_params,
+    key: jax.Array,
+    prompt: jax.Array,
+    prompt_valid: jax.Array,
+    cfg: TokenPPOConfig,
+    devices: Devices,
+) -> Sampled:
+    """This device's rows of the global ``prompt, prompt_valid [B, P]``, their responses (row
+    ``i`` drawn with ``split(key, B)[i]``: a row's response does not depend on the device
+    split) and the reward's scores. ``params``: ``{"policy", "critic"}`` (LoRA merged)."""
+    prompt, prompt_valid = device_rows.mine((prompt, prompt_valid), devices.axis_name, devices.num_devices)
+    row_keys = device_rows.mine(jax.random.split(key, cfg.batch_size), devices.axis_name, devices.num_devices)
+    response, logp_sampled, mask = experience.sample(models, params, row_keys, prompt, prompt_valid, cfg)
+    # the reward reads the whole [b, T] response (a task may index by column)
+    scores = models.reward(reward_params, prompt, prompt_valid, response, mask)
+    return Sampled(prompt, prompt_valid, response, logp_sampled, mask, scores)
+
+
+def score_phase(
+    models: experience.Models, params: dict, reference_params, s: Sampled, width: int, cfg: TokenPPOConfig
+) -> dict:
+    """The rows' experience at response width ``width <= T`` (every column past it padding):
+    :func:`purejaxppo.lm.experience.score`'s ``[b, P + width]`` arrays, the scores ``s.scores``."""
+    return experience.score(
+        models,
+        params,
+        reference_params,
+        None,
+        s.prompt,
+        s.prompt_valid,
+        s.response[:, :width],
+        s.logp_sampled[:, :width],
+        s.mask[:, :width],
+        cfg,
+        scores=s.scores,
+    )
+
+
+def finish_phase(exp: dict, beta, cfg: TokenPPOConfig, devices: Devices) -> tuple[dict, dict]:
+    """Every device's rows gathered (``[B, L]``, single-device row order, so a group's rows sit
+    together), then :func:`purejaxppo.lm.experience.finish`: ``(data, stats)``."""
+    return experience.finish(device_rows.gather(exp, devices.axis_name), beta, cfg)
+
+
+def beta_phase(beta, stats: dict, cfg: TokenPPOConfig) -> jax.Array:
+    """The next KL coefficient: Ziegler et al.'s controller under ``adaptive_kl``, else ``beta``."""
+    if not cfg.adaptive_kl:
+        return beta
+    return tk.adaptive_kl_update(beta, stats["kl_k1"], cfg.kl_target, cfg.batch_size, cfg.kl_horizon)
+
+
+def diagnostics_phase(diagnostics: Optional[Callable], s: Sampled, devices: Devices) -> dict[str, Any]:
+    """``task_<name>`` metrics of the sampled responses (every device's rows), ``{}`` without
+    ``diagnostics(prompt, prompt_valid, response, mask) -> {name: scalar}``."""
+    if diagnostics is None:
+        return {}
+    found = diagnostics(*device_rows.gather((s.prompt, s.prompt_valid, s.response, s.mask), devices.axis_name))
+    return {f"task_{k}": jnp.asarray(v, jnp.float32) for k, v in found.items()}

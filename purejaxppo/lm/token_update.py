@@ -1,0 +1,174 @@
+"""The update phase of token-level PPO: the minibatch loss, the optimizers and the epochs.
+
+:func:`update_phase` runs ``update_epochs`` x ``num_minibatches`` gradient steps over a batch
+(:func:`purejaxppo.stages.update.update_epochs`, the control world's loop, not a copy), each
+minibatch optionally in ``micro_batches`` passes
+(:func:`~purejaxppo.stages.update.accumulate_gradients`). :func:`share_loss` is one pass's
+share of the minibatch loss: the clipped actor loss, the clipped value loss (none without a
+critic), an entropy bonus, the KL term when ``kl_in == "loss"`` and an optional pretraining
+(ptx) NLL. The actor and the critic have their own optimizer (Adam), learning rate and
+gradient clip (:func:`token_optimizer`).
+
+Devices: inside ``shard_map`` every device holds the whole (gathered) batch and takes its equal
+share of each minibatch; its loss is scaled by its share of the GLOBAL minibatch's units, so
+the device-mean of the gradients (``update_epochs``' ``pmean``) is the one-device gradient.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from purejaxppo.lm import experience, lora
+from purejaxppo.lm import tokens as tk
+from purejaxppo.lm.config import TokenPPOConfig, needs_critic
+from purejaxppo.stages import device_rows
+from purejaxppo.stages.update import TrainState, accumulate_gradients, make_optimizer, update_epochs
+
+
+class Devices(NamedTuple):
+    """The device split an iteration is built for: ``axis_name`` (None: one device) over
+    ``num_devices``; ``runs_axis``: the name of a vmapped runs axis (a sweep), or None."""
+
+    axis_name: Optional[str] = None
+    num_devices: int = 1
+    runs_axis: Optional[str] = None
+
+
+ONE_DEVICE = Devices()
+
+
+def _labels(params):
+    """``"actor"`` / ``"critic"`` per leaf: the critic's tree, or the value head's leaves."""
+
+    def label(path, _):
+        keys = [getattr(p, "key", getattr(p, "name", "")) for p in path]
+        return "critic" if keys[0] == "critic" or "value_head" in keys else "actor"
+
+    return jax.tree_util.tree_map_with_path(label, params)
+
+
+def token_optimizer(cfg: TokenPPOConfig) -> optax.GradientTransformation:
+    """Adam for the actor and for the critic, each with its own clip and learning rate."""
+    return optax.multi_transform(
+        {
+            "actor": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.actor_lr),
+            "critic": make_optimizer(cfg.max_grad_norm, cfg.adam_eps, cfg.critic_lr),
+        },
+        _labels,
+    )
+
+
+def trained_params(params: dict, base) -> dict:
+    """The ``{"policy", "critic"}`` parameters the models run with: LoRA adapters
+    (:class:`~purejaxppo.lm.lora.Adapters`) merged into ``base`` (the frozen reference), other
+    parameters as they are."""
+    merge = lambda p: lora.lora_merge(base, p) if isinstance(p, lora.Adapters) else p  # noqa: E731
+    return {k: None if v is None else merge(v) for k, v in params.items()}
+
+
+def units(mask, aggregation):
+    """What the loss averages over: valid tokens, or non-empty sequences."""
+    if aggregation == "token-mean":
+        return jnp.sum(mask, dtype=jnp.float32)
+    return jnp.sum(jnp.any(mask, axis=1), dtype=jnp.float32)
+
+
+def minibatch_totals(mb: dict, cfg: TokenPPOConfig, beta) -> dict:
+    """The scalars every pass of a minibatch shares (no gradient): its ``units`` and ptx tokens
+    over the whole (global) minibatch, and ``beta`` (the KL coefficient of a KL loss term)."""
+    return {
+        "units": units(mb["mask"], cfg.aggregation),
+        "ptx": jnp.sum(mb["ptx_mask"], dtype=jnp.float32) if cfg.ptx else jnp.float32(0),
+        "beta": jnp.asarray(beta, jnp.float32),
+    }
+
+
+def kl_loss(logp, logp_ref, mask, cfg: TokenPPOConfig) -> jax.Array:
+    """The KL term of ``kl_in == "loss"``: the named estimator (``cfg.kl_estimator``) of
+    ``KL(policy || reference)`` per token, its gradient through ``logp [B, L]``, averaged as the
+    policy loss is (``cfg.aggregation``)."""
+    kl = tk.kl_penalty(logp, logp_ref, cfg.kl_estimator, mask)
+    w = tk.aggregation_weights(mask, cfg.aggregation)
+    return tk.masked_mean(kl if w is None else kl * jax.lax.stop_gradient(w), mask)
+
+
+def share_loss(
+    models: experience.Models, params, mb: dict, totals: dict, cfg: TokenPPOConfig, num_devices: int, base=None
+):
+    """``(loss, metrics)``: the share of the minibatch loss held by ``mb`` (this pass's rows of
+    ``tokens, valid, mask, logp_old, values_old, advantages, returns [b, L]``, plus
+    ``logp_ref`` under ``kl_in == "loss"`` and ``ptx_tokens, ptx_valid, ptx_mask`` under
+    ``ptx``); ``totals``: :func:`minibatch_totals`; ``base``: the frozen weights LoRA adapters
+    in ``params`` are merged into (the reference)."""
+    params = trained_params(params, base)
+    logits, values = experience.heads(models, params, mb["tokens"], mb["valid"])
+    logp, entropy = experience.filtered_logprobs(logits, mb["tokens"], cfg)
+    critic = needs_critic(cfg)
+    loss, m = tk.token_ppo_loss(
+        logp,
+        entropy,
+        values,
+        mb["logp_old"],
+        mb["values_old"],
+        mb["advantages"],
+        mb["returns"],
+        mb["mask"],
+        clip_eps=cfg.clip_eps,
+        vf_coef=cfg.vf_coef if critic else 0.0,  # no critic: values and returns are zeros, no value loss
+        ent_coef=cfg.ent_coef,
+        vf_clip_eps=cfg.vf_clip_eps if cfg.clip_value else None,
+        aggregation=cfg.aggregation,
+    )
+    if not critic:
+        del m["critic_loss"]  # identically 0: there is no critic
+    if cfg.kl_in == "loss":
+        m["kl_loss"] = kl_loss(logp, mb["logp_ref"], mb["mask"], cfg)
+        loss = loss + totals["beta"] * m["kl_loss"]
+    share = units(mb["mask"], cfg.aggregation) / jnp.maximum(totals["units"], 1.0) * num_devices
+    loss, m = loss * share, {k: v * share for k, v in m.items()}
+    if cfg.ptx:
+        ptx_logits = models.policy.logits(params["policy"], mb["ptx_tokens"], mb["ptx_valid"])
+        nll = -tk.masked_mean(tk.token_logprobs(ptx_logits, mb["ptx_tokens"]), mb["ptx_mask"])
+        ptx_share = jnp.sum(mb["ptx_mask"], dtype=jnp.float32) / jnp.maximum(totals["ptx"], 1.0) * num_devices
+        loss, m["ptx_loss"] = loss + cfg.ptx_coef * nll * ptx_share, nll * ptx_share
+    return loss, m
+
+
+def update_phase(
+    models: experience.Models,
+    train: TrainState,
+    data: dict,
+    key: jax.Array,
+    beta,
+    cfg: TokenPPOConfig,
+    devices: Devices = ONE_DEVICE,
+    base=None,
+) -> tuple[TrainState, dict]:
+    """``update_epochs`` x ``num_minibatches`` steps over ``data`` (the whole batch's
+    :func:`~purejaxppo.lm.experience.finish` output ``[B, L]``, plus the ptx batch under ``ptx``):
+    ``(train, metrics)``, the metrics means over the steps. ``beta``: the KL coefficient of the
+    KL loss term (read under ``kl_in == "loss"``); ``base``: the frozen reference, under LoRA."""
+    one_pass = accumulate_gradients(
+        lambda p, mb, t: share_loss(models, p, mb, t, cfg, devices.num_devices, base), cfg.micro_batches
+    )
+
+    def grad_fn(params, mb):  # totals over the whole (global) minibatch, then this device's share
+        return one_pass(
+            params, device_rows.mine(mb, devices.axis_name, devices.num_devices), minibatch_totals(mb, cfg, beta)
+        )
+
+    return update_epochs(
+        key,
+        train,
+        data,
+        loss_fn=None,
+        optimizer=token_optimizer(cfg),
+        num_epochs=cfg.update_epochs,
+        num_minibatches=cfg.num_minibatches,
+        axis_name=devices.axis_name,
+        grad_fn=grad_fn,
+    )
