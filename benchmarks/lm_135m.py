@@ -43,7 +43,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from vs_trl import HYPER, TRL_PYTHON, _median, _spawn, _write, loadavg, run_trl  # noqa: E402
+from vs_trl import HYPER, TRL_PYTHON, _median, _spawn, _write, loadavg, run_trl, token_config  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = "/tmp/purejaxppo-lm-shapes"
@@ -119,7 +119,6 @@ def _ours(spec: dict) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.config import TokenPPOConfig
     from purejaxppo.lm.pretrained import load_pretrained
     from purejaxppo.lm.token_ppo import make_token_ppo
 
@@ -137,36 +136,12 @@ def _ours(spec: dict) -> dict:
         return jnp.sum((r % 2 == 0) & m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1)
 
     lora = mode.startswith("lora")
-    h = spec
-    cfg = TokenPPOConfig(
-        batch_size=h["batch_size"],
-        update_epochs=h["update_epochs"],
-        num_minibatches=h["num_minibatches"],
-        max_new_tokens=h["response_length"],
-        stop_ids=(),
-        pad_id=PAD,
-        actor_lr=h["lr"],
-        critic_lr=h["lr"],
-        max_grad_norm=h["max_grad_norm"],
-        adam_eps=h["adam_eps"],
-        clip_eps=h["clip_eps"],
-        vf_clip_eps=h["vf_clip_eps"],
-        vf_coef=h["vf_coef"],
-        gamma=h["gamma"],
-        gae_lambda=h["gae_lambda"],
-        beta=h["beta"],
-        temperature=h["temperature"],
-        missing_eos_penalty=0.0,
-        **(
-            dict(
-                lora_rank=h["rank"],
-                lora_alpha=2.0 * h["rank"],
-                lora_base_dtype="bfloat16" if "bf16" in mode else "float32",
-            )
-            if lora
-            else {}
-        ),
+    lora_fields = dict(
+        lora_rank=spec["rank"],
+        lora_alpha=2.0 * spec["rank"],
+        lora_base_dtype="bfloat16" if "bf16" in mode else "float32",
     )
+    cfg = token_config(spec, stop_ids=(), pad_id=PAD, missing_eos_penalty=0.0, **(lora_fields if lora else {}))
     tp = make_token_ppo(cfg, lm, reward, prompts=prompts)
     init = jax.jit(lambda k, p: tp.init(k, p, None if lora else p))
     state = init(jax.random.PRNGKey(spec["seed"]), params)

@@ -203,6 +203,31 @@ def _split_programs(cfg, models, devices: int):
     return gen, gen_score
 
 
+def token_config(h: dict, **fields):
+    """Our ``TokenPPOConfig`` for the hyperparameters both sides share (``h``: a spec with HYPER's
+    keys and the batch shape), plus this row's own ``fields`` (stop ids, pad id, LoRA, ...)."""
+    from purejaxppo.lm.config import TokenPPOConfig
+
+    return TokenPPOConfig(
+        batch_size=h["batch_size"],
+        update_epochs=h["update_epochs"],
+        num_minibatches=h["num_minibatches"],
+        max_new_tokens=h["response_length"],
+        actor_lr=h["lr"],
+        critic_lr=h["lr"],
+        max_grad_norm=h["max_grad_norm"],
+        adam_eps=h["adam_eps"],
+        clip_eps=h["clip_eps"],
+        vf_clip_eps=h["vf_clip_eps"],
+        vf_coef=h["vf_coef"],
+        gamma=h["gamma"],
+        gae_lambda=h["gae_lambda"],
+        beta=h["beta"],
+        temperature=h["temperature"],
+        **fields,
+    )
+
+
 def _ours(spec: dict) -> dict:
     devices = int(spec.get("devices", 1))
     if devices > 1:  # host CPU devices must exist before jax starts its backend
@@ -216,7 +241,6 @@ def _ours(spec: dict) -> dict:
     import numpy as np
 
     from purejaxppo.lm import experience
-    from purejaxppo.lm.config import TokenPPOConfig
     from purejaxppo.lm.gpt2 import load_gpt2
     from purejaxppo.lm.model import FlaxLM
     from purejaxppo.lm.tasks import make_task
@@ -236,27 +260,12 @@ def _ours(spec: dict) -> dict:
         return task.score(*batch)
 
     stop = () if spec["stop"] is None else (spec["stop"],)
-    h = spec
-    cfg = TokenPPOConfig(
-        batch_size=h["batch_size"],
-        num_iterations=h["iterations"],
-        update_epochs=h["update_epochs"],
-        num_minibatches=h["num_minibatches"],
-        max_new_tokens=h["response_length"],
+    cfg = token_config(
+        spec,
+        num_iterations=spec["iterations"],
         stop_ids=stop,
         pad_id=task.pad_id,
-        actor_lr=h["lr"],
-        critic_lr=h["lr"],
-        max_grad_norm=h["max_grad_norm"],
-        adam_eps=h["adam_eps"],
-        clip_eps=h["clip_eps"],
-        vf_clip_eps=h["vf_clip_eps"],
-        vf_coef=h["vf_coef"],
-        gamma=h["gamma"],
-        gae_lambda=h["gae_lambda"],
-        beta=h["beta"],
-        temperature=h["temperature"],
-        missing_eos_penalty=h["missing_eos_penalty"],
+        missing_eos_penalty=spec["missing_eos_penalty"],
         micro_batches=spec.get("micro_batches", 1),
     )
     if spec["mode"] == "learning":  # the members vmapped over "runs" agree on one response width (length_buckets)
