@@ -86,7 +86,7 @@ def main(argv=None):
     from _common import compile_timed, hardware, interleaved_rounds, loadavg_now
     from vs_rejax import SWEEP_LRS, make_rejax, ours_config, rejax_settings
     from purejaxppo.agents.registry import build_agent
-    from purejaxppo.scale.population import runs
+    from purejaxppo.parallel.runs_axis import runs
     from purejaxppo.step import phases
     from purejaxppo.step.device_split import DeviceSplit
     from purejaxppo.step.environment import make_env

@@ -481,7 +481,7 @@ def main(argv=None):
     import _brax_shims
     from _common import cpu_seconds, hardware
     from purejaxppo import make_ppo
-    from purejaxppo.scale.parallel import split_envs
+    from purejaxppo.parallel.sharding import split_envs
     from vs_purejaxrl import warm_up
 
     shims = _brax_shims.apply()

@@ -29,7 +29,7 @@ Rows (PureJaxRL's settings come from the ``config`` dict in the ``__main__`` blo
   breakout_minatar_mlp  ppo.py on Breakout-MinAtar vs our Breakout-MinAtar preset (64x64 ReLU MLP), 1e6 steps
 
 Seed keys: ``jax.random.split(jax.random.PRNGKey(0), seeds)`` for both (one seed: the first key).
-With more than one seed, ours is also timed with ``purejaxppo.scale.parallel.shard_runs(ppo.train, 2)``:
+With more than one seed, ours is also timed with ``purejaxppo.parallel.sharding.shard_runs(ppo.train, 2)``:
 this script sets ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` before JAX starts when no
 count is forced (single-device programs, PureJaxRL's included, run on device 0 as before).
 Ours is then also timed on ONE device with one device's share of the seeds (``ours_8seeds`` for 16
@@ -336,7 +336,7 @@ def main(argv=None):
     import _purejaxrl_shims
     from _common import compile_timed, hardware, interleaved_rounds
     from purejaxppo import make_ppo
-    from purejaxppo.scale.parallel import shard_runs
+    from purejaxppo.parallel.sharding import shard_runs
 
     pjr = _purejaxrl_shims.load(args.purejaxrl_dir)
     try:

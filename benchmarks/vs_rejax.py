@@ -26,7 +26,7 @@ Rows:
                       ONE unbatched key, so every member draws the same random numbers (rollout, env,
                       shuffles) and each is computed once for all; ours like with like,
                       ``jax.vmap(ppo.train, in_axes=(None, 0))`` over the configs of
-                      ``purejaxppo.scale.population.runs``. Two more rows of ours: ``ours_runkeys``, the
+                      ``purejaxppo.parallel.runs_axis.runs``. Two more rows of ours: ``ours_runkeys``, the
                       same key given once per run (``[8]`` keys, as ``train --sweep`` lays its runs out:
                       the same numbers, but every random draw is batched 8 ways), and with
                       ``--host-devices N`` (N > 1) ``ours_cli``: those runs sharded over N forced host
@@ -267,8 +267,8 @@ def main(argv=None):
     import _rejax_shims
     from _common import compile_timed, hardware, interleaved_rounds
     from purejaxppo import make_ppo
-    from purejaxppo.scale.parallel import shard_runs
-    from purejaxppo.scale.population import runs
+    from purejaxppo.parallel.sharding import shard_runs
+    from purejaxppo.parallel.runs_axis import runs
     from vs_purejaxrl import warm_up
 
     ver = getattr(rejax, "__version__", None)

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.scale.population import make_population, member, results_table, runs
+from purejaxppo.parallel.runs_axis import make_population, member, results_table, runs
 from purejaxppo.run.run_folder import final_returns
 
 

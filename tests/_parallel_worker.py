@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from purejaxppo import PPOConfig, make_ppo
-from purejaxppo.scale.parallel import shard_runs, split_envs, stack_configs
+from purejaxppo.parallel.sharding import shard_runs, split_envs, stack_configs
 
 
 def max_rel_diff(a, b) -> float:
@@ -82,7 +82,7 @@ def check_runs():
 
 def check_pbt():
     """PBT members on 2 devices (exploit over an all_gather) vs the one-device program."""
-    from purejaxppo.scale.pbt import parse_search, search_space
+    from purejaxppo.algorithms.pbt import parse_search, search_space
     from purejaxppo.programs.pbt_program import PBTProgram, PBTSettings
     from purejaxppo.programs.pbt_run import initial_members
     from purejaxppo.run.run_folder import run_inputs

@@ -18,7 +18,7 @@ from purejaxppo.run.checkpoint import (
     restore_checkpoint,
     save_checkpoint,
 )
-from purejaxppo.scale.population import seed_keys
+from purejaxppo.parallel.runs_axis import seed_keys
 
 
 class Inner(NamedTuple):

@@ -29,7 +29,7 @@ from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.run.checkpoint import list_checkpoints, restore_checkpoint
 from purejaxppo.run.guards import NonFiniteError, TrainingInterrupted
 from purejaxppo.programs.runs import resume_run, train_chunked
-from purejaxppo.scale.population import seed_keys
+from purejaxppo.parallel.runs_axis import seed_keys
 from purejaxppo.programs.program import Program
 from purejaxppo.run.run_folder import read_metrics, run_inputs
 from purejaxppo.run.sinks import WandbLogger
@@ -353,11 +353,11 @@ def test_sweep_non_finite_member_stops_the_sweep_naming_it(program, tmp_path):
 
 
 def test_program_split_envs_builds_one_env_split_agent_and_refuses_unknown_split(monkeypatch):
-    import purejaxppo.scale.parallel as parallel
+    import purejaxppo.parallel.sharding as sharding
     from purejaxppo.config import ConfigError
 
     built = []
-    monkeypatch.setattr(parallel, "split_envs", lambda config, n, **kw: built.append(n) or make_ppo(config))
+    monkeypatch.setattr(sharding, "split_envs", lambda config, n, **kw: built.append(n) or make_ppo(config))
     prog = Program(CFG, num_devices=2, split="envs")  # builds functions only: nothing compiles yet
     assert built == [2] and prog.shard == 1 and prog.num_devices == 2  # runs vmapped on top, not sharded
     assert Program(CFG, num_devices=2).shard == 2 and built == [2]

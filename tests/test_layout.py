@@ -9,7 +9,7 @@ PKG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 # Bottom to top: a folder may import only from folders before it (``lm`` sits on the stages
 # and is imported by none of the control layers below the programs: a token-level run kind
 # and its command are built on it).
-LAYERS = ["config", "envs", "stages", "agents", "step", "scale", "run", "programs", "cli"]
+LAYERS = ["config", "envs", "stages", "agents", "step", "parallel", "algorithms", "run", "programs", "cli"]
 ALLOWED = {name: set(LAYERS[:i]) for i, name in enumerate(LAYERS)}
 ALLOWED["lm"] = {"config", "stages"}
 ALLOWED["programs"] |= {"lm"}  # a token-level run kind is built on lm

@@ -172,7 +172,7 @@ def test_refused_by_the_api(case):
 
 
 def _split_envs(cfg, devices):
-    from purejaxppo.scale.parallel import split_envs
+    from purejaxppo.parallel.sharding import split_envs
 
     return split_envs(cfg, devices)
 

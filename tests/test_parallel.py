@@ -39,7 +39,7 @@ def test_clear_errors():
 def test_stack_configs_rejects_structural_differences():
     from purejaxppo import PPOConfig
     from purejaxppo.config import ConfigError
-    from purejaxppo.scale.parallel import stack_configs
+    from purejaxppo.parallel.sharding import stack_configs
 
     stacked = stack_configs([PPOConfig(lr=1e-3), PPOConfig(lr=2e-3)])
     assert stacked.lr.shape == (2,) and float(stacked.lr[1]) == pytest.approx(2e-3)

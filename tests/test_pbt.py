@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from purejaxppo import ConfigError, PPOConfig
-from purejaxppo.scale.pbt import SearchSpace, exploit_explore, explore, parse_search, rank, search_space
+from purejaxppo.algorithms.pbt import SearchSpace, exploit_explore, explore, parse_search, rank, search_space
 
 SPACE = SearchSpace(("lr", "ent_coef"), (1e-5, 0.0), (1e-2, 0.05), (True, False))
 

@@ -17,7 +17,7 @@ from purejaxppo.programs import kinds
 from purejaxppo.programs.pbt_run import train_pbt
 from purejaxppo.programs.runs import train_chunked
 from purejaxppo.run.run_folder import load_run
-from purejaxppo.scale.pbt import SearchSpace, exploit_explore, parse_search, search_space
+from purejaxppo.algorithms.pbt import SearchSpace, exploit_explore, parse_search, search_space
 
 CFG = PPOConfig(
     env_name="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 8, update_epochs=1, num_minibatches=1

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from purejaxppo import ConfigError, PPOConfig, make_ppo
-from purejaxppo.scale.population import make_population, member, parse_sweep, results_table, runs
+from purejaxppo.parallel.runs_axis import make_population, member, parse_sweep, results_table, runs
 
 SMALL = PPOConfig(num_envs=4, num_steps=32, total_timesteps=4 * 32 * 4, update_epochs=2, num_minibatches=2)
 

@@ -23,7 +23,7 @@ from purejaxppo.lm.config import TokenPPOConfig
 from purejaxppo.programs.pbt_program import PBTSettings
 from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.run.record import RunRecord
-from purejaxppo.scale.pbt import parse_search, search_space
+from purejaxppo.algorithms.pbt import parse_search, search_space
 
 CFG = PPOConfig(
     env_name="CartPole-v1", num_envs=4, num_steps=32, total_timesteps=4 * 32 * 4, update_epochs=1, num_minibatches=2

@@ -13,7 +13,7 @@ import pytest
 from purejaxppo import PPOConfig, make_ppo
 from purejaxppo.run.checkpoint import CheckpointError, save_checkpoint
 from purejaxppo.cli import main
-from purejaxppo.scale.population import seed_keys
+from purejaxppo.parallel.runs_axis import seed_keys
 from purejaxppo.run.warm_start import apply, describe
 
 CFG = PPOConfig(

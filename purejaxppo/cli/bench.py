@@ -56,7 +56,7 @@ def _train_figures(args, cfg, ppo, keys) -> dict:
     import jax
     import numpy as np
 
-    from purejaxppo.scale.parallel import shard_runs
+    from purejaxppo.parallel.sharding import shard_runs
 
     if args.devices > 1:
         train = shard_runs(ppo.train, num_devices=args.devices)

@@ -131,7 +131,7 @@ def cmd_train_pbt(
 
 
 def pbt_settings(args, config):
-    from purejaxppo.scale.pbt import parse_search, search_space
+    from purejaxppo.algorithms.pbt import parse_search, search_space
     from purejaxppo.programs.pbt_program import PBTSettings
 
     space = search_space(config, parse_search(args.search))

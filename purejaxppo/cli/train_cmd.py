@@ -28,7 +28,7 @@ def cmd_train(args) -> int:
     from purejaxppo.agents.registry import validate_config as validate  # the config's checks, then its agent's
     from purejaxppo.envs.registry import check_env_name
     from purejaxppo.run.outputs import check_run_dir
-    from purejaxppo.scale.population import parse_sweep
+    from purejaxppo.parallel.runs_axis import parse_sweep
     from purejaxppo.run.progress import progress_bar
 
     group = join(args)  # several processes: before anything starts JAX
@@ -73,7 +73,7 @@ def cmd_train(args) -> int:
     from purejaxppo.programs.runs import train_chunked
     from purejaxppo.programs.run_kind import report_runs
     from purejaxppo.run.record import CHECKPOINT_EVERY, CHUNK_UPDATES
-    from purejaxppo.scale.population import make_population
+    from purejaxppo.parallel.runs_axis import make_population
     from purejaxppo.programs.program import Program
 
     members = make_population(config, grid, num_seeds=seeds).members if grid else None

@@ -37,7 +37,7 @@ import numpy as np
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.step.evaluate import find_obs_stats, make_episodes
 from purejaxppo.run.compile_once import CompileOnce, signature
-from purejaxppo.scale.parallel import shard_runs
+from purejaxppo.parallel.sharding import shard_runs
 
 EVAL_SALT = 0xE7A1  # folded into each run's seed key: its evaluation keys, apart from its training keys
 COLUMNS = ("eval_return", "eval_episodes")

@@ -1,4 +1,4 @@
-"""The PBT program: the training step and :func:`~purejaxppo.scale.pbt.exploit_explore`, one ``jit``.
+"""The PBT program: the training step and :func:`~purejaxppo.algorithms.pbt.exploit_explore`, one ``jit``.
 
 A chunk of ``n`` updates is one ``lax.scan``; each iteration is the training step of every
 member (``vmap`` over the runs axis, members' searched hyperparameters applied as traced
@@ -8,7 +8,7 @@ exploit/explore stage. The exploit point depends only on the update counter, so 
 checkpoints and resumes do not change the numbers. One compile covers the whole run.
 
 On several devices the members are split over a 1-D mesh (``shard_map``, as
-``parallel.shard_runs``); the exploit ``all_gather``s the population, every device computes
+``sharding.shard_runs``); the exploit ``all_gather``s the population, every device computes
 the same decisions from the same key, and keeps its own slice. :class:`PBTProgram` has the
 the run protocol (:class:`~purejaxppo.run.protocol.RunProgram`), so the chunk loop drives it
 (checkpoints, resume, progress, sinks); its folders are the ``pbt`` kind's
@@ -31,7 +31,7 @@ from purejaxppo.programs.program import NAN_HINT
 from purejaxppo.run import processes
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
-from purejaxppo.scale.pbt import SearchSpace, exploit_explore, window_score
+from purejaxppo.algorithms.pbt import SearchSpace, exploit_explore, window_score
 from purejaxppo.stages import device_rows
 from purejaxppo.step.train import PPO, RunnerState, env_steps_after, make_ppo, strong_types
 
@@ -270,7 +270,7 @@ class PBTProgram:
 def exploit_populations(
     key, runners, hparams, scores, finite, space, num_seeds: int, quantile: float, resample_prob: float
 ):
-    """:func:`~purejaxppo.scale.pbt.exploit_explore` in each of ``S = num_seeds`` independent
+    """:func:`~purejaxppo.algorithms.pbt.exploit_explore` in each of ``S = num_seeds`` independent
     populations at once: ``[R = N*S, ...]`` arrays, run ``m*S + s`` being member ``m`` of
     population ``s``; population ``s`` draws with ``fold_in(key, s)`` and its losers copy only its
     own winners. Returns ``(runners, hparams, parents [R])``, ``parents`` as member indices."""

@@ -24,7 +24,7 @@ from purejaxppo.run.checkpoint import CheckpointError, restore_checkpoint
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.run.lineage import LINEAGE, LineageSink, ancestry, exploit_count, read_lineage
 from purejaxppo.programs.runs import RunResult, continue_chunked, train_chunked
-from purejaxppo.scale.pbt import SearchSpace, sample_members
+from purejaxppo.algorithms.pbt import SearchSpace, sample_members
 from purejaxppo.programs.pbt_program import PBT_SALT, PBTProgram, PBTSettings  # noqa: F401
 
 

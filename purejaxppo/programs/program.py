@@ -1,9 +1,9 @@
 """The compiled functions of one training setup over the runs axis ``R``.
 
 :class:`Program` holds the per-run ``init`` and ``n``-update chunk (``lax.scan`` of the step)
-of one PPO, vmapped over runs and sharded over devices by ``parallel.shard_runs``
+of one PPO, vmapped over runs and sharded over devices by ``sharding.shard_runs``
 (``split="seeds"``), or with every run's envs split over devices (``split="envs"``,
-``parallel.split_envs``; runs vmapped on top). A config is either bound into the functions
+``sharding.split_envs``; runs vmapped on top). A config is either bound into the functions
 (one config, broadcast to every run) or passed stacked to ``[R]`` (a sweep).
 With ``executables=FOLDER`` (the CLI's compile cache) the compiled ``init`` and chunks are
 kept whole on disk (:mod:`purejaxppo.run.executable_cache`), so a repeated run skips tracing.
@@ -16,7 +16,7 @@ from typing import Optional
 from purejaxppo.run import executable_cache
 from purejaxppo.run.compile_once import CompileOnce, signature
 from purejaxppo.run.guards import first_non_finite, tree_finite
-from purejaxppo.scale import parallel
+from purejaxppo.parallel import sharding
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.step.train import PPO, env_steps_after, make_ppo
 
@@ -38,7 +38,7 @@ class Program:
     (same config and devices) and each chunk length compiles once.
 
     ``split="seeds"``: runs sharded over ``num_devices``; ``split="envs"``: every run's envs
-    split over ``num_devices`` (``parallel.split_envs``), runs vmapped on top."""
+    split over ``num_devices`` (``sharding.split_envs``), runs vmapped on top."""
 
     def __init__(
         self,
@@ -58,7 +58,7 @@ class Program:
             else None
         )
         if ppo is None:
-            ppo = parallel.split_envs(config, num_devices) if split == "envs" else make_ppo(config)
+            ppo = sharding.split_envs(config, num_devices) if split == "envs" else make_ppo(config)
         self.config, self.ppo, self.num_devices, self.split = config, ppo, num_devices, split
         self.shard = num_devices if split == "seeds" else 1
         self.settings = None
@@ -80,7 +80,7 @@ class Program:
                     out = ppo.run(r, c, n)
                     return out, tree_finite(out[0].train)  # extra output: does not change the numbers
 
-            self._fns[n, stacked] = parallel.shard_runs(one, self.shard)
+            self._fns[n, stacked] = sharding.shard_runs(one, self.shard)
         return self._fns[n, stacked]
 
     def place(self, *args):

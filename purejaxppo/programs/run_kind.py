@@ -62,7 +62,7 @@ def report_runs(res, run_dir: str) -> None:
     """The closing lines of a run or sweep: final returns (a sweep's table, also to results.md), speed."""
     import numpy as np
 
-    from purejaxppo.scale.population import results_table
+    from purejaxppo.parallel.runs_axis import results_table
 
     fr = res.final_return
     if res.members is not None:

@@ -1,7 +1,7 @@
 """Several processes, one run: JAX's multi-controller runtime (``jax.distributed``).
 
 One process per host (or several on one machine, for trying it), every process running the
-same program on a global device mesh: the meshes of :mod:`purejaxppo.scale.parallel` span
+same program on a global device mesh: the meshes of :mod:`purejaxppo.parallel.sharding` span
 ``jax.devices()``, which after :func:`initialize` lists every process's devices. Every
 process builds the same keys from the seed, so nothing is sent that each can compute.
 

@@ -18,7 +18,7 @@ Which kind a folder holds, and so which command continues it, is the registry's
 the newest checkpoint that ``metrics.csv`` fully covers (:func:`read_latest`).
 
 Runs: ``R = M * S`` (members x seeds); run ``m*S + s`` is member ``m`` with seed key ``s``
-(see :func:`purejaxppo.scale.population.runs`). A single-config run is ``M = 1``.
+(see :func:`purejaxppo.parallel.runs_axis.runs`). A single-config run is ``M = 1``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.run import kinds
 from purejaxppo.run.record import CONFIG, RunRecord, load_record, read_json, read_raw, record_of  # noqa: F401
 from purejaxppo.run.metrics_file import complete_updates, lead_columns, load_rows, read_metrics, truncate_metrics  # noqa: F401
-from purejaxppo.scale.population import runs, seed_keys
+from purejaxppo.parallel.runs_axis import runs, seed_keys
 
 METRICS, CHECKPOINTS, SUMMARY, RESULTS = "metrics.csv", "checkpoints", "summary.json", "results.md"
 

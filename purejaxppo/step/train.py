@@ -108,7 +108,7 @@ def make_ppo(
     ``loss_fn(agent, params, mb, cfg) -> (loss, metrics)`` is a mean over the minibatch
     ``mb`` (:class:`~purejaxppo.stages.rollout.Batch` in the agent's unit layout). ``axis_name``
     and ``num_devices`` build the per-device program of data-parallel PPO; use
-    :func:`purejaxppo.scale.parallel.split_envs`, which wraps it in ``shard_map``.
+    :func:`purejaxppo.parallel.sharding.split_envs`, which wraps it in ``shard_map``.
 
     An agent given as ``agent=`` trains, but a run folder records only ``config.network``:
     to evaluate, resume or warm-start from it, register the agent under a name

@@ -95,8 +95,8 @@ def runs(base: PPOConfig, members: Sequence[dict], num_seeds: int = 1, seed: int
     Run ``m*S + s`` is member ``m`` with seed key ``s``; every member sees the SAME ``S``
     seed keys (:func:`seed_keys`: common random numbers make members comparable, and
     member ``m`` seed ``s`` equals seed ``s`` of a plain ``--seeds S`` run of its config).
-    ``configs`` has numeric leaves stacked to ``[R]`` (:func:`~purejaxppo.scale.parallel.stack_configs`)."""
-    from purejaxppo.scale.parallel import stack_configs
+    ``configs`` has numeric leaves stacked to ``[R]`` (:func:`~purejaxppo.parallel.sharding.stack_configs`)."""
+    from purejaxppo.parallel.sharding import stack_configs
 
     members = list(members)
     if not members:
