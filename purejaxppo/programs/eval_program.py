@@ -5,8 +5,8 @@ like the training chunks): every run plays ``K`` episodes on its own env copies 
 mode action (:func:`purejaxppo.step.evaluate.make_episodes`, the ``eval`` command's code: raw env
 returns; with observation normalisation the policy sees the run's running statistics as
 they are at that update, frozen). The chunk loop (:func:`purejaxppo.run.loop.run_chunks`)
-ends a chunk at every multiple of ``N`` (:meth:`EvalProgram.updates_to_next`) and calls it
-on the state there; the results become the ``eval_return`` / ``eval_episodes`` columns of
+ends a chunk at every multiple of ``N`` (:mod:`purejaxppo.run.periodic_eval`) and calls it on
+the state there; the results become the ``eval_return`` / ``eval_episodes`` columns of
 that update's ``metrics.csv`` rows (NaN at the other updates).
 
 Why a separate program at chunk boundaries rather than a ``lax.cond`` inside the chunk:
@@ -28,7 +28,6 @@ share each seed's evaluation keys (common random numbers, as for their training 
 
 from __future__ import annotations
 
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +35,8 @@ import numpy as np
 
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.step.evaluate import find_obs_stats, make_episodes
-from purejaxppo.run.compile_once import CompileOnce, signature
+from purejaxppo.run.compile_once import signature
+from purejaxppo.run.periodic_eval import PeriodicEvaluator
 from purejaxppo.parallel.sharding import shard_runs
 
 EVAL_SALT = 0xE7A1  # folded into each run's seed key: its evaluation keys, apart from its training keys
@@ -73,14 +73,15 @@ def episode_summary(returns: jax.Array) -> dict:
     }
 
 
-class EvalProgram:
+class EvalProgram(PeriodicEvaluator):
     """Greedy evaluation of every run, ``episodes`` episodes each, after every ``every``
     updates. ``agent`` is the training agent (``ppo.agent``); ``num_devices`` shards the runs
     as the training program does (``Program.shard``)."""
 
     def __init__(self, config: PPOConfig, agent, every: int, episodes: int, num_devices: int = 1):
         check_eval(every, episodes, config.num_updates)
-        self.config, self.every, self.episodes = config, every, episodes
+        super().__init__(every, COLUMNS)
+        self.config, self.episodes = config, episodes
         play = make_episodes(config, agent, episodes, deterministic=True)
 
         def one(seed_key, update, params, obs_stats):
@@ -88,14 +89,6 @@ class EvalProgram:
             return episode_summary(returns)
 
         self._fn = shard_runs(one, num_devices)
-        self._once = CompileOnce()
-
-    def updates_to_next(self, done: int) -> int:
-        """Updates from ``done`` to the next evaluation (a chunk must stop there)."""
-        return self.every - done % self.every
-
-    def due(self, done: int) -> bool:
-        return done > 0 and done % self.every == 0
 
     def _args(self, seed_keys, done: int, runner):
         stats = find_obs_stats(runner.env_state) if self.config.normalize_obs else None
@@ -111,12 +104,3 @@ class EvalProgram:
         """Evaluate ``runner [R, ...]`` (the state after ``done`` updates; ``seed_keys [R]``
         the runs' seed keys) -> ``{"eval_return": [R], "eval_episodes": [R]}`` (NumPy)."""
         return {k: np.asarray(v) for k, v in jax.device_get(self._fn(*self._args(seed_keys, done, runner))).items()}
-
-    @staticmethod
-    def columns(result: Optional[dict], runs: int, n: int) -> dict:
-        """A chunk's ``{name: [R, n]}`` columns: NaN, but ``result`` in the last update's column."""
-        out = {k: np.full((runs, n), np.nan, np.float32) for k in COLUMNS}
-        if result is not None:
-            for k in COLUMNS:
-                out[k][:, -1] = result[k]
-        return out

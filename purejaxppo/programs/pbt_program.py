@@ -29,8 +29,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.programs.program import NAN_HINT
 from purejaxppo.run import processes
-from purejaxppo.run.compile_once import CompileOnce, signature
-from purejaxppo.run.guards import first_non_finite, tree_finite
+from purejaxppo.run.chunked_program import ChunkedProgram
+from purejaxppo.run.guards import tree_finite
 from purejaxppo.algorithms.pbt import SearchSpace, exploit_explore, window_score
 from purejaxppo.stages import device_rows
 from purejaxppo.step.train import PPO, RunnerState, env_steps_after, make_ppo, strong_types
@@ -82,12 +82,13 @@ class PBTSettings:
         return cls(**dict(d, space=SearchSpace.from_dict(d["space"])))
 
 
-class PBTProgram:
+class PBTProgram(ChunkedProgram):
     """Compiled PBT over ``N`` members (``keys [N]``, ``configs [N]`` stacked, their searched
     fields the initial hyperparameters). Interface of :class:`~purejaxppo.programs.program.Program`;
     ``traces`` counts how often the chunk was traced (one per chunk length)."""
 
     split = "seeds"
+    nan_by_design = ("pbt_score",)  # NaN between exploits
 
     def __init__(
         self,
@@ -108,7 +109,7 @@ class PBTProgram:
         self.nan_hint = NAN_HINT
         self.traces = 0
         self._init = jax.jit(self.init_state)
-        self._fns, self._once = {}, CompileOnce()
+        super().__init__()
 
     def kind_for(self, members) -> str:
         return "pbt"
@@ -223,39 +224,28 @@ class PBTProgram:
 
         return chunk
 
-    def _fn(self, n: int):
-        if n not in self._fns:
-            if self.mesh is None:
-                self._fns[n] = jax.jit(self._local_chunk(n, False))
-            else:
-                spec = P(self.axis)
-                self._fns[n] = jax.jit(
-                    jax.shard_map(
-                        self._local_chunk(n, True),
-                        mesh=self.mesh,
-                        in_specs=(spec, spec),
-                        out_specs=((spec, spec), spec),
-                        check_vma=False,
-                    )
-                )
-        return self._fns[n]
-
-    def compile(self, n: int, state, configs=None) -> float:
-        return self._once((n, signature((state, configs))), lambda: self._fn(n).lower(state, configs).compile())
-
-    def chunk(self, n: int, state, configs=None):
-        """``n`` updates of every member (with the exploits that fall in them) ->
-        ``((state, metrics {name: [N, n]}), finite [N])``."""
-        return self._fn(n)(state, configs)
+    def build_chunk(self, n: int):
+        """``n`` updates of every member (with the exploits that fall in them): ``(state, configs)``
+        -> ``((state, metrics {name: [N, n]}), finite [N])``."""
+        if self.mesh is None:
+            return jax.jit(self._local_chunk(n, False))
+        spec = P(self.axis)
+        return jax.jit(
+            jax.shard_map(
+                self._local_chunk(n, True),
+                mesh=self.mesh,
+                in_specs=(spec, spec),
+                out_specs=((spec, spec), spec),
+                check_vma=False,
+            )
+        )
 
     def check_finite(self, metrics: dict, finite, first_update: int, describe):
         """The loop's NaN stop. With exploitation a non-finite member is replaced at the next
         exploit (the lineage records it), so only a population with no finite member stops."""
-        finite = np.asarray(finite)
-        if self.settings.interval > 0 and finite.any():
+        if self.settings.interval > 0 and np.asarray(finite).any():
             return None
-        metrics = {k: v for k, v in metrics.items() if k != "pbt_score"}  # NaN by design between exploits
-        return first_non_finite(metrics, finite, first_update, describe)
+        return super().check_finite(metrics, finite, first_update, describe)
 
     def counters(self, first_update: int, n: int) -> dict:
         return {"env_steps": env_steps_after(first_update, n, self.config.batch_size)}

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Optional
 
 from purejaxppo.run import executable_cache
-from purejaxppo.run.compile_once import CompileOnce, signature
-from purejaxppo.run.guards import first_non_finite, tree_finite
+from purejaxppo.run.chunked_program import ChunkedProgram
+from purejaxppo.run.compile_once import signature
+from purejaxppo.run.guards import tree_finite
 from purejaxppo.parallel import sharding
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.step.train import PPO, env_steps_after, make_ppo
@@ -31,14 +32,16 @@ def kind_name(members) -> str:
     return "sweep" if members else "run"
 
 
-class Program:
+class Program(ChunkedProgram):
     """The jitted per-run functions of one setup over the runs axis: the
     :class:`~purejaxppo.run.protocol.RunProgram` of plain runs and sweeps. It owns their
     compile cache: pass the same Program to several ``train_chunked``/``resume_run`` calls
     (same config and devices) and each chunk length compiles once.
 
     ``split="seeds"``: runs sharded over ``num_devices``; ``split="envs"``: every run's envs
-    split over ``num_devices`` (``sharding.split_envs``), runs vmapped on top."""
+    split over ``num_devices`` (``sharding.split_envs``), runs vmapped on top. Its own
+    ``compile``/``chunk`` (functions keyed by stacked configs too, and the executable cache);
+    the NaN stop and the training state are :class:`ChunkedProgram`'s."""
 
     def __init__(
         self,
@@ -64,7 +67,8 @@ class Program:
         self.settings = None
         self.headline = ("episode_return", "return")
         self.nan_hint = NAN_HINT
-        self._fns, self._once, self._loaded = {}, CompileOnce(), {}
+        super().__init__()
+        self._fns, self._loaded = {}, {}
 
     def kind_for(self, members) -> str:
         return kind_name(members)
@@ -97,7 +101,7 @@ class Program:
 
     def compile(self, n: int, runner, configs=None) -> float:
         """Compile the ``n``-update chunk for these inputs (once); returns the seconds it took."""
-        args = (runner,) if configs is None else (runner, configs)
+        args = self.chunk_args(runner, configs)
         sig = (n, signature(args))  # weak types and committed-ness compile separately too
         fn = self._fn(n, configs is not None)
 
@@ -111,7 +115,7 @@ class Program:
 
     def chunk(self, n: int, runner, configs=None):
         """``n`` updates of every run -> ``((runner, metrics {name: [R, n]}), finite [R])``."""
-        args = (runner,) if configs is None else (runner, configs)
+        args = self.chunk_args(runner, configs)
         fn = self._fn(n, configs is not None)
         if self._loaded:
             compiled = self._loaded.get((n, signature(args)))
@@ -119,15 +123,5 @@ class Program:
                 return compiled(*fn.place(*args))
         return fn(*args)
 
-    def check_finite(self, metrics: dict, finite, first_update: int, describe):
-        """The NaN stop: the first non-finite loss, diagnostic or parameter, in words."""
-        return first_non_finite(metrics, finite, first_update, describe)
-
     def counters(self, first_update: int, n: int) -> dict:
         return {"env_steps": env_steps_after(first_update, n, self.config.batch_size)}
-
-    def training_state(self, state):
-        return state
-
-    def with_training_state(self, state, runner):
-        return runner

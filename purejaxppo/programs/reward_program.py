@@ -21,8 +21,8 @@ import numpy as np
 from purejaxppo.config import ConfigError
 from purejaxppo.lm.reward_loss import PairBatch, pair_loss, reward_optimizer, reward_step
 from purejaxppo.lm.reward_model import make_reward_fn
-from purejaxppo.run.compile_once import CompileOnce, signature
-from purejaxppo.run.guards import first_non_finite, tree_finite
+from purejaxppo.run.chunked_program import ChunkedProgram
+from purejaxppo.run.guards import tree_finite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +117,7 @@ def _epoch(step, fn, cfg: RewardConfig, state: RewardState, train: PairBatch, he
     return RewardState(params, opt_state, key), metrics
 
 
-class RewardProgram:
+class RewardProgram(ChunkedProgram):
     """The compiled ``init`` and ``n``-epoch chunks of reward-model training over ``R`` seeds.
     ``lm`` / ``params``: the model every run starts from (its value head is the scalar head);
     ``train`` / ``held``: :class:`PairBatch` arrays."""
@@ -136,45 +136,24 @@ class RewardProgram:
         )
         self._step, self._fn = reward_step(fn, opt), fn
         self._init = jax.jit(jax.vmap(lambda k, p: RewardState(p, opt.init(p), k), in_axes=(0, None)))
-        self._chunks, self._once = {}, CompileOnce()
+        super().__init__()
 
     def kind_for(self, members) -> str:
         return "reward-model"
 
-    def counters(self, first_update: int, n: int) -> dict:
-        return {}
-
-    def place(self, *inputs):
-        return inputs
-
     def init(self, keys, configs=None):
         return self._init(keys, self.params)
 
-    def _chunk(self, n: int):
-        if n not in self._chunks:
+    def build_chunk(self, n: int):
+        def one(state, train, held):
+            epoch = lambda s, _: _epoch(self._step, self._fn, self.config, s, train, held)  # noqa: E731
+            state, metrics = jax.lax.scan(epoch, state, None, length=n)
+            return (state, metrics), tree_finite(state.params)
 
-            def one(state, train, held):
-                epoch = lambda s, _: _epoch(self._step, self._fn, self.config, s, train, held)  # noqa: E731
-                state, metrics = jax.lax.scan(epoch, state, None, length=n)
-                return (state, metrics), tree_finite(state.params)
+        return jax.jit(jax.vmap(one, in_axes=(0, None, None)))
 
-            self._chunks[n] = jax.jit(jax.vmap(one, in_axes=(0, None, None)))
-        return self._chunks[n]
-
-    def compile(self, n: int, state, configs=None) -> float:
-        return self._once((n, signature(state)), lambda: self._chunk(n).lower(state, self.train, self.held).compile())
-
-    def chunk(self, n: int, state, configs=None):
-        return self._chunk(n)(state, self.train, self.held)
-
-    def check_finite(self, metrics, finite, first_update, describe):
-        return first_non_finite(metrics, finite, first_update, describe)
-
-    def training_state(self, state):
-        return state
-
-    def with_training_state(self, state, runner):
-        return runner
+    def chunk_args(self, state, configs) -> tuple:
+        return state, self.train, self.held  # the pairs: arguments, not constants of the program
 
 
 def first_run_params(state: RewardState):

@@ -18,15 +18,17 @@ import numpy as np
 
 from purejaxppo.lm.sampling import sample_response
 from purejaxppo.lm.token_ppo import policy_params
-from purejaxppo.run.compile_once import CompileOnce, signature
+from purejaxppo.run.compile_once import signature
+from purejaxppo.run.periodic_eval import PeriodicEvaluator
 
 EVAL_KEY = 0x5EED  # the evaluation prompts' key: the same prompts at every evaluation and every run
 SHOWN = 4  # sample generations written per evaluation
 
 
-class RLHFEvaluator:
+class RLHFEvaluator(PeriodicEvaluator):
     def __init__(self, task, lm, every: int, batch: int, samples_path: Optional[str] = None):
-        self.task, self.every, self.batch, self.samples_path = task, every, batch, samples_path
+        super().__init__(every)  # the columns: the task's statistics, known at compile
+        self.task, self.batch, self.samples_path = task, batch, samples_path
         fixed = getattr(task, "evaluation_prompts", None)  # a text task's own evaluation prompts
         prompt, valid = fixed(batch) if fixed else task.prompts(jax.random.PRNGKey(EVAL_KEY), batch)
 
@@ -49,17 +51,11 @@ class RLHFEvaluator:
             shown = (prompt[:SHOWN], valid[:SHOWN], jnp.where(mask, response, task.pad_id)[:SHOWN])
             return {f"eval_{k}": v for k, v in stats.items()}, shown
 
-        self._fn, self._once, self.names = jax.jit(jax.vmap(one)), CompileOnce(), None
-
-    def updates_to_next(self, done: int) -> int:
-        return self.every - done % self.every
-
-    def due(self, done: int) -> bool:
-        return done > 0 and done % self.every == 0
+        self._fn = jax.jit(jax.vmap(one))
 
     def compile(self, keys, runner) -> float:
         params = policy_params(runner)
-        self.names = sorted(jax.eval_shape(self._fn, params)[0])  # the columns, before any evaluation ran
+        self.names = tuple(sorted(jax.eval_shape(self._fn, params)[0]))  # the columns, before any evaluation ran
         return self._once(signature(params), lambda: self._fn.lower(params).compile())
 
     def evaluate(self, params) -> tuple:
@@ -87,10 +83,3 @@ class RLHFEvaluator:
             return f"{self.task.decode(prompt)}  ->  {self.task.decode(response)}"
         text = lambda s: json.dumps(s, ensure_ascii=False)  # noqa: E731
         return f"prompt: {text(self.task.decode_prompt(prompt, valid))}\nresponse: {text(self.task.decode(response))}"
-
-    def columns(self, result: Optional[dict], runs: int, n: int) -> dict:
-        out = {k: np.full((runs, n), np.nan, np.float32) for k in self.names}
-        if result is not None:
-            for k in self.names:
-                out[k][:, -1] = result[k]
-        return out

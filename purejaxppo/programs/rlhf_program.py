@@ -27,8 +27,8 @@ from purejaxppo.lm.text_reward import TextReward
 from purejaxppo.lm.text_task import BoundReward
 from purejaxppo.lm.token_ppo import make_token_ppo
 from purejaxppo.run import processes
-from purejaxppo.run.compile_once import CompileOnce, signature
-from purejaxppo.run.guards import first_non_finite, tree_finite
+from purejaxppo.run.chunked_program import ChunkedProgram
+from purejaxppo.run.guards import tree_finite
 
 RUNS_AXIS = "runs"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -182,13 +182,15 @@ def on_every_process(tree, num_devices: int):
     return jax.tree.map(one, tree)
 
 
-class RLHFProgram:
+class RLHFProgram(ChunkedProgram):
     """The compiled ``init`` and ``n``-iteration chunks of token-level PPO over ``R`` seeds.
 
     ``sft_params``: the model every run starts from and is scored against (policy, critic and
     reference); on a resume the checkpoint replaces them, so a template of the right shapes
     will do (:meth:`template`). ``num_devices > 1`` splits each iteration's prompts over devices
     (:func:`purejaxppo.lm.data_parallel.data_parallel`)."""
+
+    nan_by_design = ("eval_",)  # evaluation columns: NaN at the iterations without an evaluation
 
     def __init__(self, config: TokenPPOConfig, settings: RLHFSettings, lm, sft_params, *, num_devices: int = 1):
         task = settings.make_task()
@@ -222,7 +224,7 @@ class RLHFProgram:
             runs_axis=RUNS_AXIS,
         )
         self.tp = data_parallel(build, num_devices)
-        self._chunks, self._once = {}, CompileOnce()
+        super().__init__()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)
         self._init = jax.jit(jax.vmap(lambda k, p, c, r: self.tp.init(k, p, p, c, r), in_axes=(0, None, None, None)))
 
@@ -235,55 +237,34 @@ class RLHFProgram:
         lm, params = settings.model(jax.random.PRNGKey(0))
         return lm, jax.tree.map(jnp.zeros_like, params)
 
-    def place(self, *inputs):
-        return inputs
-
     def init(self, keys, configs=None):
         state = self._init(keys, self.sft_params, self.critic_params, self.reward_params)
         return on_every_process(state, self.num_devices) if processes.current().many else state
 
-    def _chunk(self, n: int):
-        if n not in self._chunks:
+    def build_chunk(self, n: int):
+        def one(state):
+            state, metrics = self.tp.run(state, n)
+            return (state, metrics), tree_finite(state.train)
 
-            def one(state):
-                state, metrics = self.tp.run(state, n)
-                return (state, metrics), tree_finite(state.train)
-
-            self._chunks[n] = jax.jit(jax.vmap(one, axis_name=RUNS_AXIS))
-        return self._chunks[n]
-
-    def compile(self, n: int, state, configs=None) -> float:
-        return self._once((n, signature(state)), lambda: self._chunk(n).lower(state).compile())
+        return jax.jit(jax.vmap(one, axis_name=RUNS_AXIS))
 
     def chunk(self, n: int, state, configs=None):
         if self.text_reward is None:
-            return self._chunk(n)(state)
+            return super().chunk(n, state, configs)
         before = self.text_reward.seconds
         # waits for the chunk (its host calls done) before the loop dispatches the next: the time is
         # this chunk's, and the overlap lost is small next to the reward's own host time
-        (state, metrics), finite = jax.block_until_ready(self._chunk(n)(state))
+        (state, metrics), finite = jax.block_until_ready(super().chunk(n, state, configs))
         runs = jax.tree.leaves(metrics)[0].shape[0]
         # the chunk's host time spread evenly over its iterations (one call per iteration, every seed at once)
         metrics = {**metrics, "reward_fn_s": np.full((runs, n), (self.text_reward.seconds - before) / n, np.float32)}
         return (state, metrics), finite
 
     def check_finite(self, metrics, finite, first_update, describe):
-        # evaluation columns are NaN by design at the iterations without an evaluation
-        problem = first_non_finite(
-            {k: v for k, v in metrics.items() if not k.startswith("eval_")}, finite, first_update, describe
-        )
+        problem = super().check_finite(metrics, finite, first_update, describe)
         # a failed text reward gives NaN scores from its iteration on: name it at the chunk that holds
         # them (the loop may already have run the next chunk, whose failure must not stop this one)
         if problem is not None and self.text_reward is not None and self.text_reward.error:
             self.nan_hint = "Fix the function, then continue the run with python -m purejaxppo rlhf --resume RUN_DIR"
             return self.text_reward.error
         return problem
-
-    def counters(self, first_update: int, n: int) -> dict:
-        return {}  # an iteration's count (prompts) is the progress bar's, not a metric
-
-    def training_state(self, state):
-        return state
-
-    def with_training_state(self, state, runner):
-        return runner
