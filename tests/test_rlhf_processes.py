@@ -95,3 +95,44 @@ def test_process_flags_are_refused_before_joining(tmp_path, monkeypatch, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     assert os.listdir(tmp_path) == []
+
+
+def test_init_on_several_processes_gives_arrays_replicated_over_the_runs_mesh(monkeypatch):
+    """What several processes need of ``RLHFProgram.init``, checked in one process: every process
+    computes the same state, and :func:`on_every_process` turns it into global arrays replicated
+    over the run's mesh (the layout its chunks take), values and dtypes unchanged; one process
+    keeps jit's plain arrays. A fake group of two processes makes ``init`` take that path."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from purejaxppo.lm.config import TokenPPOConfig
+    from purejaxppo.lm.data_parallel import prompt_mesh
+    from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings, on_every_process
+    from purejaxppo.run import processes
+
+    def replicated(x):
+        return isinstance(x.sharding, NamedSharding) and x.sharding.spec == PartitionSpec()
+
+    # the function's contract, on a hand-made tree
+    tree = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": (np.int32(7), np.array([True, False]))}
+    out = on_every_process(tree, 1)
+    assert jax.tree.structure(out) == jax.tree.structure(tree)
+    for x, want in zip(jax.tree.leaves(out), jax.tree.leaves(tree)):
+        assert replicated(x) and x.sharding.mesh == prompt_mesh(1), x.sharding
+        assert x.dtype == np.asarray(want).dtype and x.shape == np.shape(want)
+        np.testing.assert_array_equal(np.asarray(x), want)
+    # the program calls it exactly when the run has several processes
+    settings = RLHFSettings(
+        task="reverse", task_options=(("max_len", 4), ("max_new", 6)), d_model=16, n_layers=1, sft_steps=0, eval_every=0
+    )
+    lm, params = RLHFProgram.template(settings)
+    prog = RLHFProgram(TokenPPOConfig(batch_size=8), settings, lm, params)
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    alone = jax.tree.leaves(prog.init(keys))
+    monkeypatch.setattr(processes, "current", lambda: processes.ProcessGroup(0, 2))
+    many = jax.tree.leaves(prog.init(keys))
+    assert len(many) == len(alone) > 10
+    for a, m in zip(alone, many):
+        assert not replicated(a) and replicated(m), (a.sharding, m.sharding)
+        assert m.sharding.mesh == prompt_mesh(1) and m.dtype == a.dtype
+        np.testing.assert_array_equal(np.asarray(m), np.asarray(a))
