@@ -185,7 +185,7 @@ def _start_from(args, settings):
     from purejaxppo.programs.rlhf_init_from import start_from_run
 
     try:
-        return start_from_run(args.init_from, settings, settings.model(jax.random.PRNGKey(0))[1])
+        return start_from_run(args.init_from, settings, settings.model(jax.random.PRNGKey(0))[1], args.init_from_run)
     except ConfigError as e:
         raise UserError(str(e)) from None
 

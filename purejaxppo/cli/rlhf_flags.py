@@ -130,8 +130,15 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
         "--init-from",
         metavar="RUN_DIR",
         default=None,
-        help="start from run 0's policy in another rlhf run folder (its newest checkpoint, LoRA merged) "
+        help="start from a policy in another rlhf run folder (its newest checkpoint, LoRA merged) "
         "instead of the model's own weights; the same model flags; no SFT stage unless --sft-steps",
+    )
+    p.add_argument(
+        "--init-from-run",
+        type=strict_int,
+        default=None,
+        metavar="K",
+        help="with --init-from a folder of several runs (seeds): start from its run K (needed there)",
     )
     p.add_argument("--devices", default="1", help="split each iteration's prompts over N devices (default 1)")
     p.add_argument(
@@ -196,7 +203,7 @@ def given_flags(args) -> list:
     out += [flag for flag, (dest, *_) in {**TEXT, **TOY, **BOTH}.items() if getattr(args, dest) is not None]
     out += [flag for flag, (dest, _) in TEXT_SWITCHES.items() if getattr(args, dest)]
     out += ["--task"] * (args.task is not None) + ["--task-option"] * bool(args.task_options)
-    out += ["--init-from"] * (args.init_from is not None)
+    out += ["--init-from"] * (args.init_from is not None) + ["--init-from-run"] * (args.init_from_run is not None)
     return out
 
 
@@ -235,6 +242,9 @@ def check_plain(args, text: bool) -> None:
     _at_least("--seeds", args.seeds, 1, " (independent runs trained at once)")
     _at_least("--chunk", args.chunk, 1, " (iterations per compiled chunk)")
     _at_least("--stop-after", args.stop_after, 1, " (iterations before stopping with a checkpoint)")
+    _at_least("--init-from-run", args.init_from_run, 0, " (a run of the --init-from folder)")
+    if args.init_from_run is not None and args.init_from is None:
+        raise UserError("--init-from-run K chooses a run of the --init-from RUN_DIR folder; add --init-from or drop it")
     for flag in ("--sft-steps", "--eval-every", "--max-prompt-tokens"):
         _at_least(flag, getattr(args, {**TEXT, **BOTH}[flag][0]), 0)
     for flag in ("--d-model", "--layers", "--heads", "--max-new-tokens", "--sft-batch"):

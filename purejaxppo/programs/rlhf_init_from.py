@@ -2,8 +2,9 @@
 
 The source folder is routed by its kind (:mod:`purejaxppo.run.kinds`): a kind that offers
 ``initial_policy(run_dir, record, run)`` (today the token-level kind) can start one; any other
-is refused in one line naming the kinds that can. What is carried over: run 0's policy at the
-source's newest checkpoint, LoRA adapters merged (as ``export`` writes it), cast to the new
+is refused in one line naming the kinds that can. What is carried over: one run's policy (the
+only run, or run ``K`` of a folder of several seeds: the choice is the caller's, never a default) at
+the source's newest checkpoint, LoRA adapters merged (as ``export`` writes it), cast to the new
 model's parameter dtypes. It takes the place of the model the new run would load: the new run's
 policy, its critic's starting point and its frozen reference (its own SFT stage, if any, runs
 on top). Everything else is the new run's own: task or prompts, reward, PPO config, seeds.
@@ -15,7 +16,7 @@ refusal names those that differ) and so must every parameter's shape.
 from __future__ import annotations
 
 import os
-from typing import Tuple
+from typing import Optional, Tuple
 
 import jax
 import numpy as np
@@ -34,11 +35,12 @@ def policy_sources() -> list:
     return sorted({k.what for k in kinds.known().values() if getattr(k, "initial_policy", None)})
 
 
-def start_from_run(source: str, settings, template) -> Tuple[dict, dict]:
+def start_from_run(source: str, settings, template, run: Optional[int] = None) -> Tuple[dict, dict]:
     """``(record, params)``: the ``init_from`` record kept in the new run's ``config.json``
     (``{run_dir, checkpoint, update, source_run, source_seeds}``) and the source's policy parameters
     laid out as ``template`` (the new run's model parameters: same tree and shapes, its dtypes).
-    ``settings``: the new run's :class:`RLHFSettings`. Raises :class:`ConfigError` naming the problem."""
+    ``settings``: the new run's :class:`RLHFSettings`; ``run``: which of the source's runs (seeds),
+    required when it has several (None: its only run). Raises :class:`ConfigError` naming the problem."""
     from purejaxppo.programs import kinds
 
     flag = f"--init-from {source}"
@@ -62,8 +64,9 @@ def start_from_run(source: str, settings, template) -> Tuple[dict, dict]:
             f"{flag}: that run has another model ({'; '.join(diffs)}); use the same model flags "
             "(the task, prompts, reward and PPO settings may differ)"
         )
+    run = _which_run(source, record.num_seeds, run)
     try:
-        params, update, checkpoint = start(source, record, 0)
+        params, update, checkpoint = start(source, record, run)
     except CheckpointError as e:
         raise ConfigError(f"{flag}: {e}") from None
     params = _like(params, template, flag)
@@ -71,10 +74,25 @@ def start_from_run(source: str, settings, template) -> Tuple[dict, dict]:
         "run_dir": os.path.abspath(source),
         "checkpoint": os.path.abspath(checkpoint),
         "update": update,
-        "source_run": 0,
+        "source_run": run,
         "source_seeds": record.num_seeds,
     }
     return info, params
+
+
+def _which_run(source: str, runs: int, run: Optional[int]) -> int:
+    """The source run to start from: ``run``, checked against the folder's ``runs``; None is
+    accepted only for a folder of one run (of several, taking one silently would be a guess)."""
+    if run is None:
+        if runs > 1:
+            raise ConfigError(
+                f"--init-from {source}: that folder holds {runs} runs (seeds); choose the one to start "
+                f"from with --init-from-run K (0..{runs - 1})"
+            )
+        return 0
+    if not 0 <= run < runs:
+        raise ConfigError(f"--init-from-run {run}: {source} holds {runs} run(s); give K in 0..{runs - 1}")
+    return run
 
 
 def _like(params, template, flag: str):
