@@ -139,7 +139,19 @@ def test_a_run_started_from_another_runs_policy(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     _one_error(
         capsys,
-        ["rlhf", *TOY, "--task-option", "max_len=5", *SMALL, "--init-from", source, "--run-dir", "c"],
+        [
+            "rlhf",
+            *TOY,
+            "--task-option",
+            "max_len=5",
+            *SMALL,
+            "--init-from",
+            source,
+            "--init-from-run",
+            "1",
+            "--run-dir",
+            "c",
+        ],
         f"--init-from {source}: ",
         "there and",
     )
