@@ -40,8 +40,12 @@ sys.path[:0] = [HERE, os.path.dirname(os.path.dirname(HERE))]
 
 ARMS = {"gae": ("gae", True), "grpo": ("grpo", True), "rloo": ("rloo", True), "gae-g1": ("gae", False)}
 COLORS = {"gae": "tab:blue", "grpo": "tab:red", "rloo": "tab:green", "gae-g1": "tab:gray"}
-FULL = dict(seeds=4, beta=0.02, iterations=100, batch=64, group=4, chunk=5, lr=3e-4, reps=4, kl_levels=(2, 4, 6, 8))
-QUICK = dict(seeds=2, beta=0.02, iterations=4, batch=16, group=4, chunk=2, lr=3e-4, reps=1, kl_levels=(0.1, 0.5))
+FULL = dict(
+    seeds=4, beta=0.02, iterations=100, batch=64, group=4, chunk=5, lr=3e-4, reps=4, kl_levels=(2, 4, 6, 8), tail=5
+)
+QUICK = dict(
+    seeds=2, beta=0.02, iterations=4, batch=16, group=4, chunk=2, lr=3e-4, reps=1, kl_levels=(0.1, 0.5), tail=1
+)
 
 
 def at_kl(kl, values, level: float) -> float:
@@ -67,7 +71,8 @@ def curves(rows, arm: str, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 def arm_table(rows, arm: str, record: dict, p: dict) -> dict:
     """One arm's line: score at each KL level (mean over the seeds reaching it, and how many),
-    the end of training and the time per iteration."""
+    the end of training (each seed's mean over its last ``tail`` checkpoints) and the time per
+    iteration."""
     its, kl = curves(rows, arm, "kl")
     out = {"arm": arm, "s_per_iteration": record["run_s"] / p["iterations"], "compile_s": record["compile_s"]}
     for key in ("true", "proxy"):
@@ -76,10 +81,12 @@ def arm_table(rows, arm: str, record: dict, p: dict) -> dict:
             per_seed = [at_kl(kl[:, s], vals[:, s], level) for s in range(kl.shape[1])]
             hit = [v for v in per_seed if not np.isnan(v)]
             out[f"{key}@{level:g}"] = (float(np.mean(hit)) if hit else float("nan"), len(hit))
-        out[f"{key}_final"] = float(vals[-1].mean())
-        out[f"{key}_final_per_seed"] = [round(float(v), 2) for v in vals[-1]]
+        end = vals[-p["tail"] :].mean(0)
+        out[f"{key}_final"], out[f"{key}_final_per_seed"] = float(end.mean()), [round(float(v), 2) for v in end]
         out[f"{key}_peak"] = float(vals.mean(1).max())
-    out["kl_final"], out["kl_final_per_seed"] = float(kl[-1].mean()), [round(float(v), 1) for v in kl[-1]]
+    end = kl[-p["tail"] :].mean(0)
+    out["kl_final"], out["kl_final_per_seed"] = float(end.mean()), [round(float(v), 1) for v in end]
+    out["final_iterations"] = [int(its[-p["tail"]]), int(its[-1])]
     return out
 
 
@@ -98,39 +105,50 @@ def markdown(table, p: dict) -> str:
         true = " | ".join(cell(t[f"true@{x:g}"]) for x in lv)
         proxy = " | ".join(cell(t[f"proxy@{x:g}"]) for x in lv)
         lines.append(f"| {t['arm']} | {true} | {proxy} | {t['s_per_iteration']:.3f} | {t['compile_s']:.0f} |")
+    a, b = table[0]["final_iterations"]
     lines += [
         "",
-        "| advantage | final KL (per seed) | final TRUE (per seed) | peak TRUE | final proxy |",
+        f"| advantage | KL, iterations {a}-{b} (per seed) | TRUE, iterations {a}-{b} (per seed) "
+        f"| proxy, iterations {a}-{b} | peak TRUE (seed mean) |",
         "|---|---|---|---|---|",
     ]
     for t in table:
         lines.append(
             f"| {t['arm']} | {t['kl_final']:.1f} ({', '.join(map(str, t['kl_final_per_seed']))}) "
             f"| {t['true_final']:.2f} ({', '.join(map(str, t['true_final_per_seed']))}) "
-            f"| {t['true_peak']:.2f} | {t['proxy_final']:.2f} |"
+            f"| {t['proxy_final']:.2f} | {t['true_peak']:.2f} |"
         )
     return "\n".join(lines)
 
 
-def plot(rows, arms, out: str) -> str:
-    """``advantages_vs_kl.png``: true and proxy against KL, true against the iteration; each arm's
-    seed mean thick, its seeds thin."""
+def plot(rows, table, out: str) -> str:
+    """``advantages_vs_kl.png``: true and proxy against KL; true against the iteration and against
+    the training seconds (iteration x the arm's s / iteration); each arm's seed mean thick, its
+    seeds thin."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
-    panels = (("kl", "true", "TRUE objective"), ("kl", "proxy", "proxy (reward model)"), ("iteration", "true", "TRUE"))
-    for ax, (x_key, y_key, title) in zip(axes, panels):
-        for arm in arms:
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    panels = (
+        ("kl", "true", "TRUE objective vs KL", "KL(policy || SFT) per response, nats"),
+        ("kl", "proxy", "proxy (reward model) vs KL", "KL(policy || SFT) per response, nats"),
+        ("iteration", "true", "TRUE vs iteration", "PPO iteration"),
+        ("seconds", "true", "TRUE vs training time", "seconds of training (4 seeds at once, compile apart)"),
+    )
+    for ax, (x_key, y_key, title, xlabel) in zip(axes, panels):
+        for t in table:
+            arm = t["arm"]
             its, y = curves(rows, arm, y_key)
-            x = its[:, None].repeat(y.shape[1], 1) if x_key == "iteration" else curves(rows, arm, "kl")[1]
+            x = its[:, None].repeat(y.shape[1], 1).astype(float)
+            x = curves(rows, arm, "kl")[1] if x_key == "kl" else x
+            x = x * t["s_per_iteration"] if x_key == "seconds" else x
             for s in range(y.shape[1]):
                 ax.plot(x[:, s], y[:, s], color=COLORS[arm], alpha=0.25, lw=0.8)
             ax.plot(x.mean(1), y.mean(1), color=COLORS[arm], lw=2.2, marker="o", ms=3, label=arm)
-        ax.set_xlabel("KL(policy || SFT) per response, nats" if x_key == "kl" else "PPO iteration", fontsize=9)
-        ax.set_title(f"{title} vs {'KL' if x_key == 'kl' else 'iteration'}", fontsize=10)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
@@ -196,7 +214,7 @@ def main(argv=None) -> int:
         rows += [{"arm": arm, **r} for r in rec.pop("rows")]
         records[arm] = rec
     table = [arm_table(rows, arm, records[arm], p) for arm in arms]
-    plot(rows, arms, out)
+    plot(rows, table, out)
     with open(os.path.join(out, "eval.csv"), "w") as f:
         keys = ["arm", "iteration", "seed", "true", "proxy", "kl", "eos_rate", "length"]
         f.write(",".join(keys) + "\n" + "".join(",".join(str(r[k]) for k in keys) + "\n" for r in rows))
