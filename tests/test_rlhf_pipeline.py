@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments", "rlhf_pipeline")
@@ -39,12 +40,21 @@ def test_corpus_is_seeded_and_mentions_the_prompt_noun():
         assert 1 <= sum(w in obj.ADJECTIVES for w in obj.words(response)) <= 4
 
 
-@pytest.mark.slow
-def test_quick_pipeline_runs_every_stage(tmp_path):
+@pytest.fixture(scope="module")
+def quick_pipeline(tmp_path_factory):
+    """A ``run.py --quick`` folder, shared by the pipeline's check and the advantages script's."""
     import run
 
-    out = str(tmp_path / "p")
+    out = str(tmp_path_factory.mktemp("pipeline") / "p")
     assert run.main(["--out", out, "--quick"]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_quick_pipeline_runs_every_stage(quick_pipeline):
+    import run
+
+    out = quick_pipeline
     with open(os.path.join(out, "eval.csv")) as f:
         rows = list(csv.DictReader(f))
     q = run.QUICK
@@ -58,3 +68,35 @@ def test_quick_pipeline_runs_every_stage(tmp_path):
     assert len(summary["rm"]["rm_eval_accuracy"]) == q["rm_epochs"]
     assert all(os.path.isfile(os.path.join(out, n)) for n in ("proxy_true_vs_kl.png", "proxy_true_vs_iteration.png"))
     assert os.path.isfile(os.path.join(out, "rm", "model", "config.json"))
+
+
+def test_at_kl_reads_the_first_crossing_by_hand():
+    import advantages as adv
+
+    kl = [0.0, 1.0, 3.0, 2.0, 5.0]
+    true = [0.0, 1.0, 2.0, 9.0, 4.0]
+    assert adv.at_kl(kl, true, 2.0) == pytest.approx(1.5)  # between 1 (KL 1) and 2 (KL 3): halfway
+    assert adv.at_kl(kl, true, 3.0) == pytest.approx(2.0)  # the first checkpoint at 3, not the later dip
+    assert adv.at_kl(kl, true, 4.0) == pytest.approx(9 + 2 / 3 * (4 - 9))  # from the checkpoint before (KL 2) to KL 5
+    assert np.isnan(adv.at_kl(kl, true, 6.0))  # never reached
+
+
+@pytest.mark.slow
+def test_advantages_script_runs_every_arm(quick_pipeline, tmp_path):
+    import advantages as adv
+
+    out = str(tmp_path / "adv")
+    assert adv.main(["--out", out, "--from", quick_pipeline, "--quick", "--arms", "gae,grpo,rloo"]) == 0
+    with open(os.path.join(out, "eval.csv")) as f:
+        rows = list(csv.DictReader(f))
+    q = adv.QUICK
+    points = q["iterations"] // q["chunk"] + 1
+    assert len(rows) == 3 * points * q["seeds"]
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    assert [t["arm"] for t in summary["table"]] == ["gae", "grpo", "rloo"]
+    for arm in ("gae", "grpo", "rloo"):  # each arm ran its own estimator on the same grouped batch
+        with open(os.path.join(out, f"ppo_{arm}", "config.json")) as f:
+            cfg = json.load(f)["config"]
+        assert (cfg["advantage"], cfg["group_size"], cfg["batch_size"]) == (arm, q["group"], q["batch"])
+    assert os.path.isfile(os.path.join(out, "advantages_vs_kl.png"))

@@ -50,8 +50,10 @@ def run_ppo(
     lr: float,
     kl_estimator: str = "k1",
     seed: int = 0,
+    **config,
 ) -> None:
-    """``seeds`` PPO runs of ``iterations`` from the SFT folder ``model``, a snapshot per chunk."""
+    """``seeds`` PPO runs of ``iterations`` from the SFT folder ``model``, a snapshot per chunk;
+    ``config``: further :class:`TokenPPOConfig` fields (``advantage="rloo", group_size=4``)."""
     settings = RLHFSettings(
         task="text",
         model_dir=os.path.abspath(model),
@@ -71,6 +73,7 @@ def run_ppo(
         critic_lr=lr,
         max_new_tokens=MAX_NEW,
         kl_estimator=kl_estimator,
+        **config,
     )
     ckpts = os.path.join(run_dir, rf.CHECKPOINTS)
 

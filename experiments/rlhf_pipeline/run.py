@@ -135,6 +135,29 @@ def stage(out: str, name: str, fn, *args, **kwargs) -> dict:
     return record
 
 
+def build_models(out: str, p: dict, seed: int) -> dict:
+    """Stages 1-4 (each skipped when ``out/stages/`` holds its record): the tokenizer, the SFT
+    model, the preference pairs and the reward model in ``out``; their records by stage."""
+    import world
+
+    records = {}
+    records["world"] = stage(
+        out,
+        "world",
+        world.build_world,
+        out,
+        corpus_size=p["corpus"],
+        vocab=p["vocab"],
+        width=p["width"],
+        layers=p["layers"],
+        seed=seed,
+    )
+    records["sft"] = stage(out, "sft", world.run_sft, out, steps=p["sft_steps"], batch=64, lr=3e-3, seed=seed)
+    records["pairs"] = stage(out, "pairs", world.make_pairs, out, n_pairs=p["pairs"], noise_scale=1.0, seed=seed)
+    records["rm"] = stage(out, "rm", reward_stage, out, p["rm_epochs"], seed)
+    return records
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output folder (created)")
@@ -156,20 +179,7 @@ def main(argv=None) -> int:
     import plots
 
     records = {"sizes": {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}}
-    records["world"] = stage(
-        out,
-        "world",
-        world.build_world,
-        out,
-        corpus_size=p["corpus"],
-        vocab=p["vocab"],
-        width=p["width"],
-        layers=p["layers"],
-        seed=seed,
-    )
-    records["sft"] = stage(out, "sft", world.run_sft, out, steps=p["sft_steps"], batch=64, lr=3e-3, seed=seed)
-    records["pairs"] = stage(out, "pairs", world.make_pairs, out, n_pairs=p["pairs"], noise_scale=1.0, seed=seed)
-    records["rm"] = stage(out, "rm", reward_stage, out, p["rm_epochs"], seed)
+    records.update(build_models(out, p, seed))
 
     model, prompts = os.path.join(out, "sft_model"), os.path.join(out, "data", "prompts.jsonl")
     true_fn = os.path.join(HERE, "objective.py") + ":true_reward"
