@@ -164,11 +164,19 @@ class Llama(nn.Module):
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0, heads: str = "both"):
+    def __call__(
+        self,
+        tokens: jax.Array,
+        valid: jax.Array,
+        cache: KVCache | None = None,
+        slot=0,
+        heads: str = "both",
+        logits_from: int = 0,
+    ):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
         ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
         third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
-        other output is None). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
+        other output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1`` only (``[B, L - logits_from, V]``). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
         c = self.config
         valid = valid.astype(bool)
         start, key_valid = cache_view(valid, cache, slot)
@@ -203,9 +211,9 @@ class Llama(nn.Module):
         if heads in ("both", "logits"):
             if c.tie_word_embeddings:  # h @ embed.T: [B, L, D] x [V, D] -> [B, L, V], accumulated in float32
                 w = embed.embedding.astype(self.dtype)
-                logits = jnp.einsum("bld,vd->blv", x, w, preferred_element_type=jnp.float32)
+                logits = jnp.einsum("bld,vd->blv", x[:, logits_from:], w, preferred_element_type=jnp.float32)
             else:
-                logits = _LMHead(c.vocab_size, self.dtype, self.param_dtype, name="lm_head")(x)
+                logits = _LMHead(c.vocab_size, self.dtype, self.param_dtype, name="lm_head")(x[:, logits_from:])
         if heads in ("both", "values"):
             values = value_head(x.astype(jnp.float32), jnp.float32)
         if cache is None:
