@@ -31,12 +31,19 @@ from purejaxppo.lm.model import (
     attention_mask,
     cache_view,
     empty_kv_cache,
+    flat_dot,
     positions_from_mask,
     value_head,
     written_cache,
 )
 
 _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
+
+
+def _dot(dtype):
+    """The projections' product: :func:`~purejaxppo.lm.model.flat_dot` under a 16-bit compute
+    dtype (float32 accumulation, the fast bf16 path), ``lax.dot_general`` under float32."""
+    return None if jnp.dtype(dtype) == jnp.float32 else flat_dot
 
 
 class RMSNorm(nn.Module):
@@ -81,6 +88,7 @@ class _Attention(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,  # noqa: E731
             kernel_init=_INIT,
+            dot_general=_dot(self.dtype),
             name=name,
         )
         q = dense(c.num_attention_heads * c.head_dim, c.qkv_bias, "q_proj")(x).reshape(b, l, -1, c.head_dim)
@@ -116,6 +124,7 @@ class _MLP(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,  # noqa: E731
             kernel_init=_INIT,
+            dot_general=_dot(self.dtype),
             name=name,
         )
         h = nn.silu(dense(c.intermediate_size, "gate_proj")(x)) * dense(c.intermediate_size, "up_proj")(x)
