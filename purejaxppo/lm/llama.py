@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
+from purejaxppo.lm.matmul import flat_dot
 from purejaxppo.lm.model import (
     QUERY_BLOCK,
     KVCache,
@@ -31,7 +32,6 @@ from purejaxppo.lm.model import (
     attention_mask,
     cache_view,
     empty_kv_cache,
-    flat_dot,
     positions_from_mask,
     value_head,
     written_cache,

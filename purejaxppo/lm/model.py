@@ -139,21 +139,6 @@ def attend(q, k, v, attn_mask, spec: str, query_block: int = 0):
     return out.reshape(b, l, h, hd)
 
 
-def flat_dot(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
-    """``nn.Dense``'s product ``x [..., in] @ W [in, out]`` as ONE 2-D matmul accumulated in
-    float32 and cast back to ``x``'s dtype (any other ``dimension_numbers``: ``lax.dot_general``
-    as is). For a bfloat16 compute dtype: XLA:CPU runs a 2-D bf16 x bf16 -> f32 matmul on the
-    CPU's bf16 units (AMX / AVX512-BF16) about 5x faster than the ``[B, L, in]`` bf16 -> bf16
-    one at SmolLM2-135M's widths (benchmarks/NOTES.md), and the sum is float32 either way."""
-    if tuple(map(tuple, dimension_numbers[0])) != ((lhs.ndim - 1,), (0,)) or any(dimension_numbers[1]) or rhs.ndim != 2:
-        return jax.lax.dot_general(
-            lhs, rhs, dimension_numbers, precision, preferred_element_type=preferred_element_type
-        )
-    dims = (((1,), (0,)), ((), ()))
-    y = jax.lax.dot_general(lhs.reshape(-1, lhs.shape[-1]), rhs, dims, precision, preferred_element_type=jnp.float32)
-    return y.astype(preferred_element_type or lhs.dtype).reshape(lhs.shape[:-1] + rhs.shape[1:])
-
-
 def value_head(x: jax.Array, dtype) -> jax.Array:
     """The zero-initialised value head (a ``Dense`` named ``value_head``) on the final hidden
     states ``x [B, L, D] -> [B, L]`` float32. Called inside a module's compact ``__call__``,
