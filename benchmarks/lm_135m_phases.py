@@ -23,19 +23,17 @@ from lm_135m import PAD, SHAPES, prepare  # noqa: E402
 from vs_trl import HYPER, _median, loadavg, token_config  # noqa: E402
 
 
-def _time(fn, args, rounds: int) -> tuple[float, float]:
-    """``(compile s, median run s)`` of ``jax.jit(fn)`` on ``args``."""
+def _time(fn, args, rounds: int) -> float:
+    """The median run seconds of ``jax.jit(fn)`` on ``args`` (its compile apart)."""
     import jax
 
-    t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - t0
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t0)
-    return compile_s, _median(times[1:] or times)
+    return _median(times[1:] or times)
 
 
 def phases(shape: str, dtype: str, rounds: int, batch: int, prompt: int, response: int, lora_rank: int) -> dict:
@@ -92,9 +90,9 @@ def phases(shape: str, dtype: str, rounds: int, batch: int, prompt: int, respons
         ("scoring", score, (state, sampled)),
         ("update", update, (state, data)),
     ):
-        c, t = _time(fn, args, rounds)
-        out[name] = {"compile_s": c, "run_s": t}
-        print(f"{dtype:>9} {name:>10}: compile {c:6.1f} s, run {t:7.3f} s; load {loadavg()}", flush=True)
+        t = _time(fn, args, rounds)
+        out[name] = {"run_s": t}
+        print(f"{dtype:>9} {name:>10}: {t:7.3f} s; load {loadavg()}", flush=True)
     return out
 
 
