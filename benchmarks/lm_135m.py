@@ -10,7 +10,10 @@ batches from one pool of random prompts (``--prompt`` tokens, no padding). EOS o
 is ``--response`` tokens, so both sides do the same work. Reward: the share of even token ids in
 the response (``_trl_side.EvenShare`` on TRL's side). Separate critic from the policy's weights
 (TRL: the trunk with a zero ``score`` head), the frozen reference, k1 KL in the reward, Adam
-(TRL: AdamW, weight decay 0), float32 compute; the other settings as ``vs_trl.py``'s ``HYPER``
+(TRL: AdamW, weight decay 0), float32 compute (ours: ``--compute bfloat16`` makes bfloat16 the models'
+compute dtype: matmul inputs and activations bfloat16; the logits, the attention softmax, the norms, the
+values and the loss float32; TRL stays float32);
+the other settings as ``vs_trl.py``'s ``HYPER``
 except ``--epochs`` x ``--minibatches``.
 
 Modes (ours), one process each so that peak RSS is that mode's alone:
@@ -25,7 +28,9 @@ Modes (ours), one process each so that peak RSS is that mode's alone:
 Timed: the whole iteration (one compiled program: sampling with the KV cache, the teacher-forced
 passes, GAE, the update), compile apart, ``--iterations`` iterations (the first reported apart);
 tokens/s = batch x response / iteration s. TRL's first iteration (eager warm-up) is apart too.
-Peak RSS = the process's ``ru_maxrss`` (loading, compile and the iterations included).
+Peak RSS = the process's peak resident memory (loading, compile and the iterations included);
+the iterations' own peak = ``VmHWM`` over the iterations alone (after ``malloc_trim`` hands compile's
+freed scratch back and ``VmHWM`` is reset): what the running program holds.
 
     flock /tmp/purejaxppo-cpu.lock python benchmarks/lm_135m.py --trl-python /work/trl-venv/bin/python
         [--modes full,full-bf16,lora,lora-bf16] [--iterations 2] [--json benchmarks/results/lm_135m.json]
@@ -123,7 +128,10 @@ def _ours(spec: dict) -> dict:
     from purejaxppo.lm.token_ppo import make_token_ppo
 
     mode, t0 = spec["mode"], time.perf_counter()
-    lm, params = load_pretrained(spec["model_dir"], param_dtype=jnp.bfloat16 if mode == "full-bf16" else jnp.float32)
+    param_dtype = jnp.bfloat16 if mode == "full-bf16" else jnp.float32
+    lm, params = load_pretrained(
+        spec["model_dir"], dtype=jnp.dtype(spec.get("compute", "float32")), param_dtype=param_dtype
+    )
     n_params = int(sum(x.size for x in jax.tree.leaves(params)))
     load_s = time.perf_counter() - t0
     pool = jnp.asarray(np.load(spec["prompts"]), jnp.int32)
@@ -161,7 +169,7 @@ def _ours(spec: dict) -> dict:
         batch = prompts(jax.random.PRNGKey(5), cfg.batch_size)
         keys = jax.random.split(jax.random.PRNGKey(6), cfg.batch_size)
         gen = jax.jit(
-            lambda s, k: experience.sample(models, trained_params(s.train.params, s.reference), k, *batch, cfg)
+            lambda s, k: experience.sample(models, trained_params(s.train.params, s.reference, models), k, *batch, cfg)
         )
         gen = gen.lower(state, keys).compile()
         for _ in range(2):
@@ -170,6 +178,7 @@ def _ours(spec: dict) -> dict:
             gen_times.append(time.perf_counter() - t0)
         marks["after_generation"] = _hwm_mb()
     times, cpu = [], []
+    _reset_hwm()  # from here VmHWM is the iterations' own peak (compile and loading apart)
     for _ in range(spec["iterations"]):
         t0, c0 = time.perf_counter(), time.process_time()
         state, m = compiled(state)
@@ -191,8 +200,10 @@ def _ours(spec: dict) -> dict:
         "state_MiB": sum(x.nbytes for x in jax.tree.leaves(state)) / 2**20,
         "xla_arguments_MiB": mem.argument_size_in_bytes / 2**20 if mem else None,
         "xla_temp_MiB": mem.temp_size_in_bytes / 2**20 if mem else None,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "peak_rss_marks_mb": marks,  # the process's peak so far: after init, after compile (, after generation)
+        # the whole process's peak: the marks hold it up to the reset after compile
+        "peak_rss_mb": max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, *marks.values()),
+        "peak_rss_marks_mb": marks,
+        "iterations_peak_rss_mb": _hwm_mb(),  # VmHWM reset after compile: the running program's peak  # the process's peak so far: after init, after compile (, after generation)
         "generation_s": gen_times,
         "score": float(m["score"]),
         "kl": float(m["kl"]),
@@ -205,6 +216,20 @@ def _hwm_mb() -> float:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
 
 
+def _reset_hwm() -> None:
+    """Hand the allocator's free pages back (``malloc_trim``: compile's scratch memory stays
+    resident otherwise), then reset the process's ``VmHWM`` to its current RSS (Linux: ``5``
+    into ``clear_refs``)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def _summary(side: dict, b: int, t: int) -> dict:
     if side["side"] == "trl":
         times = [r["iteration_s"] for r in side["rows"]]
@@ -213,7 +238,13 @@ def _summary(side: dict, b: int, t: int) -> dict:
         times, first = side["times"], side["compile_s"]
     timed = times[1:] or times  # the first iteration warms up
     it = _median(timed)
-    return {"first_s": first, "iteration_s": it, "tokens_per_s": b * t / it, "peak_rss_mb": side["peak_rss_mb"]}
+    return {
+        "first_s": first,
+        "iteration_s": it,
+        "tokens_per_s": b * t / it,
+        "peak_rss_mb": side["peak_rss_mb"],
+        "iterations_peak_rss_mb": side.get("iterations_peak_rss_mb"),
+    }
 
 
 def main(argv=None) -> dict:
@@ -231,6 +262,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--trl-python", default=TRL_PYTHON, help="the TRL venv's python")
     ap.add_argument("--trl-threads", type=int, default=2)
     ap.add_argument("--skip-trl", action="store_true", help="ours alone (e.g. on a GPU)")
+    ap.add_argument("--compute", choices=("float32", "bfloat16"), default="float32", help="ours: the compute dtype")
     ap.add_argument("--split", action="store_true", help="ours: also time generation alone (its own program)")
     ap.add_argument("--json", default=os.path.join(HERE, "results", "lm_135m.json"))
     ap.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
@@ -269,6 +301,7 @@ def main(argv=None) -> dict:
         "reward": "even",
         "threads": args.trl_threads,
         "split": args.split,
+        "compute": args.compute,
     }
     res = {
         "benchmark": "lm_135m",
@@ -287,6 +320,7 @@ def main(argv=None) -> dict:
             f"ours {mode:>9}: compile {r['first_s']:.1f}s, {r['iteration_s']:.2f}s/iteration "
             f"({r['tokens_per_s']:.1f} tok/s), peak RSS {r['peak_rss_mb']:.0f} MB, "
             f"XLA temp {out['xla_temp_MiB'] or 0:.0f} MiB, peak after init / compile {out['peak_rss_marks_mb']}, "
+            f"iterations' own peak {out['iterations_peak_rss_mb']:.0f} MB, "
             f"generation alone {[round(x, 2) for x in out['generation_s']]} s; load {loadavg()}",
             flush=True,
         )
@@ -307,12 +341,18 @@ def main(argv=None) -> dict:
             r["ratio_vs_trl"] = r["tokens_per_s"] / rows["trl"]["tokens_per_s"]
         if full and mode != "trl":
             r["peak_vs_full"] = r["peak_rss_mb"] / full
+            own = rows["full"].get("iterations_peak_rss_mb")
+            if own and r.get("iterations_peak_rss_mb"):
+                r["iterations_peak_vs_full"] = r["iterations_peak_rss_mb"] / own
     print(f"\n{args.shape}: batch {b}, prompt {args.prompt}, response {t}; load at end {loadavg()}")
-    print(f"{'side':>10} {'first s':>8} {'iter s':>8} {'tok/s':>8} {'xTRL':>6} {'peak MB':>8} {'/full':>6}")
+    head = f"{'side':>10} {'first s':>8} {'iter s':>8} {'tok/s':>8} {'xTRL':>6} {'peak MB':>8} {'/full':>6}"
+    print(head + f" {'iter peak MB':>12} {'/full':>6}")
+    nan = float("nan")
     for mode, r in rows.items():
         print(
             f"{mode:>10} {r['first_s']:8.1f} {r['iteration_s']:8.2f} {r['tokens_per_s']:8.1f} "
-            f"{r.get('ratio_vs_trl', float('nan')):6.2f} {r['peak_rss_mb']:8.0f} {r.get('peak_vs_full', float('nan')):6.2f}"
+            f"{r.get('ratio_vs_trl', nan):6.2f} {r['peak_rss_mb']:8.0f} {r.get('peak_vs_full', nan):6.2f} "
+            f"{r.get('iterations_peak_rss_mb') or nan:12.0f} {r.get('iterations_peak_vs_full', nan):6.2f}"
         )
     res["loadavg_end"] = loadavg()
     _write(args.json, res)

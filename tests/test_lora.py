@@ -248,3 +248,58 @@ def test_llama_family_merged_adapters_equal_a_numpy_forward_of_the_merged_weight
     got = np.asarray(logits(lora.lora_merge(params, adapters), tokens, valid))
     for r, n in enumerate(lens):
         np.testing.assert_allclose(got[r, 9 - n :], np_llama(merged_w, cfg, tokens[r, 9 - n :])[0], atol=TOL, rtol=TOL)
+
+
+# --- training runs the adapters unmerged: x W + (x (s A)) B inside each Dense -------------------------
+def _nonzero_b(adapters, seed):
+    rng = np.random.default_rng(seed)
+    return adapters.replace(
+        tree=jax.tree_util.tree_map_with_path(
+            lambda p, x: jnp.asarray(rng.normal(0, 0.2, x.shape), jnp.float32) if "lora_b" in str(p) else x,
+            adapters.tree,
+        )
+    )
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_unmerged_forward_and_gradient_equal_the_merged_ones(name, gpt2, tmp_path):
+    """``lora_attach`` (no merged weight; the Dense layers add ``(x sA) B``) against
+    ``lora_merge`` (``x (W + s A B)``) on random non-zero A and B: the logits, the values and the
+    gradients with respect to the adapters. Two float32 programs that differ in summation order
+    only: each output is a dot of at most 4 x 32 = 128 float32 terms per layer (round-off about
+    ``sqrt(128) * 6e-8 ~ 7e-7`` relative per dot), a few layers deep, on logits of size ~1:
+    ``2e-5`` bounds it with margin, while the adapters move the logits by far more (checked)."""
+    if name == "gpt2":
+        module, _, params = gpt2
+        model, targets = FlaxLM(module), TARGETS
+    else:
+        from _llama_reference import CONFIGS, hf_weights, write_checkpoint
+
+        from purejaxppo.lm.pretrained import load_pretrained
+
+        model, params = load_pretrained(
+            write_checkpoint(tmp_path / "m", CONFIGS["llama"], hf_weights(CONFIGS["llama"], seed=1))
+        )
+        targets = lora.DEFAULT_TARGETS
+    adapters = _nonzero_b(lora.lora_init(jax.random.PRNGKey(5), params, 3, 6.0, targets), seed=7)
+    tokens, valid = _batch([9, 3, 5, 1], seed=2)
+    vocab = CFG["vocab_size"] if name == "gpt2" else CONFIGS["llama"]["vocab_size"]
+    tokens = tokens % vocab
+    fwd = jax.jit(model.forward)
+    merged, attached = lora.lora_merge(params, adapters), lora.lora_attach(params, adapters)
+    assert not any("lora" in str(p) for p, _ in jax.tree_util.tree_flatten_with_path(merged)[0])
+    (lm, vm), (la, va), (lb, _) = fwd(merged, tokens, valid), fwd(attached, tokens, valid), fwd(params, tokens, valid)
+    assert float(np.abs(np.asarray(lm) - np.asarray(lb))[np.asarray(valid)].max()) > 1e-2  # the adapters matter
+    np.testing.assert_allclose(la, lm, atol=2e-5, rtol=2e-5)
+    np.testing.assert_allclose(va, vm, atol=2e-5, rtol=2e-5)
+
+    probe = jnp.asarray(np.random.default_rng(3).normal(size=lm.shape), jnp.float32) * valid[..., None]
+
+    def loss(transform, ad):
+        logits, values = model.forward(transform(params, ad), tokens, valid)
+        return jnp.sum(logits * probe) + jnp.sum(values * valid)
+
+    gm = jax.jit(jax.grad(lambda ad: loss(lora.lora_merge, ad)))(adapters)
+    ga = jax.jit(jax.grad(lambda ad: loss(lora.lora_attach, ad)))(adapters)
+    scale = max(float(np.abs(x).max()) for x in jax.tree.leaves(gm))
+    jax.tree.map(lambda a, m: np.testing.assert_allclose(a, m, atol=2e-5 * scale, rtol=2e-5), ga.tree, gm.tree)

@@ -23,6 +23,7 @@ policy's law, its old and new log-probs and the reference all renormalise withou
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -49,28 +50,63 @@ class Models(NamedTuple):
     values: bool = True
 
 
-def filtered_logprobs(logits, tokens, cfg):
+def _aligned(per_position, first: int):
+    """``[B, L - first]`` values of positions ``first..L-1`` (position ``t`` predicts token
+    ``t + 1``) -> ``[B, L]`` aligned to tokens: zeros at slots ``0..first``, the last dropped."""
+    pad = jnp.zeros(per_position.shape[:1] + (first + 1,), per_position.dtype)
+    return jnp.concatenate([pad, per_position[:, :-1]], axis=1)
+
+
+def picked_logprobs(logp_all, tokens, first: int = 0):
+    """``logp_all [B, L - first, V]`` (log-probs of positions ``first..L-1``) -> ``[B, L]``: the
+    log-prob of each token given those before it, aligned to tokens
+    (:func:`purejaxppo.lm.tokens.token_logprobs`'s layout), 0 at slots ``0..first``."""
+    picked = jnp.take_along_axis(logp_all[:, :-1], tokens[:, first + 1 :, None].astype(jnp.int32), axis=-1)[..., 0]
+    return _aligned(jnp.concatenate([picked, picked[:, :1]], axis=1), first)
+
+
+def filtered_logprobs(logits, tokens, cfg, first: int = 0):
     """``(logp [B, L], entropy [B, L])`` of the sampled-from distribution (the pad id cut,
-    as the sampler does), aligned to tokens (:func:`purejaxppo.lm.tokens.token_logprobs`).
-    Tokens cut by top-k / top-p or as pad have probability 0: their entropy terms are 0,
-    never NaN (a pad in the PROMPT gets ``logp = -inf``; it is outside the mask)."""
+    as the sampler does), aligned to tokens (:func:`purejaxppo.lm.tokens.token_logprobs`), from
+    ``logits [B, L - first, V]`` of positions ``first..L-1`` (slots ``0..first`` read 0: with
+    ``first = P - 1`` the prompt's positions, which predict no response token, are never
+    computed). One ``log_softmax`` serves both. Tokens cut by top-k / top-p or as pad have
+    probability 0: their entropy terms are 0, never NaN (a pad in the PROMPT gets ``logp =
+    -inf``; it is outside the mask)."""
     x = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.pad_id)
     logp_all = jax.nn.log_softmax(x, axis=-1)
     finite = jnp.isfinite(logp_all)
     plogp = jnp.where(finite, jnp.exp(logp_all) * jnp.where(finite, logp_all, 0.0), 0.0)
-    return tk.token_logprobs(x, tokens), tk.shift_right(-jnp.sum(plogp, axis=-1))
+    return picked_logprobs(logp_all, tokens, first), _aligned(-jnp.sum(plogp, axis=-1), first)
 
 
-def heads(models: Models, params: dict, tokens, valid):
-    """``(logits [B, L, V], values [B, L])`` of the policy and the critic, values aligned to
-    tokens (``values[:, t]`` is V of the state before token ``t``; zeros without a critic)."""
+def _takes_first(fn) -> bool:
+    return "first" in inspect.signature(fn).parameters
+
+
+def role_logits(model, params, tokens, valid, first: int = 0):
+    """``[B, L - first, V]``: a model's logits of positions ``first..L-1`` (computed only there
+    when its ``logits`` takes ``first``, e.g. :class:`~purejaxppo.lm.model.FlaxLM`)."""
+    if first and _takes_first(model.logits):
+        return model.logits(params, tokens, valid, first)
+    return model.logits(params, tokens, valid)[:, first:]
+
+
+def heads(models: Models, params: dict, tokens, valid, first: int = 0):
+    """``(logits [B, L - first, V], values [B, L])`` of the policy (positions ``first..L-1``)
+    and the critic, values aligned to tokens (``values[:, t]`` is V of the state before token
+    ``t``; zeros without a critic)."""
     if not models.values:
-        logits = models.policy.logits(params["policy"], tokens, valid)
-        return logits, jnp.zeros(logits.shape[:2], jnp.float32)
+        logits = role_logits(models.policy, params["policy"], tokens, valid, first)
+        return logits, jnp.zeros(tokens.shape, jnp.float32)
     if models.critic is None:
-        logits, values = models.policy.forward(params["policy"], tokens, valid)
+        if first and _takes_first(models.policy.forward):
+            logits, values = models.policy.forward(params["policy"], tokens, valid, first)
+        else:
+            logits, values = models.policy.forward(params["policy"], tokens, valid)
+            logits = logits[:, first:]
     else:
-        logits = models.policy.logits(params["policy"], tokens, valid)
+        logits = role_logits(models.policy, params["policy"], tokens, valid, first)
         values = models.critic.values(params["critic"], tokens, valid)
     return logits, tk.shift_right(values)
 
@@ -133,10 +169,12 @@ def score(
     tokens = jnp.concatenate([prompt, response.astype(prompt.dtype)], axis=1)
     valid = jnp.concatenate([prompt_valid, rmask], axis=1)
     mask = jnp.concatenate([jnp.zeros_like(prompt_valid), rmask], axis=1)
-    logits, values = heads(models, params, tokens, valid)
-    logp_old, _ = filtered_logprobs(logits, tokens, cfg)
-    ref_logits = models.reference.logits(reference_params, tokens, valid)
-    logp_ref = tk.token_logprobs(filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id), tokens)
+    first = prompt.shape[1] - 1  # the last prompt slot predicts the first response token
+    logits, values = heads(models, params, tokens, valid, first)
+    logp_old, _ = filtered_logprobs(logits, tokens, cfg, first)
+    ref_logits = role_logits(models.reference, reference_params, tokens, valid, first)
+    ref_x = filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id)
+    logp_ref = picked_logprobs(jax.nn.log_softmax(ref_x, axis=-1), tokens, first)
     if scores is None:
         scores = models.reward(reward_params, prompt, prompt_valid, response, rmask)
     scores = scores.astype(jnp.float32)

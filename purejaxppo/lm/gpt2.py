@@ -106,11 +106,20 @@ class GPT2(nn.Module):
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0, heads: str = "both"):
+    def __call__(
+        self,
+        tokens: jax.Array,
+        valid: jax.Array,
+        cache: KVCache | None = None,
+        slot=0,
+        heads: str = "both",
+        logits_from: int = 0,
+    ):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
         ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
         third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
-        other output is None). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
+        other output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1``
+        only (``[B, L - logits_from, V]``). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
         valid = valid.astype(bool)
@@ -132,7 +141,8 @@ class GPT2(nn.Module):
         logits = values = None
         if heads in ("both", "logits"):
             # tied head, h @ wte.T: [B, L, D] x [V, D] -> [B, L, V], accumulated in float32
-            logits = jnp.einsum("bld,vd->blv", x, wte.embedding.astype(self.dtype), preferred_element_type=jnp.float32)
+            w = wte.embedding.astype(self.dtype)
+            logits = jnp.einsum("bld,vd->blv", x[:, logits_from:], w, preferred_element_type=jnp.float32)
         if heads in ("both", "values"):
             values = value_head(x, self.dtype)
         if cache is None:

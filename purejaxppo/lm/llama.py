@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
+from purejaxppo.lm.matmul import flat_dot
 from purejaxppo.lm.model import (
     QUERY_BLOCK,
     KVCache,
@@ -37,6 +38,12 @@ from purejaxppo.lm.model import (
 )
 
 _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
+
+
+def _dot(dtype):
+    """The projections' product: :func:`~purejaxppo.lm.model.flat_dot` under a 16-bit compute
+    dtype (float32 accumulation, the fast bf16 path), ``lax.dot_general`` under float32."""
+    return None if jnp.dtype(dtype) == jnp.float32 else flat_dot
 
 
 class RMSNorm(nn.Module):
@@ -81,6 +88,7 @@ class _Attention(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,  # noqa: E731
             kernel_init=_INIT,
+            dot_general=_dot(self.dtype),
             name=name,
         )
         q = dense(c.num_attention_heads * c.head_dim, c.qkv_bias, "q_proj")(x).reshape(b, l, -1, c.head_dim)
@@ -116,6 +124,7 @@ class _MLP(nn.Module):
             dtype=self.dtype,
             param_dtype=self.param_dtype,  # noqa: E731
             kernel_init=_INIT,
+            dot_general=_dot(self.dtype),
             name=name,
         )
         h = nn.silu(dense(c.intermediate_size, "gate_proj")(x)) * dense(c.intermediate_size, "up_proj")(x)
@@ -164,11 +173,19 @@ class Llama(nn.Module):
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0, heads: str = "both"):
+    def __call__(
+        self,
+        tokens: jax.Array,
+        valid: jax.Array,
+        cache: KVCache | None = None,
+        slot=0,
+        heads: str = "both",
+        logits_from: int = 0,
+    ):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
         ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
         third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
-        other output is None). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
+        other output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1`` only (``[B, L - logits_from, V]``). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
         c = self.config
         valid = valid.astype(bool)
         start, key_valid = cache_view(valid, cache, slot)
@@ -203,9 +220,9 @@ class Llama(nn.Module):
         if heads in ("both", "logits"):
             if c.tie_word_embeddings:  # h @ embed.T: [B, L, D] x [V, D] -> [B, L, V], accumulated in float32
                 w = embed.embedding.astype(self.dtype)
-                logits = jnp.einsum("bld,vd->blv", x, w, preferred_element_type=jnp.float32)
+                logits = jnp.einsum("bld,vd->blv", x[:, logits_from:], w, preferred_element_type=jnp.float32)
             else:
-                logits = _LMHead(c.vocab_size, self.dtype, self.param_dtype, name="lm_head")(x)
+                logits = _LMHead(c.vocab_size, self.dtype, self.param_dtype, name="lm_head")(x[:, logits_from:])
         if heads in ("both", "values"):
             values = value_head(x.astype(jnp.float32), jnp.float32)
         if cache is None:

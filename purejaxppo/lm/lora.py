@@ -1,5 +1,6 @@
 """LoRA as a parameter transform: ``lora_init(key, params, rank, alpha, targets) -> adapters``,
-``lora_merge(base, adapters) -> params``.
+``lora_attach(base, adapters) -> params`` (what training runs) and ``lora_merge(base, adapters)
+-> params`` (what export writes).
 
 No model changes and no second model class: the model still takes its ordinary parameter tree,
 and the tree it gets is a pure function of the frozen base and the trainable adapters. A
@@ -11,9 +12,11 @@ exactly. A kernel of more than two dimensions (``[in, *out]``) is treated as ``[
 ``full`` names modules trained whole (their leaves are copied into the adapters and replace
 the base's): a value head, which has no base to adapt. Everything else stays frozen.
 
-Under gradient, the merge's backward gives ``dL/dA`` and ``dL/dB`` only; the base is an input
-that nothing updates. The merged tree is in the adapters' dtype (float32) even over a bfloat16
-base: small deltas would round away in a bfloat16 sum.
+Training runs unmerged (:func:`lora_attach` and :func:`dense_interceptor`): each adapted Dense
+computes ``x W + (x (s A)) B``, so neither a merged copy of ``W`` nor its full-size gradient
+exists. :func:`lora_merge` forms ``W + s A B`` (for export, and for models that do not apply the
+interceptor); the merged tree is in the adapters' dtype (float32) even over a bfloat16 base:
+small deltas would round away in a bfloat16 sum.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+from flax import linen as nn
 from flax import struct
 
 #: module names LoRA adapts by default: the attention and MLP projections of the Llama family
@@ -148,6 +152,53 @@ def lora_merge(base, adapters: Adapters):
     ``W + scale * A @ B`` and every leaf trained whole by the adapters' copy; a pure function of
     ``(base, adapters)`` (differentiable in both; the trainer differentiates the adapters only)."""
     return _merge(base, adapters.tree, adapters.scale)
+
+
+def _attach(base, node, scale):
+    if node is None:
+        return base
+    if isinstance(base, Mapping):
+        extra = set(node) - set(base)
+        if extra:
+            raise ValueError(f"adapters name {sorted(extra)}, which the base parameters lack (another model?)")
+        out = {k: _attach(v, node.get(k), scale) for k, v in base.items()}
+        factors = node.get("kernel")
+        if isinstance(factors, Mapping) and "lora_a" in factors and jnp.ndim(base["kernel"]) == 2:
+            # the Dense computes x W + (x (s A)) B (:func:`dense_interceptor`): W is read, never differentiated
+            out["kernel"] = jax.lax.stop_gradient(base["kernel"])
+            out["lora_a"] = scale * factors["lora_a"]
+            out["lora_b"] = factors["lora_b"]
+        return out
+    if isinstance(node, Mapping) and "lora_a" in node:
+        return lora_delta(base, node, scale)  # a kernel of more than two dimensions: merged
+    return node  # a leaf trained whole
+
+
+def lora_attach(base, adapters: Adapters):
+    """The parameters a LoRA-aware model runs with, unmerged: ``base`` with ``lora_a = scale *
+    A [in, r]`` and ``lora_b = B [r, out]`` beside every adapted 2-D ``kernel`` (the kernel
+    itself under ``stop_gradient``) and every leaf trained whole replaced; a kernel of more than
+    two dimensions is merged as :func:`lora_merge` does. No full-size ``W + s A B`` is formed,
+    and under gradient no full-size ``dW``: only ``dA``, ``dB`` (and the activations' cotangents).
+    Only a model applied under :func:`dense_interceptor` reads the factors (``FlaxLM`` is)."""
+    return _attach(base, adapters.tree, adapters.scale)
+
+
+def dense_interceptor(next_fun, args, kwargs, context):
+    """A Flax method interceptor (``nn.intercept_methods``): a ``nn.Dense`` whose parameters
+    hold ``lora_a [in, r]``, ``lora_b [r, out]`` (:func:`lora_attach`) returns ``x W (+ bias) +
+    (x lora_a) lora_b``, the low-rank path in the layer's output dtype. ``ValueError`` when
+    another kind of module holds factors (it would ignore them silently)."""
+    module = context.module
+    if context.method_name != "__call__" or not module.has_variable("params", "lora_a"):
+        return next_fun(*args, **kwargs)
+    if not isinstance(module, nn.Dense):
+        raise ValueError(
+            f"LoRA factors on {module.name!r} ({type(module).__name__}): only nn.Dense layers take them unmerged"
+        )
+    y = next_fun(*args, **kwargs)
+    a, b = (module.get_variable("params", n).astype(y.dtype) for n in ("lora_a", "lora_b"))
+    return y + jnp.dot(jnp.dot(args[0].astype(y.dtype), a), b)
 
 
 def count(tree) -> int:

@@ -15,6 +15,7 @@ sets of one module.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Protocol
 
@@ -22,6 +23,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from purejaxppo.lm import lora
 
 _NEG = -1e9  # finite: a row with every key masked stays finite (softmax -> uniform), never NaN
 
@@ -203,12 +206,20 @@ class TinyLM(nn.Module):
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (attend)
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, valid: jax.Array, cache: KVCache | None = None, slot=0, heads: str = "both"):
+    def __call__(
+        self,
+        tokens: jax.Array,
+        valid: jax.Array,
+        cache: KVCache | None = None,
+        slot=0,
+        heads: str = "both",
+        logits_from: int = 0,
+    ):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])``; with a ``cache`` the
         chunk sits at slots ``slot..slot+L-1`` after what the cache holds, and the updated
         cache is returned third. One code path: without a cache it is the full causal pass.
         ``heads`` (static): ``"logits"`` or ``"values"`` computes that head only (the other
-        output is None)."""
+        output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1`` only (``[B, L - logits_from, V]``)."""
         valid = valid.astype(bool)
         l = tokens.shape[1]
         start, key_valid = cache_view(valid, cache, slot)
@@ -226,7 +237,7 @@ class TinyLM(nn.Module):
         x = nn.LayerNorm(dtype=self.dtype, name="ln_f")(x)
         logits = values = None
         if heads in ("both", "logits"):
-            logits = nn.Dense(self.vocab_size, dtype=self.dtype, name="lm_head")(x).astype(jnp.float32)
+            logits = nn.Dense(self.vocab_size, dtype=self.dtype, name="lm_head")(x[:, logits_from:]).astype(jnp.float32)
         if heads in ("both", "values"):
             values = value_head(x, self.dtype)
         if cache is None:
@@ -247,24 +258,39 @@ class FlaxLM:
     :class:`purejaxppo.lm.gpt2.GPT2` meet it; so can a user's own model."""
 
     model: Any
+    lora_unmerged = True  # its Dense layers read LoRA factors beside their kernels (lora.lora_attach)
 
-    def logits(self, params, tokens, valid):
-        return self.model.apply(params, tokens, valid, heads="logits")[0]
+    def _apply(self, params, *args, **kwargs):
+        with nn.intercept_methods(lora.dense_interceptor):
+            return self.model.apply(params, *args, **kwargs)
 
-    def forward(self, params, tokens, valid):
-        return self.model.apply(params, tokens, valid)
+    def _head_args(self, first: int) -> dict:
+        """``logits_from=first`` when the module takes it (a user's module may not: then sliced)."""
+        takes = "logits_from" in inspect.signature(type(self.model).__call__).parameters
+        return {"logits_from": first} if first and takes else {}
+
+    def logits(self, params, tokens, valid, first: int = 0):
+        """``[B, L - first, V]``: the logits of positions ``first..L-1`` (static ``first``)."""
+        kw = self._head_args(first)
+        return self._apply(params, tokens, valid, heads="logits", **kw)[0][:, 0 if kw else first :]
+
+    def forward(self, params, tokens, valid, first: int = 0):
+        """``(logits [B, L - first, V], values [B, L])``."""
+        kw = self._head_args(first)
+        logits, values = self._apply(params, tokens, valid, **kw)
+        return logits[:, 0 if kw else first :], values
 
     def values(self, params, tokens, valid):
-        return self.model.apply(params, tokens, valid, heads="values")[1]
+        return self._apply(params, tokens, valid, heads="values")[1]
 
     def prefill(self, params, tokens, valid, max_len: int):
         cache = self.model.empty_cache(tokens.shape[0], max_len)
-        logits, _, cache = self.model.apply(params, tokens, valid, cache, 0, heads="logits")
+        logits, _, cache = self._apply(params, tokens, valid, cache, 0, heads="logits")
         return logits[:, -1], cache
 
     def decode(self, params, cache, token, position):
         ones = jnp.ones(token.shape + (1,), bool)
-        logits, _, cache = self.model.apply(params, token[:, None], ones, cache, position, heads="logits")
+        logits, _, cache = self._apply(params, token[:, None], ones, cache, position, heads="logits")
         return logits[:, 0], cache
 
 

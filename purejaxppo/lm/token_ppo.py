@@ -193,7 +193,7 @@ def make_token_ppo(
         cfg = config if cfg is None else cfg
         key, k_prompt, k_sample, k_update, k_ptx = jax.random.split(state.key, 5)
         prompt, prompt_valid = ph.prompt_phase(prompts, k_prompt, batch_prompts, cfg, policy)
-        params = trained_params(state.train.params, state.reference)  # LoRA adapters merged into the base
+        params = trained_params(state.train.params, state.reference, models)  # LoRA adapters on the base
         sampled = ph.sample_phase(models, params, state.reward, k_sample, prompt, prompt_valid, cfg, devices)
         ptx_batch = ptx(k_ptx, cfg.batch_size) if cfg.ptx else None
         # the teacher-forced passes and the update run over the longest response's rung of widths
@@ -207,8 +207,9 @@ def make_token_ppo(
                 data, stats = ph.finish_phase(exp, state.beta, cfg, devices)
                 if cfg.ptx:
                     data["ptx_tokens"], data["ptx_valid"], data["ptx_mask"] = ptx_batch
+                first = prompt.shape[1] - 1  # logits from the last prompt slot on (token_update.share_loss)
                 train, upd = update_phase(
-                    models, state.train, data, k_update, state.beta, cfg, devices, state.reference
+                    models, state.train, data, k_update, state.beta, cfg, devices, state.reference, first
                 )
                 return train, stats, upd
 

@@ -62,12 +62,20 @@ def token_optimizer(cfg: TokenPPOConfig) -> optax.GradientTransformation:
     )
 
 
-def trained_params(params: dict, base) -> dict:
+def trained_params(params: dict, base, models: Optional[experience.Models] = None) -> dict:
     """The ``{"policy", "critic"}`` parameters the models run with: LoRA adapters
-    (:class:`~purejaxppo.lm.lora.Adapters`) merged into ``base`` (the frozen reference), other
-    parameters as they are."""
-    merge = lambda p: lora.lora_merge(base, p) if isinstance(p, lora.Adapters) else p  # noqa: E731
-    return {k: None if v is None else merge(v) for k, v in params.items()}
+    (:class:`~purejaxppo.lm.lora.Adapters`) on ``base`` (the frozen reference), other parameters
+    as they are. With ``models``, a role whose model computes adapters unmerged (its
+    ``lora_unmerged`` attribute, :func:`purejaxppo.lm.lora.lora_attach`) gets the base with the
+    factors beside each kernel; otherwise (and for export) the merged weights."""
+
+    def run_with(role, p):
+        if not isinstance(p, lora.Adapters):
+            return p
+        model = None if models is None else getattr(models, role)
+        return lora.lora_attach(base, p) if getattr(model, "lora_unmerged", False) else lora.lora_merge(base, p)
+
+    return {k: None if v is None else run_with(k, v) for k, v in params.items()}
 
 
 def units(mask, aggregation):
@@ -97,16 +105,24 @@ def kl_loss(logp, logp_ref, mask, cfg: TokenPPOConfig) -> jax.Array:
 
 
 def share_loss(
-    models: experience.Models, params, mb: dict, totals: dict, cfg: TokenPPOConfig, num_devices: int, base=None
+    models: experience.Models,
+    params,
+    mb: dict,
+    totals: dict,
+    cfg: TokenPPOConfig,
+    num_devices: int,
+    base=None,
+    first: int = 0,
 ):
     """``(loss, metrics)``: the share of the minibatch loss held by ``mb`` (this pass's rows of
     ``tokens, valid, mask, logp_old, values_old, advantages, returns [b, L]``, plus
     ``logp_ref`` under ``kl_in == "loss"`` and ``ptx_tokens, ptx_valid, ptx_mask`` under
-    ``ptx``); ``totals``: :func:`minibatch_totals`; ``base``: the frozen weights LoRA adapters
-    in ``params`` are merged into (the reference)."""
-    params = trained_params(params, base)
-    logits, values = experience.heads(models, params, mb["tokens"], mb["valid"])
-    logp, entropy = experience.filtered_logprobs(logits, mb["tokens"], cfg)
+    ``ptx``); ``totals``: :func:`minibatch_totals`; ``base``: the frozen weights LoRA adapters sit
+    on (the reference); ``first`` (static): the policy's logits are computed from position
+    ``first`` on (the prompt width - 1: no earlier position predicts a response token)."""
+    params = trained_params(params, base, models)
+    logits, values = experience.heads(models, params, mb["tokens"], mb["valid"], first)
+    logp, entropy = experience.filtered_logprobs(logits, mb["tokens"], cfg, first)
     critic = needs_critic(cfg)
     loss, m = tk.token_ppo_loss(
         logp,
@@ -147,13 +163,15 @@ def update_phase(
     cfg: TokenPPOConfig,
     devices: Devices = ONE_DEVICE,
     base=None,
+    first: int = 0,
 ) -> tuple[TrainState, dict]:
     """``update_epochs`` x ``num_minibatches`` steps over ``data`` (the whole batch's
     :func:`~purejaxppo.lm.experience.finish` output ``[B, L]``, plus the ptx batch under ``ptx``):
     ``(train, metrics)``, the metrics means over the steps. ``beta``: the KL coefficient of the
-    KL loss term (read under ``kl_in == "loss"``); ``base``: the frozen reference, under LoRA."""
+    KL loss term (read under ``kl_in == "loss"``); ``base``: the frozen reference, under LoRA;
+    ``first``: :func:`share_loss`'s (the prompt width - 1; 0 computes every position's logits)."""
     one_pass = accumulate_gradients(
-        lambda p, mb, t: share_loss(models, p, mb, t, cfg, devices.num_devices, base), cfg.micro_batches
+        lambda p, mb, t: share_loss(models, p, mb, t, cfg, devices.num_devices, base, first), cfg.micro_batches
     )
 
     def grad_fn(params, mb):  # totals over the whole (global) minibatch, then this device's share
