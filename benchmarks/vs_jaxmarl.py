@@ -27,7 +27,8 @@ Timing: compile (``lower().compile()``) apart, then ``--rounds`` runs per side i
 median. ``--only ROW...`` runs some rows only, so that each side can run in a fresh process
 (their program has stopped, idle, in its first execution in a process that had compiled others:
 benchmarks/NOTES.md); ``--merge A.json B.json ... --json OUT`` prints those runs as one table
-(they must share the budget and seeds). Env-steps/s counts ENV steps (an env step is 3 agent steps) of all seeds together.
+(they must share the budget and seeds). ``--sync-dispatch`` runs each program on the calling
+thread (JAX's CPU async dispatch off, for both sides), the other way around that stop. Env-steps/s counts ENV steps (an env step is 3 agent steps) of all seeds together.
 Returns: the team return (sum over agents = JaxMARL's ``MPELogWrapper`` return, which logs each
 agent's reward x 3), mean over the last 10% of updates and over seeds. Theirs is the mean of
 ``returned_episode_returns`` over each rollout (the last finished episode's return, held
@@ -109,7 +110,12 @@ def main():
     p.add_argument("--no-rbg-row", action="store_true", help="skip our rollout_rng=unsafe_rbg row")
     p.add_argument("--only", nargs="+", default=None, metavar="ROW", help="run only these rows (one process per side)")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="print and merge --only runs' JSONs")
+    p.add_argument(
+        "--sync-dispatch", action="store_true", help="jax_cpu_enable_async_dispatch=False (both sides; see Timing)"
+    )
     a = p.parse_args()
+    if a.sync_dispatch:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
     if a.merge:
         return merge(a.merge, a.json)
 
