@@ -24,7 +24,11 @@ the first seed's key, so a seed's numbers differ from the same seed run alone; `
 ``--unroll N`` sets our rows' ``rollout_unroll``.
 
 Timing: compile (``lower().compile()``) apart, then ``--rounds`` runs per side interleaved,
-median. Env-steps/s counts ENV steps (an env step is 3 agent steps) of all seeds together.
+median. ``--only ROW...`` runs some rows only, so that each side can run in a fresh process
+(their program has stopped, idle, in its first execution in a process that had compiled others:
+benchmarks/NOTES.md); ``--merge A.json B.json ... --json OUT`` prints those runs as one table
+(they must share the budget and seeds). ``--sync-dispatch`` runs each program on the calling
+thread (JAX's CPU async dispatch off, for both sides), the other way around that stop. Env-steps/s counts ENV steps (an env step is 3 agent steps) of all seeds together.
 Returns: the team return (sum over agents = JaxMARL's ``MPELogWrapper`` return, which logs each
 agent's reward x 3), mean over the last 10% of updates and over seeds. Theirs is the mean of
 ``returned_episode_returns`` over each rollout (the last finished episode's return, held
@@ -97,19 +101,28 @@ THEIR_CONFIG = {
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--script", required=True, help="JaxMARL's baselines/IPPO/ippo_ff_mpe.py")
+    p.add_argument("--script", default=None, help="JaxMARL's baselines/IPPO/ippo_ff_mpe.py")
     p.add_argument("--env-steps", type=int, default=500_000)
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--json", default=None)
     p.add_argument("--unroll", type=int, default=1, help="rollout_unroll of our rows (lax.scan unroll)")
     p.add_argument("--no-rbg-row", action="store_true", help="skip our rollout_rng=unsafe_rbg row")
+    p.add_argument("--only", nargs="+", default=None, metavar="ROW", help="run only these rows (one process per side)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="print and merge --only runs' JSONs")
+    p.add_argument(
+        "--sync-dispatch", action="store_true", help="jax_cpu_enable_async_dispatch=False (both sides; see Timing)"
+    )
     a = p.parse_args()
+    if a.sync_dispatch:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    if a.merge:
+        return merge(a.merge, a.json)
 
     from purejaxppo import PPOConfig, make_ppo
 
     cfg_theirs = dict(THEIR_CONFIG, TOTAL_TIMESTEPS=a.env_steps)
-    their_train = load_their_make_train(a.script)(cfg_theirs)
+    their_train = load_their_make_train(a.script)(cfg_theirs) if a.script else None
     n_agents = 3
     ours_cfg = PPOConfig(
         env_name="jaxmarl:MPE_simple_spread_v3",
@@ -144,6 +157,13 @@ def main():
             make_ppo(ours_cfg.replace(rollout_rng="unsafe_rbg")).train,
             lambda out: np.asarray(out[1]["episode_return"]),
         )
+    if a.only:
+        unknown = sorted(set(a.only) - set(sides))
+        if unknown:
+            sys.exit(f"error: --only {' '.join(unknown)}: no such row; choose from {' '.join(sides)}")
+        sides = {k: v for k, v in sides.items() if k in a.only}
+    if "jaxmarl_ippo_ff_mpe" in sides and their_train is None:
+        sys.exit("error: the jaxmarl_ippo_ff_mpe row needs --script JaxMARL/baselines/IPPO/ippo_ff_mpe.py")
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
     compiled, rows = {}, {}
     for name, (fn, _) in sides.items():
@@ -165,20 +185,33 @@ def main():
     for r in rows.values():
         r["run_s_median"] = statistics.median(r["run_s"])
         r["env_steps_per_s"] = env_steps / r["run_s_median"]
-    base = rows["jaxmarl_ippo_ff_mpe"]["env_steps_per_s"]
+    report({"env_steps_per_seed": updates * 16 * 128, "seeds": a.seeds, "rows": rows, "jax": jax.__version__}, a.json)
+
+
+def report(result: dict, path=None):
+    """Print the rows (with their speed relative to JaxMARL's when its row is there) and write the JSON."""
+    rows = result["rows"]
+    base = rows["jaxmarl_ippo_ff_mpe"]["env_steps_per_s"] if "jaxmarl_ippo_ff_mpe" in rows else None
     for name, r in rows.items():
-        r["speed_vs_jaxmarl"] = r["env_steps_per_s"] / base
+        if base:
+            r["speed_vs_jaxmarl"] = r["env_steps_per_s"] / base
         print(
             f"{name:22s} compile {r['compile_s']:6.1f}s  run {r['run_s_median']:7.1f}s  "
-            f"{r['env_steps_per_s']:9,.0f} env-steps/s ({r['speed_vs_jaxmarl']:.2f}x)  "
+            f"{r['env_steps_per_s']:9,.0f} env-steps/s ({r.get('speed_vs_jaxmarl', float('nan')):.2f}x)  "
             f"final team return {r['final_return_mean']:.2f} {np.round(r['final_return_per_seed'], 2).tolist()}"
         )
-    if a.json:
-        json.dump(
-            {"env_steps_per_seed": updates * 16 * 128, "seeds": a.seeds, "rows": rows, "jax": jax.__version__},
-            open(a.json, "w"),
-            indent=1,
-        )
+    if path:
+        json.dump(result, open(path, "w"), indent=1)
+
+
+def merge(paths, out=None):
+    """One table from ``--only`` runs (each side in a fresh process); they must share the budget."""
+    parts = [json.load(open(p)) for p in paths]
+    same = {(r["env_steps_per_seed"], r["seeds"]) for r in parts}
+    if len(same) > 1:
+        sys.exit(f"error: --merge {' '.join(paths)}: runs of different budgets/seeds {sorted(same)}")
+    rows = {k: v for r in parts for k, v in r["rows"].items()}
+    report({**parts[0], "rows": rows, "fresh_process_per_file": list(paths)}, out)
 
 
 if __name__ == "__main__":

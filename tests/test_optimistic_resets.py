@@ -119,7 +119,7 @@ def test_optimistic_resets_equal_exact_ones_while_one_episode_per_group_ends():
 
 
 def test_vmapped_seeds_give_the_same_numbers_as_one_at_a_time():
-    """Under vmap the cond becomes a select; the rule must not change."""
+    """Under vmap the reset's cond is taken where any member needs it; the rule must not change."""
     venv = auto_reset_vec_env(SPEC, N, reset1, step1, reset_ratio=4)
     keys = jax.random.split(jax.random.PRNGKey(11), 3)
     singles = [run(venv, k, 12)[0] for k in keys]
@@ -136,6 +136,34 @@ def test_vmapped_seeds_give_the_same_numbers_as_one_at_a_time():
 
     # exact although two programs: integer-valued observations, no float rounding anywhere
     np.testing.assert_array_equal(np.asarray(jax.jit(jax.vmap(many))(keys)), np.stack(singles))
+
+
+def test_reset_stays_a_branch_under_nested_vmap_with_the_same_numbers():
+    """Sweeps x seeds (two vmaps): the reset is still a ``cond`` (not a select of both branches)
+    and every member's numbers equal the member run alone."""
+    venv = auto_reset_vec_env(SPEC, N, reset1, step1)
+    keys = jax.random.split(jax.random.PRNGKey(5), 6).reshape(2, 3, 2)
+    obs, state = jax.vmap(jax.vmap(venv.reset))(keys)
+    step = jax.vmap(jax.vmap(venv.step))
+    act = jnp.zeros((2, 3, N), jnp.int32)
+    assert "stablehlo.case" in jax.jit(step).lower(keys, state, act).as_text()  # a branch, not a select
+    singles = [[run(venv, keys[i, j], 12) for j in range(3)] for i in range(2)]
+
+    def many(key):
+        ks = jax.random.split(key, 13)
+        obs, state = venv.reset(ks[0])
+
+        def body(state, k):
+            obs, state, _, _, _, info = venv.step(k, state, jnp.zeros((N,), jnp.int32))
+            return state, (obs, info["final_observation"])
+
+        return jax.lax.scan(body, state, ks[1:])[1]
+
+    got = jax.jit(jax.vmap(jax.vmap(many)))(keys)
+    for i in range(2):
+        for j in range(3):  # exact: integer-valued observations
+            np.testing.assert_array_equal(np.asarray(got[0][i, j]), singles[i][j][0])
+            np.testing.assert_array_equal(np.asarray(got[1][i, j]), singles[i][j][1])
 
 
 def test_bad_reset_ratio_is_a_clear_error():

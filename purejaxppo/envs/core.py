@@ -97,8 +97,9 @@ def auto_reset_vec_env(
 
     A reset can cost far more than a step (Craftax generates a world) and most steps end
     no episode, so resets are computed only on steps where some env's episode ended
-    (``lax.cond`` on ``any(done)``). Under an outer ``vmap`` (seeds) that cond becomes a
-    select of both branches; ``reset_ratio`` is what saves work there:
+    (:func:`cond_any` on ``done``: under an outer ``vmap`` over seeds or sweeps, where some
+    env of any member ended; a plain ``lax.cond`` would become a select computing the reset
+    on every step). When most steps end some episode, ``reset_ratio`` is what saves work:
 
     * ``reset_ratio=1`` (default): every env that finished starts from its own fresh reset.
     * ``reset_ratio=R > 1`` ("optimistic" resets): ONE fresh start is computed per group of
@@ -134,18 +135,44 @@ def auto_reset_vec_env(
         obs, new, reward, term, trunc = jax.vmap(lambda k, s, a: step1(raw_key(k), s, a))(k_step, state, action)
         done = jnp.logical_or(term, trunc)
 
-        def with_resets(_):
+        def with_resets(operand):
+            obs, new, done, k_reset = operand
             obs0, state0 = fresh_starts(done, k_reset)
             pick = lambda fresh, old: jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), fresh, old).astype(
                 old.dtype
             )
             return jax.tree.map(pick, obs0, obs), jax.tree.map(pick, state0, new)
 
-        next_obs, next_state = jax.lax.cond(jnp.any(done), with_resets, lambda _: (obs, new), None)
+        next_obs, next_state = cond_any(done, with_resets, lambda x: x[:2], (obs, new, done, k_reset))
         next_obs, next_state = _strong((next_obs, next_state))
         return next_obs, next_state, reward.astype(jnp.float32), term, trunc, {"final_observation": obs}
 
     return VecEnv(spec, num_envs, reset, step)
+
+
+def cond_any(flags: jax.Array, if_any: Callable, if_none: Callable, operand):
+    """``lax.cond(any(flags), if_any, if_none, operand)`` that stays a branch under ``vmap``.
+
+    ``jax.vmap`` turns a ``lax.cond`` on a batched predicate into a ``select`` of both
+    branches, so a reset computed only on the steps where an episode ended (most steps end
+    none) would be computed on every step under the seeds' ``vmap``. Here, under ``vmap``,
+    the predicate is ``any`` over the batch too and the branches are vmapped: the costly
+    branch runs for the whole batch when some member needs it and is skipped otherwise.
+
+    Contract that makes this equal to the plain cond: for a member whose ``flags`` are all
+    False, ``if_any(operand) == if_none(operand)`` exactly (``if_any`` only changes what the
+    flags select). Nested ``vmap`` (sweeps x seeds) is handled level by level.
+    """
+    cond = jax.custom_batching.custom_vmap(lambda f, x: jax.lax.cond(jnp.any(f), if_any, if_none, x))
+
+    @cond.def_vmap
+    def rule(axis_size, in_batched, f, x):
+        batched = lambda leaf, b: leaf if b else jnp.broadcast_to(leaf, (axis_size,) + leaf.shape)
+        f, x = jax.tree.map(batched, (f, x), tuple(in_batched))
+        out = cond_any(f, jax.vmap(if_any), jax.vmap(if_none), x)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return cond(flags, operand)
 
 
 def _strong(tree):
