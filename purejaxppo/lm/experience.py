@@ -113,7 +113,8 @@ def heads(models: Models, params: dict, tokens, valid, first: int = 0):
 
 def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
     """Responses to ``prompt [B, P]``: ``(response [B, T], logp_sampled [B, T], mask [B, T])``,
-    row ``i`` drawn with ``row_keys[i]``."""
+    row ``i`` drawn with ``row_keys[i]``; the KV cache grows in ``cfg.length_buckets`` rungs
+    (:func:`~purejaxppo.lm.sampling.sample_response`'s ``rungs``)."""
     return sample_response(
         models.policy,
         params["policy"],
@@ -127,6 +128,7 @@ def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
         cfg.top_k,
         cfg.top_p,
         per_row=True,
+        rungs=cfg.length_buckets,
     )
 
 

@@ -48,6 +48,9 @@ class CausalLM(Protocol):
       every row: ``P`` for the first decoded token, then ``P+1``, ...; ``< max_len``) and
       returns the logits predicting the next token, i.e. ``logits(params, seq, valid)[:, -1]``
       of the prompt with every decoded token appended as valid.
+    * ``grow(cache, max_len) -> cache`` (optional): the same cache with ``max_len`` slots, the
+      new ones empty (unwritten), so generation can start small and grow with the response
+      (:func:`purejaxppo.lm.sampling.sample_response`'s ``rungs``).
 
     Logits and values come back in float32 whatever the compute dtype. The cache is a pytree
     with fixed shapes (it rides a ``lax.scan`` carry); it is opaque to the caller.
@@ -64,6 +67,8 @@ class CausalLM(Protocol):
     def prefill(self, params: Any, tokens: jax.Array, valid: jax.Array, max_len: int) -> tuple[jax.Array, Any]: ...
 
     def decode(self, params: Any, cache: Any, token: jax.Array, position: jax.Array) -> tuple[jax.Array, Any]: ...
+
+    def grow(self, cache: Any, max_len: int) -> Any: ...
 
 
 class KVCache(NamedTuple):
@@ -150,6 +155,13 @@ def empty_kv_cache(batch: int, max_len: int, n_layers: int, n_heads: int, head_d
     """A :class:`KVCache` of ``max_len`` slots holding nothing (keys and values in ``dtype``)."""
     zeros = tuple(jnp.zeros((batch, n_heads, max_len, head_dim), dtype) for _ in range(n_layers))
     return KVCache(zeros, zeros, jnp.zeros((batch, max_len), bool), jnp.zeros((batch,), jnp.int32))
+
+
+def grow_kv_cache(cache: KVCache, max_len: int) -> KVCache:
+    """``cache`` with ``max_len >= S`` slots: empty ones (zero keys and values, not valid) appended."""
+    more = max_len - cache.valid.shape[1]
+    pad = lambda x, axis: jnp.concatenate([x, jnp.zeros(x.shape[:axis] + (more,) + x.shape[axis + 1 :], x.dtype)], axis)  # noqa: E731
+    return KVCache(*(tuple(pad(x, 2) for x in kv) for kv in (cache.k, cache.v)), pad(cache.valid, 1), cache.count)
 
 
 def written_cache(cache: KVCache, ks: list, vs: list, key_valid: jax.Array, valid: jax.Array) -> KVCache:
@@ -293,6 +305,12 @@ class FlaxLM:
         logits, _, cache = self._apply(params, token[:, None], ones, cache, position, heads="logits")
         return logits[:, 0], cache
 
+    def grow(self, cache, max_len: int):
+        """A :class:`KVCache` (every module here) grown by :func:`grow_kv_cache`; a module with
+        another cache grows it with its own ``grow_cache(cache, max_len)``."""
+        own = getattr(self.model, "grow_cache", None)
+        return own(cache, max_len) if own is not None else grow_kv_cache(cache, max_len)
+
 
 @dataclass(frozen=True)
 class FullRecompute:
@@ -323,3 +341,8 @@ class FullRecompute:
         buf, vbuf = cache
         buf, vbuf = buf.at[:, position].set(token.astype(buf.dtype)), vbuf.at[:, position].set(True)
         return self.logits_fn(params, buf, vbuf)[:, position], (buf, vbuf)
+
+    def grow(self, cache, max_len: int):
+        buf, vbuf = cache
+        more = max_len - buf.shape[1]
+        return tuple(jnp.concatenate([x, jnp.zeros((x.shape[0], more), x.dtype)], axis=1) for x in (buf, vbuf))

@@ -21,6 +21,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from purejaxppo.lm.length_buckets import bucket_sizes
+
 
 def filter_logits(logits, temperature=1.0, top_k: int = 0, top_p=1.0, banned: int | None = None):
     """``logits [..., V] -> [..., V]``: the logits of the distribution :func:`sample_tokens`
@@ -73,6 +75,7 @@ def sample_response(
     top_k: int = 0,
     top_p=1.0,
     per_row: bool = False,
+    rungs: int = 0,
 ):
     """Sample up to ``max_new`` tokens after left-padded prompts with ``lm``'s cache (one
     :meth:`CausalLM.prefill`, then one ``decode`` per token) in a ``lax.while_loop`` that ends
@@ -95,6 +98,15 @@ def sample_response(
     ``per_row=True``: ``key`` is ``[B]`` keys, one per row, each split once per token, so a
     row's tokens do not depend on the batch it sits in (a batch split over devices samples
     what one device would).
+    ``rungs > 0`` (static; needs ``lm.grow``, else ignored): the cache grows with the response
+    instead of holding ``P + max_new`` slots from the start. It begins at ``P + rungs`` slots and
+    is grown (:meth:`CausalLM.grow`) to the next width of
+    :func:`purejaxppo.lm.length_buckets.bucket_sizes` (``rungs, 2*rungs, ..., max_new``) only
+    when a row is still going at the end of a rung, so each decode step attends over the rung
+    holding the current position, not the cap. Nested ``lax.cond``s in the one program: a rung
+    not reached costs nothing. The slots past the rung are unwritten (masked) keys, whose softmax
+    weight is exactly 0, so the tokens are the one-cache decode's; logits differ by float
+    reassociation over fewer keys only (other shapes: another reduction order).
     """
     assert max_new >= 1, max_new
     b, p = prompt.shape
@@ -123,9 +135,7 @@ def sample_response(
             jax.lax.dynamic_update_slice_in_dim(o, x[:, None].astype(o.dtype), t, axis=1) for o, x in zip(outs, out)
         )
 
-    def going(carry):  # a decode is left (the last token needs none) and some row has not stopped
-        t, done = carry[0], carry[3]
-        return (t < max_new - 1) & ~jnp.all(done)
+    sizes = bucket_sizes(max_new, rungs) if getattr(lm, "grow", None) is not None else (max_new,)
 
     def step(carry):
         t, logits, cache, done, key, outs = carry
@@ -133,13 +143,29 @@ def sample_response(
         logits, cache = lm.decode(params, cache, out[0], p + t)
         return t + 1, logits, cache, done, key, write(outs, out, t)
 
-    logits, cache = lm.prefill(params, prompt, prompt_valid, p + max_new)
+    def left(carry):  # a decode is left (the last token needs none) and some row has not stopped
+        return (carry[0] < max_new - 1) & ~jnp.all(carry[3])
+
+    def without_cache(carry):  # what every rung returns: the cache's shape is the rung's own
+        return carry[:2] + carry[3:]
+
+    def run(k, carry):  # carry's cache holds p + sizes[k] slots: decode positions p + t, t < sizes[k]
+        carry = jax.lax.while_loop(lambda c: left(c) & (c[0] < sizes[k]), step, carry)
+        if k + 1 == len(sizes):
+            return without_cache(carry)
+
+        def grown(c):
+            return run(k + 1, c[:2] + (lm.grow(c[2], p + sizes[k + 1]),) + c[3:])
+
+        return jax.lax.cond(left(carry), grown, without_cache, carry)
+
+    logits, cache = lm.prefill(params, prompt, prompt_valid, p + sizes[0])
     outs = (
         jnp.full((b, max_new), pad_id, prompt.dtype),
         jnp.zeros((b, max_new), jnp.float32),
         jnp.zeros((b, max_new), bool),
     )  # what every step after a row's stop writes
     carry = (jnp.zeros((), jnp.int32), logits, cache, jnp.zeros((b,), bool), key, outs)
-    t, logits, _, done, key, outs = jax.lax.while_loop(going, step, carry)
+    t, logits, done, key, outs = run(0, carry)
     last, _, _ = pick(logits, done, key)  # the last token (or, after an early end, pads) needs no decode
     return write(outs, last, t)
