@@ -167,12 +167,9 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a size (beta=0.005)")
     args = ap.parse_args(argv)
-    p = dict(QUICK if args.quick else FULL)
-    for item in args.set:
-        k, _, v = item.partition("=")
-        if k not in p:
-            ap.error(f"--set {item}: no size {k!r}; one of {', '.join(p)}")
-        p[k] = tuple(float(x) for x in v.split(",")) if k == "kl_levels" else type(p[k])(v)
+    import run
+
+    p = run.apply_sets(ap, dict(QUICK if args.quick else FULL), args.set, tuple_key="kl_levels")
     arms = args.arms.split(",")
     bad = [a for a in arms if a not in ARMS]
     if bad:
@@ -181,9 +178,6 @@ def main(argv=None) -> int:
         ap.error(f"--from {args.src}: no reward model in {args.src}/rm/model; run run.py --out {args.src} first")
     out, t0 = os.path.abspath(args.out), time.time()
     os.makedirs(out, exist_ok=True)
-
-    import run
-
     src = os.path.abspath(args.src) if args.src else out
     if not args.src:
         run.build_models(out, dict(run.QUICK if args.quick else run.FULL), args.seed)

@@ -158,6 +158,17 @@ def build_models(out: str, p: dict, seed: int) -> dict:
     return records
 
 
+def apply_sets(ap, sizes: dict, items, tuple_key: str) -> dict:
+    """``sizes`` with each ``--set KEY=VALUE`` applied (``tuple_key`` takes comma-separated floats,
+    the others their default's type); an unknown key is a usage error naming the sizes."""
+    for item in items:
+        k, _, v = item.partition("=")
+        if k not in sizes:
+            ap.error(f"--set {item}: no size {k!r}; one of {', '.join(sizes)}")
+        sizes[k] = tuple(float(x) for x in v.split(",")) if k == tuple_key else type(sizes[k])(v)
+    return sizes
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="output folder (created)")
@@ -165,12 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a size (betas=0.01,0.1)")
     args = ap.parse_args(argv)
-    p = dict(QUICK if args.quick else FULL)
-    for item in args.set:
-        k, _, v = item.partition("=")
-        if k not in p:
-            ap.error(f"--set {item}: no size {k!r}; one of {', '.join(p)}")
-        p[k] = tuple(float(x) for x in v.split(",")) if k == "betas" else type(p[k])(v)
+    p = apply_sets(ap, dict(QUICK if args.quick else FULL), args.set, tuple_key="betas")
     out, seed, t0 = os.path.abspath(args.out), args.seed, time.time()
     os.makedirs(out, exist_ok=True)
 

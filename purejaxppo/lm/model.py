@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm import lora
+from purejaxppo.lm.lora import dense_interceptor
 
 _NEG = -1e9  # finite: a row with every key masked stays finite (softmax -> uniform), never NaN
 
@@ -273,7 +273,7 @@ class FlaxLM:
     lora_unmerged = True  # its Dense layers read LoRA factors beside their kernels (lora.lora_attach)
 
     def _apply(self, params, *args, **kwargs):
-        with nn.intercept_methods(lora.dense_interceptor):
+        with nn.intercept_methods(dense_interceptor):
             return self.model.apply(params, *args, **kwargs)
 
     def _head_args(self, first: int) -> dict:
