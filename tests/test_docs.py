@@ -1,6 +1,6 @@
 """The documentation stays true to the code.
 
-* Every ```python block of README.md runs (a fresh namespace per block, in one subprocess with two
+* Every ```python block of README.md and docs/*.md runs (a fresh namespace per block, in one subprocess with two
   forced host CPU devices, in a temporary working folder). The README's examples use small
   ``total_timesteps`` so that they are cheap; a block that cannot run here (several hosts, a GPU)
   starts with the comment ``# not run by tests: <reason>`` and is skipped.
@@ -49,7 +49,10 @@ def skip_reason(code: str):
     return first[len(SKIP) :].strip() if first.startswith(SKIP) else None
 
 
-BLOCKS = python_blocks(open(README).read())
+DOC_FILES = ["README.md"] + sorted(
+    os.path.join("docs", f) for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md")
+)
+BLOCKS = [(f, line, code) for f in DOC_FILES for line, code in python_blocks(open(os.path.join(ROOT, f)).read())]
 
 RUNNER = textwrap.dedent("""
     import json, sys, time, traceback
@@ -58,7 +61,7 @@ RUNNER = textwrap.dedent("""
     for name, code in blocks.items():
         t = time.time()
         try:
-            exec(compile(code, f"README.md:{name}", "exec"), {"__name__": "__main__"})
+            exec(compile(code, name, "exec"), {"__name__": "__main__"})
             results[name] = {"ok": True}
         except BaseException:
             results[name] = {"ok": False, "error": traceback.format_exc()}
@@ -89,21 +92,22 @@ def test_readme_starts_with_the_newcomer_commands():
 
 
 def test_readme_has_python_examples_and_skips_say_why():
-    assert len(BLOCKS) >= 3
-    for line, code in BLOCKS:
+    assert sum(f == "README.md" for f, _, _ in BLOCKS) >= 3
+    for f, line, code in BLOCKS:
         reason = skip_reason(code)
-        assert reason is None or reason, f"README.md:{line}: '{SKIP}' needs a reason"
+        assert reason is None or reason, f"{f}:{line}: '{SKIP}' needs a reason"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("line,code", BLOCKS, ids=[f"line{line}" for line, _ in BLOCKS])
-def test_readme_block_runs(line, code, tmp_path):
+@pytest.mark.parametrize("doc,line,code", BLOCKS, ids=[f"{f}:{line}" for f, line, _ in BLOCKS])
+def test_doc_block_runs(doc, line, code, tmp_path):
     reason = skip_reason(code)
     if reason is not None:
-        pytest.skip(f"README.md:{line}: {reason}")
+        pytest.skip(f"{doc}:{line}: {reason}")
     # each block in its own runner process: the test workers share the blocks out, none runs them all
-    result = run_blocks({f"line{line}": code}, str(tmp_path))[f"line{line}"]
-    assert result["ok"], f"README.md block at line {line} failed:\n{result['error']}"
+    name = f"{doc}:{line}"
+    result = run_blocks({name: code}, str(tmp_path))[name]
+    assert result["ok"], f"{name}: the block failed:\n{result['error']}"
 
 
 def test_block_runner_reports_a_failing_block(tmp_path):  # the check can fail
