@@ -7,11 +7,16 @@ JaxMARL's baselines are scripts in its repository, not in the pip package; fetch
     python benchmarks/vs_jaxmarl.py --script /tmp/JaxMARL/baselines/IPPO/ippo_ff_mpe.py \
         [--env-steps 500000] [--seeds 4] [--rounds 1] [--json OUT.json]
 
-Their ``make_train`` is imported from the script as it is: ``hydra`` and ``omegaconf`` (used
-only by its ``main``) are stubbed when absent, and ``wandb.log`` (the script logs every update
-through an ``io_callback``) is dropped from the timed program: the callback is replaced by a
-no-op (one host call per update less on their side). On 2026-12-03 runs of this script stopped in
-their program's first execution, idle, with and without the callback (benchmarks/NOTES.md).
+Their ``make_train`` is imported from the script as it is, with two changes: ``hydra`` and
+``omegaconf`` (used only by its ``main``) are stubbed when absent, and its ``orthogonal`` initializer
+(flax's, a LAPACK QR) is swapped for purejaxppo's LAPACK-free one, the initializer our side uses: the
+same distribution, the same matrices up to float rounding. Under ``vmap`` over seeds, jaxlib 0.10.2
+runs each batched QR by queueing the batch on XLA:CPU's intra-op pool and blocking a pool thread until
+it is done; the program's independent QRs (one per layer) occupy both of a 2-core machine's pool
+threads that way and it deadlocks in its first execution (benchmarks/NOTES.md, 2026-12-03, with a
+5-line reproduction). Their per-update ``io_callback`` (a ``wandb.log``) is kept with a no-op logger
+(their program as written: the ``jaxmarl_ippo_ff_mpe`` row), and a second row drops it
+(``jaxmarl_ippo_ff_mpe_nocb``: one host call per update less on their side).
 
 The config is the script's ``ippo_ff_mpe.yaml`` (16 envs x 128 steps, 4 epochs x 4 minibatches,
 lr 2.5e-4 annealed, tanh 64x64, ent 0.01, clip 0.2, grad clip 0.5) at ``--env-steps`` env steps,
@@ -24,11 +29,12 @@ the first seed's key, so a seed's numbers differ from the same seed run alone; `
 ``--unroll N`` sets our rows' ``rollout_unroll``.
 
 Timing: compile (``lower().compile()``) apart, then ``--rounds`` runs per side interleaved,
-median. ``--only ROW...`` runs some rows only, so that each side can run in a fresh process
-(their program has stopped, idle, in its first execution in a process that had compiled others:
-benchmarks/NOTES.md); ``--merge A.json B.json ... --json OUT`` prints those runs as one table
-(they must share the budget and seeds). ``--sync-dispatch`` runs each program on the calling
-thread (JAX's CPU async dispatch off, for both sides), the other way around that stop. Env-steps/s counts ENV steps (an env step is 3 agent steps) of all seeds together.
+median. ``--only ROW...`` runs some rows only (e.g. each side in a fresh process);
+``--merge A.json B.json ... --json OUT`` prints those runs as one table (they must share the budget
+and seeds). ``--sync-dispatch`` runs each program on the calling thread (JAX's CPU async dispatch
+off, for both sides). ``XLA_FLAGS`` is recorded in the JSON. Env-steps/s counts ENV steps (an env
+step is 3 agent steps) of all seeds together; ``speed_vs_jaxmarl`` is relative to their program as
+written, ``speed_vs_jaxmarl_nocb`` to it without the callback.
 Returns: the team return (sum over agents = JaxMARL's ``MPELogWrapper`` return, which logs each
 agent's reward x 3), mean over the last 10% of updates and over seeds. Theirs is the mean of
 ``returned_episode_returns`` over each rollout (the last finished episode's return, held
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import sys
 import time
@@ -56,9 +63,13 @@ def _stub(name, **attrs):
         sys.modules[name] = mod
 
 
-def load_their_make_train(path, log=None):
-    """``make_train`` of JaxMARL's baseline script at ``path``; ``log(dict)`` receives what the script
-    passes to ``wandb.log`` (default: dropped)."""
+def load_their_make_train(path, log=None, keep_callback=True, lapack_free_init=False):
+    """``make_train`` of JaxMARL's baseline script at ``path``. ``log(dict)`` receives what the script
+    passes to ``wandb.log`` (default: dropped); ``keep_callback=False`` makes its
+    ``jax.experimental.io_callback`` a no-op; ``lapack_free_init`` swaps the script's ``orthogonal``
+    for purejaxppo's (needed to ``vmap`` its ``train`` over seeds on CPU: module docstring)."""
+    from purejaxppo.agents.networks import orthogonal
+
     _stub("hydra", main=lambda **kw: lambda f: f)
     _stub("omegaconf", OmegaConf=types.SimpleNamespace(to_container=lambda c: c))
     _stub("wandb", log=lambda *a, **k: None, init=lambda *a, **k: None)
@@ -66,7 +77,11 @@ def load_their_make_train(path, log=None):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.wandb = types.SimpleNamespace(log=log or (lambda *a, **k: None))  # the callback's logger
-    if log is None:  # no logger: their per-update io_callback dropped (under vmap on CPU it can deadlock)
+    if lapack_free_init and hasattr(
+        mod, "orthogonal"
+    ):  # resolved when their networks are called: the swap reaches them
+        mod.orthogonal = orthogonal
+    if not keep_callback:
         mod.jax = _WithoutIoCallback()
     return mod.make_train
 
@@ -122,7 +137,9 @@ def main():
     from purejaxppo import PPOConfig, make_ppo
 
     cfg_theirs = dict(THEIR_CONFIG, TOTAL_TIMESTEPS=a.env_steps)
-    their_train = load_their_make_train(a.script)(cfg_theirs) if a.script else None
+    theirs = lambda **kw: (
+        load_their_make_train(a.script, lapack_free_init=True, **kw)(dict(cfg_theirs)) if a.script else None
+    )
     n_agents = 3
     ours_cfg = PPOConfig(
         env_name="jaxmarl:MPE_simple_spread_v3",
@@ -144,8 +161,10 @@ def main():
         hidden_sizes=(64, 64),
         rollout_unroll=a.unroll,
     )
+    their_returns = lambda out: np.asarray(out["metrics"]["returned_episode_returns"])
     sides = {
-        "jaxmarl_ippo_ff_mpe": (their_train, lambda out: np.asarray(out["metrics"]["returned_episode_returns"])),
+        "jaxmarl_ippo_ff_mpe": (theirs(), their_returns),
+        "jaxmarl_ippo_ff_mpe_nocb": (theirs(keep_callback=False), their_returns),
         "ours": (make_ppo(ours_cfg).train, lambda out: np.asarray(out[1]["episode_return"])),
         "ours_noboot": (
             make_ppo(ours_cfg.replace(bootstrap_truncated=False)).train,
@@ -162,8 +181,8 @@ def main():
         if unknown:
             sys.exit(f"error: --only {' '.join(unknown)}: no such row; choose from {' '.join(sides)}")
         sides = {k: v for k, v in sides.items() if k in a.only}
-    if "jaxmarl_ippo_ff_mpe" in sides and their_train is None:
-        sys.exit("error: the jaxmarl_ippo_ff_mpe row needs --script JaxMARL/baselines/IPPO/ippo_ff_mpe.py")
+    if any(fn is None for fn, _ in sides.values()):
+        sys.exit("error: the jaxmarl_ippo_ff_mpe rows need --script JaxMARL/baselines/IPPO/ippo_ff_mpe.py")
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
     compiled, rows = {}, {}
     for name, (fn, _) in sides.items():
@@ -185,19 +204,21 @@ def main():
     for r in rows.values():
         r["run_s_median"] = statistics.median(r["run_s"])
         r["env_steps_per_s"] = env_steps / r["run_s_median"]
-    report({"env_steps_per_seed": updates * 16 * 128, "seeds": a.seeds, "rows": rows, "jax": jax.__version__}, a.json)
+    meta = {"jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""), "sync_dispatch": a.sync_dispatch}
+    report({"env_steps_per_seed": updates * 16 * 128, "seeds": a.seeds, "rows": rows, **meta}, a.json)
 
 
 def report(result: dict, path=None):
     """Print the rows (with their speed relative to JaxMARL's when its row is there) and write the JSON."""
-    rows = result["rows"]
-    base = rows["jaxmarl_ippo_ff_mpe"]["env_steps_per_s"] if "jaxmarl_ippo_ff_mpe" in rows else None
+    rows, base_nocb = result["rows"], "jaxmarl_ippo_ff_mpe_nocb"
     for name, r in rows.items():
-        if base:
-            r["speed_vs_jaxmarl"] = r["env_steps_per_s"] / base
+        for key, base in (("speed_vs_jaxmarl", "jaxmarl_ippo_ff_mpe"), ("speed_vs_jaxmarl_nocb", base_nocb)):
+            if base in rows:
+                r[key] = r["env_steps_per_s"] / rows[base]["env_steps_per_s"]
         print(
-            f"{name:22s} compile {r['compile_s']:6.1f}s  run {r['run_s_median']:7.1f}s  "
-            f"{r['env_steps_per_s']:9,.0f} env-steps/s ({r.get('speed_vs_jaxmarl', float('nan')):.2f}x)  "
+            f"{name:24s} compile {r['compile_s']:6.1f}s  run {r['run_s_median']:7.1f}s  "
+            f"{r['env_steps_per_s']:9,.0f} env-steps/s ({r.get('speed_vs_jaxmarl', float('nan')):.2f}x, "
+            f"{r.get('speed_vs_jaxmarl_nocb', float('nan')):.2f}x w/o their callback)  "
             f"final team return {r['final_return_mean']:.2f} {np.round(r['final_return_per_seed'], 2).tolist()}"
         )
     if path:
