@@ -26,7 +26,11 @@ bootstrapped (ours), with ``bootstrap_truncated=False`` (their semantics: every 
 with ``rollout_rng="unsafe_rbg"`` (action sampling from XLA's RngBitGenerator instead of threefry; env
 noise stays per-env threefry; under the seeds' ``vmap`` the seeds' action noise is one batch drawn from
 the first seed's key, so a seed's numbers differ from the same seed run alone; ``--no-rbg-row`` skips it).
-``--unroll N`` sets our rows' ``rollout_unroll``.
+``--unroll N`` sets our rows' ``rollout_unroll``. ``--host-devices N`` forces N host CPU devices
+(``XLA_FLAGS``, the whole process: every row) and adds ``ours_Ndev``: our seeds split over them by
+``purejaxppo.parallel.sharding.shard_runs``, what ``python -m purejaxppo train --seeds 4`` does by default
+on a 2-core host (the same numbers as ``ours``); their script's ``jax.vmap(train)`` runs on one device,
+as written.
 
 Timing: compile (``lower().compile()``) apart, then ``--rounds`` runs per side interleaved,
 median. ``--only ROW...`` runs some rows only (e.g. each side in a fresh process);
@@ -52,8 +56,15 @@ import sys
 import time
 import types
 
-import jax
-import numpy as np
+if __name__ == "__main__":  # --host-devices N: set before JAX's CPU backend starts (it reads XLA_FLAGS once)
+    _pre = argparse.ArgumentParser(add_help=False)
+    _pre.add_argument("--host-devices", type=int, default=1)
+    _n = _pre.parse_known_args()[0].host_devices
+    if _n > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={_n}"
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
 
 def _stub(name, **attrs):
@@ -126,6 +137,12 @@ def main():
     p.add_argument("--only", nargs="+", default=None, metavar="ROW", help="run only these rows (one process per side)")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="print and merge --only runs' JSONs")
     p.add_argument(
+        "--host-devices",
+        type=int,
+        default=1,
+        help="N > 1: XLA_FLAGS forces N host CPU devices (every row's process) and a row ours_Ndev shards our seeds over them",
+    )
+    p.add_argument(
         "--sync-dispatch", action="store_true", help="jax_cpu_enable_async_dispatch=False (both sides; see Timing)"
     )
     a = p.parse_args()
@@ -171,6 +188,17 @@ def main():
             lambda out: np.asarray(out[1]["episode_return"]),
         ),
     }
+    if a.host_devices > 1:  # the CLI's default layout: seeds split over the host devices (shard_runs)
+        from purejaxppo.parallel.sharding import shard_runs
+
+        if len(jax.devices()) < a.host_devices or a.seeds % a.host_devices:
+            sys.exit(
+                f"error: --host-devices {a.host_devices}: needs that many devices and a divisor of --seeds {a.seeds}"
+            )
+        sides[f"ours_{a.host_devices}dev"] = (
+            shard_runs(make_ppo(ours_cfg).train, a.host_devices),
+            lambda out: np.asarray(out[1]["episode_return"]),
+        )
     if not a.no_rbg_row:  # env noise stays per-env threefry; action sampling from XLA's RngBitGenerator
         sides["ours_unsafe_rbg"] = (
             make_ppo(ours_cfg.replace(rollout_rng="unsafe_rbg")).train,
@@ -184,17 +212,19 @@ def main():
     if any(fn is None for fn, _ in sides.values()):
         sys.exit("error: the jaxmarl_ippo_ff_mpe rows need --script JaxMARL/baselines/IPPO/ippo_ff_mpe.py")
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
-    compiled, rows = {}, {}
+    compiled, args, rows = {}, {}, {}
     for name, (fn, _) in sides.items():
+        sharded = hasattr(fn, "place")  # shard_runs: its own jit over the mesh, inputs laid out on it
         t0 = time.perf_counter()
-        compiled[name] = jax.jit(jax.vmap(fn)).lower(keys).compile()
+        compiled[name] = fn.lower(keys).compile() if sharded else jax.jit(jax.vmap(fn)).lower(keys).compile()
         rows[name] = {"compile_s": time.perf_counter() - t0, "run_s": []}
+        args[name] = fn.place(keys) if sharded else (keys,)
     updates = a.env_steps // (16 * 128)
     env_steps = updates * 16 * 128 * a.seeds
     for _ in range(a.rounds):
         for name, (_, returns) in sides.items():
             t0 = time.perf_counter()
-            out = jax.block_until_ready(compiled[name](keys))
+            out = jax.block_until_ready(compiled[name](*args[name]))
             rows[name]["run_s"].append(time.perf_counter() - t0)
             ret = returns(out)  # [seeds, updates]
             tail = max(1, ret.shape[1] // 10)
@@ -204,7 +234,12 @@ def main():
     for r in rows.values():
         r["run_s_median"] = statistics.median(r["run_s"])
         r["env_steps_per_s"] = env_steps / r["run_s_median"]
-    meta = {"jax": jax.__version__, "xla_flags": os.environ.get("XLA_FLAGS", ""), "sync_dispatch": a.sync_dispatch}
+    meta = {
+        "jax": jax.__version__,
+        "devices": len(jax.devices()),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "sync_dispatch": a.sync_dispatch,
+    }
     report({"env_steps_per_seed": updates * 16 * 128, "seeds": a.seeds, "rows": rows, **meta}, a.json)
 
 
