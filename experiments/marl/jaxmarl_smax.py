@@ -70,7 +70,8 @@ def main():
     n_agents = cfg["NUM_ACTORS"] // cfg["NUM_ENVS"]
     keys = jax.random.split(jax.random.PRNGKey(0), a.seeds)
     t0 = time.time()
-    # one seed at a time: their io_callback under jax.vmap over seeds hangs here (jax 0.10.2, CPU)
+    # one seed at a time: under jax.vmap over seeds their flax orthogonal inits (batched LAPACK QRs, also in
+    # nn.GRUCell) deadlock jaxlib 0.10.2's CPU thread pool on 2 cores (benchmarks/NOTES.md, 2026-12-03)
     compiled = jax.jit(train).lower(keys[0]).compile()
     t1 = time.time()
     for k in keys:

@@ -34,7 +34,7 @@ def main(folder=RESULTS):
     print("|---|---|---|---|---|---|---|---|---|---|")
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         r = json.load(open(path))
-        if "final_per_seed" not in r:
+        if "final_per_seed" not in r or "env" not in r:  # JaxMARL scripts' JSONs (jaxmarl_smax.py) have no env
             continue
         lo, hi = interval(r["final_per_seed"])
         print(
