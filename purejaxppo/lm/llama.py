@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
-from purejaxppo.lm.matmul import flat_dot
+from purejaxppo.lm.matmul import flat_dot, logits_dot
 from purejaxppo.lm.model import (
     QUERY_BLOCK,
     KVCache,
@@ -76,10 +76,11 @@ class _Attention(nn.Module):
     query_block: int
 
     @nn.compact
-    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0):
+    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0, layer=None):
         """``x [B, L, D]``, ``cos, sin [B, L, hd]``, ``attn_mask [B, L, S]``; ``kv = (k, v)
         [B, K, S, hd]`` or None (``S == L``): the chunk's keys/values are written at ``slot``
-        first. ``-> (out [B, L, D], kv)``."""
+        first. With ``layer`` (an int32 index) ``kv`` is every layer's, ``[layers, B, K, S, hd]``,
+        and this layer's slice is written in place. ``-> (out [B, L, D], kv)``."""
         c = self.config
         b, l, _ = x.shape
         dense = lambda n, bias, name: nn.Dense(
@@ -100,12 +101,14 @@ class _Attention(nn.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         spec = "bkhd"
         if kv is not None:
-            at = (0, 0, slot, 0)
-            kv = tuple(
-                jax.lax.dynamic_update_slice(cache, new.transpose(0, 2, 1, 3).astype(cache.dtype), at)
-                for cache, new in zip(kv, (k, v))
-            )
-            (k, v), spec = kv, "bhkd"
+            new = [n.transpose(0, 2, 1, 3).astype(kv[0].dtype) for n in (k, v)]
+            if layer is None:
+                kv = tuple(jax.lax.dynamic_update_slice(c, n, (0, 0, slot, 0)) for c, n in zip(kv, new))
+                k, v = kv
+            else:  # the token's slots only are written; the layer's slice is read for attention
+                kv = tuple(jax.lax.dynamic_update_slice(c, n[None], (layer, 0, 0, slot, 0)) for c, n in zip(kv, new))
+                k, v = (jax.lax.dynamic_index_in_dim(c, layer, keepdims=False) for c in kv)
+            spec = "bhkd"
         out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)
         return dense(c.hidden_size, c.o_bias, "o_proj")(out.reshape(b, l, -1)), kv
 
@@ -138,11 +141,11 @@ class _Layer(nn.Module):
     query_block: int
 
     @nn.compact
-    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0):
+    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0, layer=None):
         eps = self.config.rms_norm_eps
         h = RMSNorm(eps, self.dtype, name="input_layernorm")(x)
         a, kv = _Attention(self.config, self.dtype, self.param_dtype, self.query_block, name="self_attn")(
-            h, cos, sin, attn_mask, kv, slot
+            h, cos, sin, attn_mask, kv, slot, layer
         )
         x = x + a
         h = RMSNorm(eps, self.dtype, name="post_attention_layernorm")(x)
@@ -159,7 +162,7 @@ class _LMHead(nn.Module):
     @nn.compact
     def __call__(self, x):
         w = self.param("kernel", _INIT, (x.shape[-1], self.vocab_size), self.param_dtype)
-        return jnp.einsum("bld,dv->blv", x, w.astype(self.dtype), preferred_element_type=jnp.float32)
+        return logits_dot(x.astype(self.dtype), w, vocab_axis=1)
 
 
 class Llama(nn.Module):
@@ -171,6 +174,10 @@ class Llama(nn.Module):
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
+    # the layers as one lax.scan (one compiled layer body: compile time and compile memory;
+    # benchmarks/NOTES.md) instead of unrolled; the parameter tree is the same either way
+    scan_layers: bool = False
+    remat_layers: bool = False  # under scan_layers: each layer's activations recomputed in the backward
 
     @nn.compact
     def __call__(
@@ -206,21 +213,23 @@ class Llama(nn.Module):
         if c.sliding_window is not None:  # Mistral: at most `sliding_window` keys back, itself included (by slot,
             q_slot = slot + jnp.arange(tokens.shape[1])[:, None]  # as HF; left padding only precedes a row's tokens)
             attn_mask = attn_mask & (q_slot - jnp.arange(attn_mask.shape[-1])[None, :] < c.sliding_window)[None]
-        ks, vs = [], []
-        for i in range(c.num_hidden_layers):
-            kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = _Layer(c, self.dtype, self.param_dtype, self.query_block, name=f"layers_{i}")(
-                x, cos, sin, attn_mask, kv, slot
-            )
-            if kv is not None:
-                ks.append(kv[0])
-                vs.append(kv[1])
+        if self.scan_layers and not self.is_initializing():
+            x, (ks, vs) = self._scanned(x, cos, sin, attn_mask, cache, slot)
+        else:
+            ks, vs = [], []
+            for i in range(c.num_hidden_layers):
+                kv = None if cache is None else (cache.k[i], cache.v[i])
+                x, kv = _Layer(c, self.dtype, self.param_dtype, self.query_block, name=f"layers_{i}")(
+                    x, cos, sin, attn_mask, kv, slot
+                )
+                if kv is not None:
+                    ks.append(kv[0])
+                    vs.append(kv[1])
         x = RMSNorm(c.rms_norm_eps, self.dtype, name="norm")(x)
         logits = values = None
         if heads in ("both", "logits"):
             if c.tie_word_embeddings:  # h @ embed.T: [B, L, D] x [V, D] -> [B, L, V], accumulated in float32
-                w = embed.embedding.astype(self.dtype)
-                logits = jnp.einsum("bld,vd->blv", x[:, logits_from:], w, preferred_element_type=jnp.float32)
+                logits = logits_dot(x[:, logits_from:], embed.embedding, vocab_axis=0)
             else:
                 logits = _LMHead(c.vocab_size, self.dtype, self.param_dtype, name="lm_head")(x[:, logits_from:])
         if heads in ("both", "values"):
@@ -229,8 +238,33 @@ class Llama(nn.Module):
             return logits, values
         return logits, values, written_cache(cache, ks, vs, key_valid, valid)
 
+    def _scanned(self, x, cos, sin, attn_mask, cache, slot):
+        """The layers as one ``lax.scan`` over their parameters stacked here (the tree keeps
+        ``layers_{i}``): one compiled layer body instead of ``num_hidden_layers``. With a cache
+        (stacked, :meth:`empty_cache`) the whole cache rides the carry and each layer writes its
+        token slots in place. ``-> (x, (k, v))`` (``(None, None)`` without a cache)."""
+        n = self.config.num_hidden_layers
+        layer = _Layer(self.config, self.dtype, self.param_dtype, self.query_block, parent=None)
+        tree = self.variables["params"]
+        stacked = jax.tree.map(lambda *p: jnp.stack(p), *(tree[f"layers_{i}"] for i in range(n)))
+
+        def body(carry, inputs):
+            h, kv = carry
+            p, i = inputs
+            h, kv = layer.apply({"params": p}, h, cos, sin, attn_mask, kv, slot, None if kv is None else i)
+            return (h, kv), None
+
+        body = jax.checkpoint(body) if self.remat_layers else body
+        kv = None if cache is None else (cache.k, cache.v)
+        (x, kv), _ = jax.lax.scan(body, (x, kv), (stacked, jnp.arange(n, dtype=jnp.int32)))
+        return x, (None, None) if kv is None else kv
+
     def empty_cache(self, batch: int, max_len: int) -> KVCache:
         """A :class:`KVCache` of ``max_len`` slots holding nothing: ``num_key_value_heads``
-        heads per layer, in the compute dtype."""
+        heads per layer, in the compute dtype; under ``scan_layers`` one stacked array
+        ``[layers, B, K, S, hd]`` for the keys and one for the values."""
         c = self.config
-        return empty_kv_cache(batch, max_len, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
+        cache = empty_kv_cache(batch, max_len, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
+        if self.scan_layers:
+            return cache._replace(k=jnp.stack(cache.k), v=jnp.stack(cache.v))
+        return cache
