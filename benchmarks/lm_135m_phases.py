@@ -114,7 +114,9 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=30, help="decoder layers (30: SmolLM2-135M's)")
     ap.add_argument("--dtypes", default="float32,bfloat16", help="compute dtypes, a comma list")
-    ap.add_argument("--lora-rank", type=int, default=0, help="> 0: LoRA of this rank (alpha 2 x rank) over a bfloat16 base")
+    ap.add_argument(
+        "--lora-rank", type=int, default=0, help="> 0: LoRA of this rank (alpha 2 x rank) over a bfloat16 base"
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
         "--layers-as",
