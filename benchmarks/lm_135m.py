@@ -23,7 +23,7 @@ Modes (ours), one process each so that peak RSS is that mode's alone:
   norms and value head float32; Adam's moments follow the parameters' dtype), compute float32;
 * ``lora``: LoRA rank ``--rank`` on every projection of policy and critic, base float32 (one copy:
   it is also the reference);
-* ``lora-bf16``: the same over a bfloat16 base.
+* ``lora-bf16``: the same over a bfloat16 base (read from the folder in bfloat16: no float32 copy).
 
 Timed: the whole iteration (one compiled program: sampling with the KV cache, the teacher-forced
 passes, GAE, the update), compile apart, ``--iterations`` iterations (the first reported apart);
@@ -128,7 +128,8 @@ def _ours(spec: dict) -> dict:
     from purejaxppo.lm.token_ppo import make_token_ppo
 
     mode, t0 = spec["mode"], time.perf_counter()
-    param_dtype = jnp.bfloat16 if mode == "full-bf16" else jnp.float32
+    # LoRA over a bfloat16 base reads the base in bfloat16 (no float32 copy is ever made)
+    param_dtype = jnp.bfloat16 if mode in ("full-bf16", "lora-bf16") else jnp.float32
     lm, params = load_pretrained(
         spec["model_dir"], dtype=jnp.dtype(spec.get("compute", "float32")), param_dtype=param_dtype
     )

@@ -107,6 +107,10 @@ def test_logits_dot_bf16_backward_takes_the_cotangent_in_bf16():
         np.testing.assert_allclose(y, _bf16(x) @ w_vd.T, rtol=1e-5, atol=1e-4)
         dx, dw = vjp(g)
         assert dx.dtype == dw.dtype == jnp.bfloat16
+        # both backward products read the cotangent in bf16 (the fast path), none in float32
+        bwd = jax.make_jaxpr(lambda g: jax.vjp(lambda x, w: logits_dot(x, w, vocab_axis), x, w)[1](g))(g)
+        dots = [e for e in bwd.jaxpr.eqns if e.primitive.name == "dot_general"]
+        assert len(dots) == 2 and all(str(v.aval.dtype) == "bfloat16" for e in dots for v in e.invars)
         gb = _bf16(g).reshape(-1, V)
         np.testing.assert_allclose(_bf16(dx).reshape(-1, 16), _bf16(gb @ w_vd), rtol=2**-7, atol=1e-2)
         dw_vd = gb.T @ _bf16(x).reshape(-1, 16)

@@ -76,11 +76,10 @@ class _Attention(nn.Module):
     query_block: int
 
     @nn.compact
-    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0, layer=None):
+    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0):
         """``x [B, L, D]``, ``cos, sin [B, L, hd]``, ``attn_mask [B, L, S]``; ``kv = (k, v)
         [B, K, S, hd]`` or None (``S == L``): the chunk's keys/values are written at ``slot``
-        first. With ``layer`` (an int32 index) ``kv`` is every layer's, ``[layers, B, K, S, hd]``,
-        and this layer's slice is written in place. ``-> (out [B, L, D], kv)``."""
+        first. ``-> (out [B, L, D], kv)``."""
         c = self.config
         b, l, _ = x.shape
         dense = lambda n, bias, name: nn.Dense(
@@ -101,14 +100,12 @@ class _Attention(nn.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         spec = "bkhd"
         if kv is not None:
-            new = [n.transpose(0, 2, 1, 3).astype(kv[0].dtype) for n in (k, v)]
-            if layer is None:
-                kv = tuple(jax.lax.dynamic_update_slice(c, n, (0, 0, slot, 0)) for c, n in zip(kv, new))
-                k, v = kv
-            else:  # the token's slots only are written; the layer's slice is read for attention
-                kv = tuple(jax.lax.dynamic_update_slice(c, n[None], (layer, 0, 0, slot, 0)) for c, n in zip(kv, new))
-                k, v = (jax.lax.dynamic_index_in_dim(c, layer, keepdims=False) for c in kv)
-            spec = "bhkd"
+            at = (0, 0, slot, 0)
+            kv = tuple(
+                jax.lax.dynamic_update_slice(cache, new.transpose(0, 2, 1, 3).astype(cache.dtype), at)
+                for cache, new in zip(kv, (k, v))
+            )
+            (k, v), spec = kv, "bhkd"
         out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)
         return dense(c.hidden_size, c.o_bias, "o_proj")(out.reshape(b, l, -1)), kv
 
@@ -141,11 +138,11 @@ class _Layer(nn.Module):
     query_block: int
 
     @nn.compact
-    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0, layer=None):
+    def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0):
         eps = self.config.rms_norm_eps
         h = RMSNorm(eps, self.dtype, name="input_layernorm")(x)
         a, kv = _Attention(self.config, self.dtype, self.param_dtype, self.query_block, name="self_attn")(
-            h, cos, sin, attn_mask, kv, slot, layer
+            h, cos, sin, attn_mask, kv, slot
         )
         x = x + a
         h = RMSNorm(eps, self.dtype, name="post_attention_layernorm")(x)
@@ -241,23 +238,29 @@ class Llama(nn.Module):
     def _scanned(self, x, cos, sin, attn_mask, cache, slot):
         """The layers as one ``lax.scan`` over their parameters stacked here (the tree keeps
         ``layers_{i}``): one compiled layer body instead of ``num_hidden_layers``. With a cache
-        (stacked, :meth:`empty_cache`) the whole cache rides the carry and each layer writes its
-        token slots in place. ``-> (x, (k, v))`` (``(None, None)`` without a cache)."""
+        (stacked, :meth:`empty_cache`) each layer reads its slice and returns only the chunk's
+        new keys and values, written into the stacked cache after the scan (carrying the whole
+        cache through the scan copied it at every layer: benchmarks/NOTES.md). ``-> (x, (k,
+        v))`` (``(None, None)`` without a cache)."""
         n = self.config.num_hidden_layers
         layer = _Layer(self.config, self.dtype, self.param_dtype, self.query_block, parent=None)
         tree = self.variables["params"]
         stacked = jax.tree.map(lambda *p: jnp.stack(p), *(tree[f"layers_{i}"] for i in range(n)))
+        length = x.shape[1]
 
-        def body(carry, inputs):
-            h, kv = carry
-            p, i = inputs
-            h, kv = layer.apply({"params": p}, h, cos, sin, attn_mask, kv, slot, None if kv is None else i)
-            return (h, kv), None
+        def body(h, inputs):
+            p, kv = inputs
+            h, kv = layer.apply({"params": p}, h, cos, sin, attn_mask, kv, slot)
+            if kv is None:
+                return h, None
+            return h, tuple(jax.lax.dynamic_slice_in_dim(c, slot, length, axis=2) for c in kv)
 
         body = jax.checkpoint(body) if self.remat_layers else body
         kv = None if cache is None else (cache.k, cache.v)
-        (x, kv), _ = jax.lax.scan(body, (x, kv), (stacked, jnp.arange(n, dtype=jnp.int32)))
-        return x, (None, None) if kv is None else kv
+        x, new = jax.lax.scan(body, x, (stacked, kv))
+        if new is None:
+            return x, (None, None)
+        return x, tuple(jax.lax.dynamic_update_slice(c, d, (0, 0, 0, slot, 0)) for c, d in zip(kv, new))
 
     def empty_cache(self, batch: int, max_len: int) -> KVCache:
         """A :class:`KVCache` of ``max_len`` slots holding nothing: ``num_key_value_heads``
