@@ -32,7 +32,6 @@ import jax.numpy as jnp
 from purejaxppo.lm import group_advantages as group
 from purejaxppo.lm import tokens as tk
 from purejaxppo.lm.sampling import filter_logits, sample_response
-from purejaxppo.lm.token_logprob_entropy import logprob_entropy
 
 #: ``reward(reward_params, prompt [B, P], prompt_valid [B, P], response [B, T], mask [B, T]) -> [B]``
 RewardFn = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
@@ -58,24 +57,27 @@ def _aligned(per_position, first: int):
     return jnp.concatenate([pad, per_position[:, :-1]], axis=1)
 
 
+def picked_logprobs(logp_all, tokens, first: int = 0):
+    """``logp_all [B, L - first, V]`` (log-probs of positions ``first..L-1``) -> ``[B, L]``: the
+    log-prob of each token given those before it, aligned to tokens
+    (:func:`purejaxppo.lm.tokens.token_logprobs`'s layout), 0 at slots ``0..first``."""
+    picked = jnp.take_along_axis(logp_all[:, :-1], tokens[:, first + 1 :, None].astype(jnp.int32), axis=-1)[..., 0]
+    return _aligned(jnp.concatenate([picked, picked[:, :1]], axis=1), first)
+
+
 def filtered_logprobs(logits, tokens, cfg, first: int = 0):
     """``(logp [B, L], entropy [B, L])`` of the sampled-from distribution (the pad id cut,
     as the sampler does), aligned to tokens (:func:`purejaxppo.lm.tokens.token_logprobs`), from
     ``logits [B, L - first, V]`` of positions ``first..L-1`` (slots ``0..first`` read 0: with
     ``first = P - 1`` the prompt's positions, which predict no response token, are never
-    computed). Both from one pass over the logits with its own VJP
-    (:func:`~purejaxppo.lm.token_logprob_entropy.logprob_entropy`). Tokens cut by top-k / top-p
-    or as pad have probability 0: their entropy terms are 0, never NaN (a pad in the PROMPT gets
-    ``logp = -inf``; it is outside the mask)."""
+    computed). One ``log_softmax`` serves both. Tokens cut by top-k / top-p or as pad have
+    probability 0: their entropy terms are 0, never NaN (a pad in the PROMPT gets ``logp =
+    -inf``; it is outside the mask)."""
     x = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.pad_id)
-    logp, entropy = logprob_entropy(x, next_tokens(tokens, first))
-    return _aligned(logp, first), _aligned(entropy, first)
-
-
-def next_tokens(tokens, first: int = 0):
-    """``[B, L - first]``: the token each position ``first..L-1`` predicts (the last position,
-    which predicts none, gets a placeholder: :func:`_aligned` drops it)."""
-    return jnp.concatenate([tokens[:, first + 1 :], tokens[:, -1:]], axis=1).astype(jnp.int32)
+    logp_all = jax.nn.log_softmax(x, axis=-1)
+    finite = jnp.isfinite(logp_all)
+    plogp = jnp.where(finite, jnp.exp(logp_all) * jnp.where(finite, logp_all, 0.0), 0.0)
+    return picked_logprobs(logp_all, tokens, first), _aligned(-jnp.sum(plogp, axis=-1), first)
 
 
 def _takes_first(fn) -> bool:
@@ -174,7 +176,7 @@ def score(
     logp_old, _ = filtered_logprobs(logits, tokens, cfg, first)
     ref_logits = role_logits(models.reference, reference_params, tokens, valid, first)
     ref_x = filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id)
-    logp_ref = _aligned(logprob_entropy(ref_x, next_tokens(tokens, first))[0], first)
+    logp_ref = picked_logprobs(jax.nn.log_softmax(ref_x, axis=-1), tokens, first)
     if scores is None:
         scores = models.reward(reward_params, prompt, prompt_valid, response, rmask)
     scores = scores.astype(jnp.float32)

@@ -298,8 +298,8 @@ class FlaxLM:
         return self._apply(params, tokens, valid, heads="values")[1]
 
     def prefill(self, params, tokens, valid, max_len: int):
-        cache = self.model.empty_cache(tokens.shape[0], max_len)
-        logits, _, cache = self._apply(params, tokens, valid, cache, 0, heads="logits")
+        cache, kw = self.model.empty_cache(tokens.shape[0], max_len), self._head_args(tokens.shape[1] - 1)
+        logits, _, cache = self._apply(params, tokens, valid, cache, 0, heads="logits", **kw)  # the last position's
         return logits[:, -1], cache
 
     def decode(self, params, cache, token, position):
