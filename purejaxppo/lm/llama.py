@@ -171,8 +171,9 @@ class Llama(nn.Module):
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
-    # the layers as one lax.scan (one compiled layer body: compile time and compile memory;
-    # benchmarks/NOTES.md) instead of unrolled; the parameter tree is the same either way
+    # the layers as one lax.scan over their stacked parameters (one compiled layer body: about 3x
+    # faster to compile at 30 layers, but slower to run on CPU, benchmarks/NOTES.md: off by
+    # default) instead of unrolled; the parameter tree is the same either way
     scan_layers: bool = False
     remat_layers: bool = False  # under scan_layers: each layer's activations recomputed in the backward
 
