@@ -23,7 +23,7 @@ Modes (ours), one process each so that peak RSS is that mode's alone:
   norms and value head float32; Adam's moments follow the parameters' dtype), compute float32;
 * ``lora``: LoRA rank ``--rank`` on every projection of policy and critic, base float32 (one copy:
   it is also the reference);
-* ``lora-bf16``: the same over a bfloat16 base.
+* ``lora-bf16``: the same over a bfloat16 base (read from the folder in bfloat16: no float32 copy).
 
 Timed: the whole iteration (one compiled program: sampling with the KV cache, the teacher-forced
 passes, GAE, the update), compile apart, ``--iterations`` iterations (the first reported apart);
@@ -128,10 +128,14 @@ def _ours(spec: dict) -> dict:
     from purejaxppo.lm.token_ppo import make_token_ppo
 
     mode, t0 = spec["mode"], time.perf_counter()
-    param_dtype = jnp.bfloat16 if mode == "full-bf16" else jnp.float32
+    # LoRA over a bfloat16 base reads the base in bfloat16 (no float32 copy is ever made)
+    param_dtype = jnp.bfloat16 if mode in ("full-bf16", "lora-bf16") else jnp.float32
     lm, params = load_pretrained(
         spec["model_dir"], dtype=jnp.dtype(spec.get("compute", "float32")), param_dtype=param_dtype
     )
+    layers_as = spec.get("layers_as", "default")
+    if layers_as != "default":
+        lm = type(lm)(lm.model.clone(scan_layers=layers_as != "unrolled", remat_layers=layers_as == "remat"))
     n_params = int(sum(x.size for x in jax.tree.leaves(params)))
     load_s = time.perf_counter() - t0
     pool = jnp.asarray(np.load(spec["prompts"]), jnp.int32)
@@ -250,7 +254,12 @@ def _summary(side: dict, b: int, t: int) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="smollm2-135m")
-    ap.add_argument("--modes", default=",".join(MODES), help=f"ours: a comma list of {', '.join(MODES)}")
+    ap.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"ours: a comma list of {', '.join(MODES)}, each optionally :float32 or :bfloat16 (its compute dtype; "
+        "default --compute)",
+    )
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--response", type=int, default=64)
@@ -264,6 +273,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--skip-trl", action="store_true", help="ours alone (e.g. on a GPU)")
     ap.add_argument("--compute", choices=("float32", "bfloat16"), default="float32", help="ours: the compute dtype")
     ap.add_argument("--split", action="store_true", help="ours: also time generation alone (its own program)")
+    ap.add_argument(
+        "--layers-as",
+        choices=("default", "unrolled", "scan", "remat"),
+        default="default",
+        help="ours: the trunk's layers unrolled, under one lax.scan, or scanned with remat (default: Llama's)",
+    )
     ap.add_argument("--json", default=os.path.join(HERE, "results", "lm_135m.json"))
     ap.add_argument("--worker", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -274,9 +289,14 @@ def main(argv=None) -> dict:
             json.dump({**_ours(spec), "spec": spec}, f)
         return {}
     modes = [m for m in args.modes.split(",") if m]
-    bad = [m for m in modes if m not in MODES]
+    computes = {m: m.partition(":")[2] or args.compute for m in modes}
+    bad = [m for m in modes if m.partition(":")[0] not in MODES or computes[m] not in ("float32", "bfloat16")]
     if bad:
-        print(f"error: --modes {args.modes}: {bad[0]!r} is not one of {', '.join(MODES)}", file=sys.stderr)
+        print(
+            f"error: --modes {args.modes}: {bad[0]!r} is not one of {', '.join(MODES)} "
+            "(optionally :float32 or :bfloat16)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     if not args.skip_trl and not os.path.exists(args.trl_python):
         print(f"error: --trl-python {args.trl_python} does not exist (install: vs_trl.py's docstring)", file=sys.stderr)
@@ -302,6 +322,7 @@ def main(argv=None) -> dict:
         "threads": args.trl_threads,
         "split": args.split,
         "compute": args.compute,
+        "layers_as": args.layers_as,
     }
     res = {
         "benchmark": "lm_135m",
@@ -313,7 +334,8 @@ def main(argv=None) -> dict:
     b, t = args.batch, args.response
     script = [os.path.abspath(__file__), "--worker"]
     for mode in modes:
-        out = _spawn(sys.executable, script, {**spec, "mode": mode}, f"{args.shape}_{mode}", 7200)
+        run = {**spec, "mode": mode.partition(":")[0], "compute": computes[mode]}
+        out = _spawn(sys.executable, script, run, f"{args.shape}_{mode.replace(':', '_')}", 7200)
         res["rows"][mode] = {**_summary(out, b, t), "raw": out}
         r = res["rows"][mode]
         print(
@@ -335,22 +357,28 @@ def main(argv=None) -> dict:
             flush=True,
         )
     rows = res["rows"]
-    full = rows.get("full", {}).get("peak_rss_mb")
+    # the memory baseline: full fine-tuning in float32 compute (else the first full row)
+    fulls = [m for m in modes if m.partition(":")[0] == "full"]
+    base = next((m for m in fulls if computes[m] == "float32"), fulls[0] if fulls else None)
+    res["memory_baseline"] = base
+    full = rows[base]["peak_rss_mb"] if base else None
     for mode, r in rows.items():
         if "trl" in rows and mode != "trl":
             r["ratio_vs_trl"] = r["tokens_per_s"] / rows["trl"]["tokens_per_s"]
         if full and mode != "trl":
             r["peak_vs_full"] = r["peak_rss_mb"] / full
-            own = rows["full"].get("iterations_peak_rss_mb")
+            own = rows[base].get("iterations_peak_rss_mb")
             if own and r.get("iterations_peak_rss_mb"):
                 r["iterations_peak_vs_full"] = r["iterations_peak_rss_mb"] / own
-    print(f"\n{args.shape}: batch {b}, prompt {args.prompt}, response {t}; load at end {loadavg()}")
-    head = f"{'side':>10} {'first s':>8} {'iter s':>8} {'tok/s':>8} {'xTRL':>6} {'peak MB':>8} {'/full':>6}"
+    print(
+        f"\n{args.shape}: batch {b}, prompt {args.prompt}, response {t}; /full: against {base}; load at end {loadavg()}"
+    )
+    head = f"{'side':>18} {'first s':>8} {'iter s':>8} {'tok/s':>8} {'xTRL':>6} {'peak MB':>8} {'/full':>6}"
     print(head + f" {'iter peak MB':>12} {'/full':>6}")
     nan = float("nan")
     for mode, r in rows.items():
         print(
-            f"{mode:>10} {r['first_s']:8.1f} {r['iteration_s']:8.2f} {r['tokens_per_s']:8.1f} "
+            f"{mode:>18} {r['first_s']:8.1f} {r['iteration_s']:8.2f} {r['tokens_per_s']:8.1f} "
             f"{r.get('ratio_vs_trl', nan):6.2f} {r['peak_rss_mb']:8.0f} {r.get('peak_vs_full', nan):6.2f} "
             f"{r.get('iterations_peak_rss_mb') or nan:12.0f} {r.get('iterations_peak_vs_full', nan):6.2f}"
         )

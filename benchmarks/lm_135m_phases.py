@@ -23,20 +23,29 @@ from lm_135m import PAD, SHAPES, prepare  # noqa: E402
 from vs_trl import HYPER, _median, loadavg, token_config  # noqa: E402
 
 
-def _time(fn, args, rounds: int) -> float:
-    """The median run seconds of ``jax.jit(fn)`` on ``args`` (its compile apart)."""
+def _time(fn, args, rounds: int) -> tuple[float, float]:
+    """``(compile s, median run s)`` of ``jax.jit(fn)`` on ``args``."""
     import jax
 
+    t0 = time.perf_counter()
     compiled = jax.jit(fn).lower(*args).compile()
+    compile_s = time.perf_counter() - t0
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t0)
-    return _median(times[1:] or times)
+    return compile_s, _median(times[1:] or times)
 
 
-def phases(shape: str, dtype: str, rounds: int, batch: int, prompt: int, response: int, lora_rank: int) -> dict:
+def _peak_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def phases(
+    shape: str, dtype: str, rounds: int, batch: int, prompt: int, response: int, lora_rank: int, layers="unrolled"
+) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -49,6 +58,7 @@ def phases(shape: str, dtype: str, rounds: int, batch: int, prompt: int, respons
 
     info = prepare(shape, prompt)
     lm, params = load_pretrained(info["model_dir"], dtype=jnp.dtype(dtype))
+    lm = type(lm)(lm.model.clone(scan_layers=layers != "unrolled", remat_layers=layers == "remat"))
     pool = jnp.asarray(np.load(info["prompts"]), jnp.int32)
     p, pv = pool[:batch], pool[:batch] != PAD
 
@@ -57,7 +67,7 @@ def phases(shape: str, dtype: str, rounds: int, batch: int, prompt: int, respons
 
     spec = {**HYPER, "batch_size": batch, "update_epochs": 1, "num_minibatches": 2, "response_length": response}
     spec.update(lr=1e-5, beta=0.05)
-    lora = dict(lora_rank=lora_rank, lora_alpha=2.0 * lora_rank) if lora_rank else {}
+    lora = dict(lora_rank=lora_rank, lora_alpha=2.0 * lora_rank, lora_base_dtype="bfloat16") if lora_rank else {}
     cfg = token_config(spec, stop_ids=(), pad_id=PAD, missing_eos_penalty=0.0, **lora)
     tp = make_token_ppo(cfg, lm, reward)
     state = jax.jit(lambda k, q: tp.init(k, q, None if lora_rank else q))(jax.random.PRNGKey(0), params)
@@ -90,9 +100,13 @@ def phases(shape: str, dtype: str, rounds: int, batch: int, prompt: int, respons
         ("scoring", score, (state, sampled)),
         ("update", update, (state, data)),
     ):
-        t = _time(fn, args, rounds)
-        out[name] = {"run_s": t}
-        print(f"{dtype:>9} {name:>10}: {t:7.3f} s; load {loadavg()}", flush=True)
+        c, t = _time(fn, args, rounds)
+        out[name] = {"compile_s": c, "run_s": t, "peak_rss_mb": _peak_mb()}
+        print(
+            f"{dtype:>9} {layers:>8} {name:>10}: compile {c:6.1f} s, run {t:7.3f} s, peak RSS so far "
+            f"{_peak_mb():.0f} MB; load {loadavg()}",
+            flush=True,
+        )
     return out
 
 
@@ -100,15 +114,23 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=30, help="decoder layers (30: SmolLM2-135M's)")
     ap.add_argument("--dtypes", default="float32,bfloat16", help="compute dtypes, a comma list")
-    ap.add_argument("--lora-rank", type=int, default=0, help="> 0: LoRA of this rank (alpha 2 x rank)")
+    ap.add_argument(
+        "--lora-rank", type=int, default=0, help="> 0: LoRA of this rank (alpha 2 x rank) over a bfloat16 base"
+    )
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--layers-as",
+        default="unrolled",
+        choices=("unrolled", "scan", "remat"),
+        help="the trunk: Llama's scan_layers / remat_layers",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     shape = "smollm2-135m" if args.layers == 30 else f"smollm2-135m-{args.layers}layers"
     SHAPES.setdefault(shape, {**SHAPES["smollm2-135m"], "num_hidden_layers": args.layers})
     res = {"command": "python benchmarks/lm_135m_phases.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     for dtype in [d for d in args.dtypes.split(",") if d]:
-        res[dtype] = phases(shape, dtype, args.rounds, 8, 64, 64, args.lora_rank)
+        res[dtype] = phases(shape, dtype, args.rounds, 8, 64, 64, args.lora_rank, args.layers_as)
     res["loadavg_end"] = loadavg()
     if args.json:
         with open(args.json, "w") as f:

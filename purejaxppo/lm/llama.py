@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
-from purejaxppo.lm.matmul import flat_dot
+from purejaxppo.lm.matmul import flat_dot, logits_dot
 from purejaxppo.lm.model import (
     QUERY_BLOCK,
     KVCache,
@@ -159,7 +159,7 @@ class _LMHead(nn.Module):
     @nn.compact
     def __call__(self, x):
         w = self.param("kernel", _INIT, (x.shape[-1], self.vocab_size), self.param_dtype)
-        return jnp.einsum("bld,dv->blv", x, w.astype(self.dtype), preferred_element_type=jnp.float32)
+        return logits_dot(x.astype(self.dtype), w, vocab_axis=1)
 
 
 class Llama(nn.Module):
@@ -171,6 +171,11 @@ class Llama(nn.Module):
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
+    # the layers as one lax.scan over their stacked parameters (one compiled layer body: about 3x
+    # faster to compile at 30 layers, but slower to run on CPU, benchmarks/NOTES.md: off by
+    # default) instead of unrolled; the parameter tree is the same either way
+    scan_layers: bool = False
+    remat_layers: bool = False  # under scan_layers: each layer's activations recomputed in the backward
 
     @nn.compact
     def __call__(
@@ -206,21 +211,23 @@ class Llama(nn.Module):
         if c.sliding_window is not None:  # Mistral: at most `sliding_window` keys back, itself included (by slot,
             q_slot = slot + jnp.arange(tokens.shape[1])[:, None]  # as HF; left padding only precedes a row's tokens)
             attn_mask = attn_mask & (q_slot - jnp.arange(attn_mask.shape[-1])[None, :] < c.sliding_window)[None]
-        ks, vs = [], []
-        for i in range(c.num_hidden_layers):
-            kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = _Layer(c, self.dtype, self.param_dtype, self.query_block, name=f"layers_{i}")(
-                x, cos, sin, attn_mask, kv, slot
-            )
-            if kv is not None:
-                ks.append(kv[0])
-                vs.append(kv[1])
+        if self.scan_layers and not self.is_initializing():
+            x, (ks, vs) = self._scanned(x, cos, sin, attn_mask, cache, slot)
+        else:
+            ks, vs = [], []
+            for i in range(c.num_hidden_layers):
+                kv = None if cache is None else (cache.k[i], cache.v[i])
+                x, kv = _Layer(c, self.dtype, self.param_dtype, self.query_block, name=f"layers_{i}")(
+                    x, cos, sin, attn_mask, kv, slot
+                )
+                if kv is not None:
+                    ks.append(kv[0])
+                    vs.append(kv[1])
         x = RMSNorm(c.rms_norm_eps, self.dtype, name="norm")(x)
         logits = values = None
         if heads in ("both", "logits"):
             if c.tie_word_embeddings:  # h @ embed.T: [B, L, D] x [V, D] -> [B, L, V], accumulated in float32
-                w = embed.embedding.astype(self.dtype)
-                logits = jnp.einsum("bld,vd->blv", x[:, logits_from:], w, preferred_element_type=jnp.float32)
+                logits = logits_dot(x[:, logits_from:], embed.embedding, vocab_axis=0)
             else:
                 logits = _LMHead(c.vocab_size, self.dtype, self.param_dtype, name="lm_head")(x[:, logits_from:])
         if heads in ("both", "values"):
@@ -229,8 +236,39 @@ class Llama(nn.Module):
             return logits, values
         return logits, values, written_cache(cache, ks, vs, key_valid, valid)
 
+    def _scanned(self, x, cos, sin, attn_mask, cache, slot):
+        """The layers as one ``lax.scan`` over their parameters stacked here (the tree keeps
+        ``layers_{i}``): one compiled layer body instead of ``num_hidden_layers``. With a cache
+        (stacked, :meth:`empty_cache`) each layer reads its slice and returns only the chunk's
+        new keys and values, written into the stacked cache after the scan (carrying the whole
+        cache through the scan copied it at every layer: benchmarks/NOTES.md). ``-> (x, (k,
+        v))`` (``(None, None)`` without a cache)."""
+        n = self.config.num_hidden_layers
+        layer = _Layer(self.config, self.dtype, self.param_dtype, self.query_block, parent=None)
+        tree = self.variables["params"]
+        stacked = jax.tree.map(lambda *p: jnp.stack(p), *(tree[f"layers_{i}"] for i in range(n)))
+        length = x.shape[1]
+
+        def body(h, inputs):
+            p, kv = inputs
+            h, kv = layer.apply({"params": p}, h, cos, sin, attn_mask, kv, slot)
+            if kv is None:
+                return h, None
+            return h, tuple(jax.lax.dynamic_slice_in_dim(c, slot, length, axis=2) for c in kv)
+
+        body = jax.checkpoint(body) if self.remat_layers else body
+        kv = None if cache is None else (cache.k, cache.v)
+        x, new = jax.lax.scan(body, x, (stacked, kv))
+        if new is None:
+            return x, (None, None)
+        return x, tuple(jax.lax.dynamic_update_slice(c, d, (0, 0, 0, slot, 0)) for c, d in zip(kv, new))
+
     def empty_cache(self, batch: int, max_len: int) -> KVCache:
         """A :class:`KVCache` of ``max_len`` slots holding nothing: ``num_key_value_heads``
-        heads per layer, in the compute dtype."""
+        heads per layer, in the compute dtype; under ``scan_layers`` one stacked array
+        ``[layers, B, K, S, hd]`` for the keys and one for the values."""
         c = self.config
-        return empty_kv_cache(batch, max_len, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
+        cache = empty_kv_cache(batch, max_len, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
+        if self.scan_layers:
+            return cache._replace(k=jnp.stack(cache.k), v=jnp.stack(cache.v))
+        return cache

@@ -7,6 +7,8 @@ about 4x faster than a ``bf16 -> bf16`` one at SmolLM2-135M's widths (``[1024, 5
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 
@@ -48,3 +50,39 @@ def _matmul_bwd(res, g):
 
 
 _matmul_f32.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def logits_dot(x, w, vocab_axis: int):
+    """The LM head ``x [..., D]`` against ``w`` (``[V, D]`` tied, ``vocab_axis=0``; ``[D, V]``,
+    ``vocab_axis=1``) ``-> logits [..., V]`` float32, as one 2-D product accumulated in float32.
+    Under a 16-bit ``x`` the backward casts the logits' float32 cotangent to ``x``'s dtype
+    first, so ``dx`` and ``dw`` take the fast bf16 path too (autodiff would run both ``[N, V]``
+    products in float32); ``w`` is cast to ``x``'s dtype."""
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    w = w.astype(x.dtype)
+    if x.dtype == jnp.float32:
+        y = _dot_f32(x2, w, ((1,), (1 - vocab_axis,)))
+    else:
+        y = _logits_f32(x2, w, vocab_axis)
+    return y.reshape(lead + (y.shape[-1],))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _logits_f32(x, w, vocab_axis):
+    return _dot_f32(x, w, ((1,), (1 - vocab_axis,)))
+
+
+def _logits_fwd(x, w, vocab_axis):
+    return _logits_f32(x, w, vocab_axis), (x, w)
+
+
+def _logits_bwd(vocab_axis, res, g):
+    x, w = res
+    g = g.astype(x.dtype)
+    dx = _dot_f32(g, w, ((1,), (vocab_axis,)))  # [N, V] . w over V -> [N, D]
+    dw = _dot_f32(g, x, ((0,), (0,))) if vocab_axis == 0 else _dot_f32(x, g, ((0,), (0,)))
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_logits_f32.defvjp(_logits_fwd, _logits_bwd)

@@ -72,10 +72,10 @@ class CausalLM(Protocol):
 
 
 class KVCache(NamedTuple):
-    """TinyLM's cache for ``S`` slots: per layer ``k[i], v[i]: [B, heads, S, head_dim]``
-    (written with ``lax.dynamic_update_slice``), ``valid [B, S]`` (which slots hold valid
-    tokens; False on padding and on slots not yet written) and ``count [B]`` (valid tokens
-    so far: the position id of the next valid token)."""
+    """TinyLM's cache for ``S`` slots: per layer ``k[i], v[i]: [B, heads, S, head_dim]`` (a
+    tuple, or one stacked array ``[layers, B, heads, S, head_dim]``: a scanned Llama's),
+    ``valid [B, S]`` (which slots hold valid tokens; False on padding and on slots not yet
+    written) and ``count [B]`` (valid tokens so far: the position id of the next valid token)."""
 
     k: tuple
     v: tuple
@@ -161,13 +161,15 @@ def grow_kv_cache(cache: KVCache, max_len: int) -> KVCache:
     """``cache`` with ``max_len >= S`` slots: empty ones (zero keys and values, not valid) appended."""
     more = max_len - cache.valid.shape[1]
     pad = lambda x, axis: jnp.concatenate([x, jnp.zeros(x.shape[:axis] + (more,) + x.shape[axis + 1 :], x.dtype)], axis)  # noqa: E731
-    return KVCache(*(tuple(pad(x, 2) for x in kv) for kv in (cache.k, cache.v)), pad(cache.valid, 1), cache.count)
+    grow = lambda kv: pad(kv, 3) if isinstance(kv, jax.Array) else tuple(pad(x, 2) for x in kv)  # noqa: E731
+    return KVCache(grow(cache.k), grow(cache.v), pad(cache.valid, 1), cache.count)
 
 
 def written_cache(cache: KVCache, ks: list, vs: list, key_valid: jax.Array, valid: jax.Array) -> KVCache:
-    """The cache after a chunk: every layer's keys and values, the slots' validity, and the
-    count advanced by the chunk's valid tokens."""
-    return KVCache(tuple(ks), tuple(vs), key_valid, cache.count + valid.sum(1, dtype=jnp.int32))
+    """The cache after a chunk: every layer's keys and values (lists, or stacked arrays kept
+    as they are), the slots' validity, and the count advanced by the chunk's valid tokens."""
+    keep = lambda x: x if isinstance(x, jax.Array) else tuple(x)  # noqa: E731
+    return KVCache(keep(ks), keep(vs), key_valid, cache.count + valid.sum(1, dtype=jnp.int32))
 
 
 class Block(nn.Module):
@@ -296,8 +298,8 @@ class FlaxLM:
         return self._apply(params, tokens, valid, heads="values")[1]
 
     def prefill(self, params, tokens, valid, max_len: int):
-        cache = self.model.empty_cache(tokens.shape[0], max_len)
-        logits, _, cache = self._apply(params, tokens, valid, cache, 0, heads="logits")
+        cache, kw = self.model.empty_cache(tokens.shape[0], max_len), self._head_args(tokens.shape[1] - 1)
+        logits, _, cache = self._apply(params, tokens, valid, cache, 0, heads="logits", **kw)  # the last position's
         return logits[:, -1], cache
 
     def decode(self, params, cache, token, position):
