@@ -121,6 +121,28 @@ def test_pad_is_never_sampled_and_every_log_prob_renormalises_without_it(tiny):
     np.testing.assert_allclose(np.where(mask, exp["logp_sampled"], 0), np.where(mask, exp["logp_old"], 0), atol=1e-4)
 
 
+def test_scoring_in_row_chunks_equals_one_pass(tiny, monkeypatch):
+    """The teacher-forced scoring passes over chunks of rows (``experience.pass_rows``,
+    ``in_row_chunks``) give the one pass's log-probs and values: two programs (matmuls of other
+    shapes), so a float32 tolerance; the rows per pass: the largest divisor fitting the slots."""
+    rows = [experience.pass_rows(*a) for a in ((64, 263, 4096), (64, 23, 4096), (8, 9, 18), (6, 10, 35), (7, 999, 8))]
+    assert rows == [8, 64, 2, 3, 1]
+    lm, params = tiny
+    p = {"policy": params, "critic": jax.tree.map(lambda x: 1.1 * x, params)}  # a critic of its own
+    cfg = config(stop_ids=())
+    models = experience.Models(lm, lm, lm, count_threes)
+    prompt, valid = prompts(jax.random.PRNGKey(3), B)
+    resp = experience.sample(models, p, jax.random.split(jax.random.PRNGKey(4), B), prompt, valid, cfg)
+    run = lambda: jax.jit(lambda: experience.score(models, p, params, None, prompt, valid, *resp, cfg))()  # noqa: E731
+    one = run()
+    monkeypatch.setattr(experience, "PASS_SLOTS", 2 * (P + T))
+    assert experience.pass_rows(B, P + T, experience.PASS_SLOTS) == 2  # 4 passes of 2 rows
+    chunked = run()
+    for k in ("logp_old", "logp_ref", "values_old"):
+        assert np.abs(np.asarray(one[k])).max() > 0.1, k
+        np.testing.assert_allclose(chunked[k], one[k], atol=1e-5, rtol=1e-5, err_msg=k)
+
+
 @pytest.mark.parametrize(
     "top_k,top_p,temperature",
     [(0, 1.0, 1.0), (0, 1.0, 0.7), (3, 1.0, 1.0), (0, 0.8, 1.3)],

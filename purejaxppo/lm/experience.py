@@ -111,6 +111,29 @@ def heads(models: Models, params: dict, tokens, valid, first: int = 0):
     return logits, tk.shift_right(values)
 
 
+#: token slots per teacher-forced scoring pass (:func:`pass_rows`): on CPU, a T = 256 batch of 64 rows
+#: scored in 8 passes of 8 rows took 0.12 s against 0.23 s in one pass (cache-sized activations,
+#: benchmarks/NOTES.md); shorter batches stay one pass.
+PASS_SLOTS = 4096
+
+
+def pass_rows(rows: int, length: int, slots: int = PASS_SLOTS) -> int:
+    """The largest divisor of ``rows`` whose sequences of ``length`` hold at most ``slots``
+    token slots (at least 1): the rows per scoring pass."""
+    fit = max(1, slots // max(length, 1))
+    return max(d for d in range(1, rows + 1) if rows % d == 0 and d <= fit)
+
+
+def in_row_chunks(fn, rows: int, *arrays):
+    """``fn(*arrays)`` for row-wise ``fn`` (every output ``[B, ...]``, row ``i`` a function of
+    the inputs' row ``i``), computed ``rows`` rows at a time (``lax.map``) when ``rows < B``."""
+    b = arrays[0].shape[0]
+    if rows >= b:
+        return fn(*arrays)
+    out = jax.lax.map(lambda a: fn(*a), jax.tree.map(lambda x: x.reshape((b // rows, rows) + x.shape[1:]), arrays))
+    return jax.tree.map(lambda x: x.reshape((b,) + x.shape[2:]), out)
+
+
 def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
     """Responses to ``prompt [B, P]``: ``(response [B, T], logp_sampled [B, T], mask [B, T])``,
     row ``i`` drawn with ``row_keys[i]``; the KV cache grows in ``cfg.length_buckets`` rungs
@@ -172,11 +195,15 @@ def score(
     valid = jnp.concatenate([prompt_valid, rmask], axis=1)
     mask = jnp.concatenate([jnp.zeros_like(prompt_valid), rmask], axis=1)
     first = prompt.shape[1] - 1  # the last prompt slot predicts the first response token
-    logits, values = heads(models, params, tokens, valid, first)
-    logp_old, _ = filtered_logprobs(logits, tokens, cfg, first)
-    ref_logits = role_logits(models.reference, reference_params, tokens, valid, first)
-    ref_x = filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id)
-    logp_ref = picked_logprobs(jax.nn.log_softmax(ref_x, axis=-1), tokens, first)
+
+    def passes(tokens, valid):  # the teacher-forced passes of some rows: (logp_old, logp_ref, values)
+        logits, values = heads(models, params, tokens, valid, first)
+        logp_old, _ = filtered_logprobs(logits, tokens, cfg, first)
+        ref_logits = role_logits(models.reference, reference_params, tokens, valid, first)
+        ref_x = filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id)
+        return logp_old, picked_logprobs(jax.nn.log_softmax(ref_x, axis=-1), tokens, first), values
+
+    logp_old, logp_ref, values = in_row_chunks(passes, pass_rows(*tokens.shape, PASS_SLOTS), tokens, valid)
     if scores is None:
         scores = models.reward(reward_params, prompt, prompt_valid, response, rmask)
     scores = scores.astype(jnp.float32)
