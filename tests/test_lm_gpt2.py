@@ -134,7 +134,7 @@ def test_left_padding_leaves_valid_positions_unchanged(model, forward):
 
 
 def test_query_blocks_equal_a_numpy_gpt2(model):
-    """Teacher-forced attention in blocks of queries (``query_block``, ``model.attend``): each
+    """Teacher-forced attention in blocks of queries (``query_block``, ``attention.attend``): each
     block reads only the keys up to its end; the logits stay the reference's, left padding too."""
     module, w, params = model
     lens = [L, 1, 5, 3]

@@ -95,7 +95,7 @@ def test_kv_cache_decoding_equals_full_recompute(lm, top_k, temperature, top_p, 
 def test_every_decode_step_has_the_full_recompute_logits(lm, query_block):
     """Both programs teacher-forced on the same (random) response tokens, step by step. With
     ``query_block=3`` the recompute's attention runs in blocks of 3 queries (each reading the
-    keys up to its end, ``model.attend``); the cache's decode never blocks."""
+    keys up to its end, ``attention.attend``); the cache's decode never blocks."""
     model, params, prompt, valid = lm
     model = model.clone(query_block=query_block)
     cached, full = FlaxLM(model), FullRecompute(lambda p, t, v: model.apply(p, t, v)[0])

@@ -22,18 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# attend: TinyLM's attention, shared so both models mask padded keys the same way
-from purejaxppo.lm.model import (
-    QUERY_BLOCK,
-    KVCache,
-    attend,
-    attention_mask,
-    cache_view,
-    empty_kv_cache,
-    positions_from_mask,
-    value_head,
-    written_cache,
-)
+from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask
+from purejaxppo.lm.model import KVCache, cache_view, empty_kv_cache, positions_from_mask, value_head, written_cache
 from purejaxppo.lm.hf_files import read_safetensors, write_safetensors
 
 CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon")
@@ -103,7 +93,7 @@ class GPT2(nn.Module):
     n_head: int
     layer_norm_epsilon: float = 1e-5
     dtype: Any = jnp.float32
-    query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
+    query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (attention.attend)
 
     @nn.compact
     def __call__(

@@ -25,17 +25,8 @@ import jax.numpy as jnp
 
 from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
 from purejaxppo.lm.matmul import flat_dot, logits_dot
-from purejaxppo.lm.model import (
-    QUERY_BLOCK,
-    KVCache,
-    attend,
-    attention_mask,
-    cache_view,
-    empty_kv_cache,
-    positions_from_mask,
-    value_head,
-    written_cache,
-)
+from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask
+from purejaxppo.lm.model import KVCache, cache_view, empty_kv_cache, positions_from_mask, value_head, written_cache
 
 _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
 
@@ -170,7 +161,7 @@ class Llama(nn.Module):
     config: LlamaConfig
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
-    query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (model.attend)
+    query_block: int = QUERY_BLOCK  # teacher-forced attention in blocks of this many queries (attention.attend)
     # the layers as one lax.scan over their stacked parameters (one compiled layer body: about 3x
     # faster to compile at 30 layers, but slower to run on CPU, benchmarks/NOTES.md: off by
     # default) instead of unrolled; the parameter tree is the same either way
