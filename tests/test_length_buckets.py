@@ -8,12 +8,13 @@ shapes, other reduction orders): float tolerances, never bit equality.
 """
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.length_buckets import bucket_index, bucket_sizes
+from purejaxppo.lm.length_buckets import bucket_index, bucket_sizes, smallest_width
 from purejaxppo.lm.model import FlaxLM, TinyLM
 from purejaxppo.lm.token_ppo import make_token_ppo
 
@@ -88,3 +89,34 @@ def test_bucketed_iterations_equal_the_whole_budget(stop_ids):
     # normalised steps at most to a small fraction of one step (lr 1e-3)
     for a, b in zip(jax.tree.leaves(state_b.train.params), jax.tree.leaves(state_f.train.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-4)
+
+
+def _branch_counts(jaxpr) -> tuple[list, int]:
+    """``(branches of every cond/switch, number of while loops)`` in a jaxpr, nested ones included."""
+    conds, whiles = [], 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "cond":
+            conds.append(len(eqn.params["branches"]))
+        whiles += eqn.primitive.name == "while"
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            c, w = _branch_counts(sub)
+            conds, whiles = conds + c, whiles + w
+    return conds, whiles
+
+
+def test_without_stop_ids_one_width_is_compiled():
+    """No stop id: every response fills the budget, so no rung narrower than ``T`` is built (no
+    width switch, one decode loop); with stop ids the ladder ``2, 4, 8, 12`` is a 4-way switch
+    and a decode loop per rung. By hand: ``smallest_width``."""
+    assert smallest_width(16, (2,)) == 16 and smallest_width(16, ()) == 0 and smallest_width(0, (2,)) == 0
+    model = TinyLM(V, 16, 1, 2, max_len=P + T)
+    params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool))
+    counts = {}
+    for stops in [(1, 2, 3), ()]:
+        cfg = TokenPPOConfig(batch_size=B, max_new_tokens=T, stop_ids=stops, num_minibatches=2, length_buckets=2)
+        tp = make_token_ppo(cfg, FlaxLM(model), count_sevens, prompts=prompts)
+        state = tp.init(jax.random.PRNGKey(3), params, params)
+        counts[stops] = _branch_counts(jax.make_jaxpr(tp.iteration)(state).jaxpr)
+    (conds, whiles), (conds0, whiles0) = counts[(1, 2, 3)], counts[()]
+    assert 4 in conds and whiles >= 4
+    assert max(conds0, default=0) <= 2 and whiles0 <= whiles - 3

@@ -36,6 +36,17 @@ def bucket_sizes(max_new: int, smallest: int) -> tuple[int, ...]:
     return tuple(sizes) + (max_new,)
 
 
+def smallest_width(length_buckets: int, stop_ids: Sequence[int]) -> int:
+    """The ``smallest`` rung a config's iteration uses (for :func:`bucket_sizes` and the sampler's
+    ``rungs``): ``length_buckets``, or 0 (one width, the budget) when ``stop_ids`` is empty. Then
+    no response can end early, every batch fills all ``max_new_tokens`` columns, and every
+    narrower rung would be a compiled copy of the teacher-forced passes and the update (and of
+    the decode loop) that is never taken: compile time and executable memory for nothing.
+    (Sampling at rungs would still save attention over unwritten cache slots; at the 135M shape
+    the copies' memory counts more.)"""
+    return length_buckets if len(stop_ids) else 0
+
+
 def bucket_index(response_mask: jax.Array, sizes: Sequence[int], axis_names: Sequence[str] = ()) -> jax.Array:
     """``int32`` scalar: the first rung of ``sizes`` that holds the longest response of
     ``response_mask [B, T]`` (responses right-padded), the longest taken over ``axis_names`` too."""

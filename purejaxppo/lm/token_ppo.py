@@ -197,7 +197,8 @@ def make_token_ppo(
         sampled = ph.sample_phase(models, params, state.reward, k_sample, prompt, prompt_valid, cfg, devices)
         ptx_batch = ptx(k_ptx, cfg.batch_size) if cfg.ptx else None
         # the teacher-forced passes and the update run over the longest response's rung of widths
-        sizes = length_buckets.bucket_sizes(cfg.max_new_tokens, cfg.length_buckets)
+        smallest = length_buckets.smallest_width(cfg.length_buckets, cfg.stop_ids)  # no stop ids: one width
+        sizes = length_buckets.bucket_sizes(cfg.max_new_tokens, smallest)
         names = tuple(a for a in (axis_name, runs_axis) if a)
         index = length_buckets.bucket_index(sampled.mask, sizes, names)
 
