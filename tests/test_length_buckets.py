@@ -105,9 +105,9 @@ def _branch_counts(jaxpr) -> tuple[list, int]:
 
 
 def test_without_stop_ids_one_width_is_compiled():
-    """No stop id: every response fills the budget, so no rung narrower than ``T`` is built (no
-    width switch, one decode loop); with stop ids the ladder ``2, 4, 8, 12`` is a 4-way switch
-    and a decode loop per rung. By hand: ``smallest_width``."""
+    """No stop id: every response fills the budget, so the teacher-forced passes and the update
+    are built for ``T`` alone (no width switch); with stop ids the ladder ``2, 4, 8, 12`` is a
+    4-way switch. The sampler's decode loops (one per rung) stay in both. By hand: ``smallest_width``."""
     assert smallest_width(16, (2,)) == 16 and smallest_width(16, ()) == 0 and smallest_width(0, (2,)) == 0
     model = TinyLM(V, 16, 1, 2, max_len=P + T)
     params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, P + T), jnp.int32), jnp.ones((1, P + T), bool))
@@ -119,4 +119,4 @@ def test_without_stop_ids_one_width_is_compiled():
         counts[stops] = _branch_counts(jax.make_jaxpr(tp.iteration)(state).jaxpr)
     (conds, whiles), (conds0, whiles0) = counts[(1, 2, 3)], counts[()]
     assert 4 in conds and whiles >= 4
-    assert max(conds0, default=0) <= 2 and whiles0 <= whiles - 3
+    assert max(conds0, default=0) <= 2 and whiles0 == whiles  # the decode rungs stay

@@ -53,8 +53,8 @@ class TokenPPOConfig:
     # the smallest response width the teacher-forced passes and the update run at: the batch is cut
     # to the first rung of 16, 32, 64, ... (up to max_new_tokens) that holds its longest response
     # (purejaxppo.lm.length_buckets), and the rungs the sampler's KV cache grows by
-    # (sampling.sample_response's rungs); 0 = always the whole budget, as without stop_ids (no
-    # response can end early: length_buckets.smallest_width)
+    # (sampling.sample_response's rungs); 0 = always the whole budget. Without stop_ids no response
+    # can end early: the passes and the update then run at the budget alone (smallest_width)
     length_buckets: int = static(16)
     ptx: bool = static(False)  # add ptx_coef * NLL of a supplied pretraining batch to the policy loss
     # LoRA (purejaxppo.lm.lora): rank > 0 trains low-rank adapters (and the value head) on a frozen base,

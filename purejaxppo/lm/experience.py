@@ -31,7 +31,6 @@ import jax.numpy as jnp
 
 from purejaxppo.lm import group_advantages as group
 from purejaxppo.lm import tokens as tk
-from purejaxppo.lm.length_buckets import smallest_width
 from purejaxppo.lm.sampling import filter_logits, sample_response
 
 #: ``reward(reward_params, prompt [B, P], prompt_valid [B, P], response [B, T], mask [B, T]) -> [B]``
@@ -138,8 +137,8 @@ def in_row_chunks(fn, rows: int, *arrays):
 def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
     """Responses to ``prompt [B, P]``: ``(response [B, T], logp_sampled [B, T], mask [B, T])``,
     row ``i`` drawn with ``row_keys[i]``; the KV cache grows in ``cfg.length_buckets`` rungs
-    (:func:`~purejaxppo.lm.sampling.sample_response`'s ``rungs``; none without stop ids:
-    :func:`~purejaxppo.lm.length_buckets.smallest_width`)."""
+    (:func:`~purejaxppo.lm.sampling.sample_response`'s ``rungs``; kept without stop ids too:
+    early decode steps then attend over fewer slots)."""
     return sample_response(
         models.policy,
         params["policy"],
@@ -153,7 +152,7 @@ def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
         cfg.top_k,
         cfg.top_p,
         per_row=True,
-        rungs=smallest_width(cfg.length_buckets, cfg.stop_ids),
+        rungs=cfg.length_buckets,
     )
 
 

@@ -37,13 +37,12 @@ def bucket_sizes(max_new: int, smallest: int) -> tuple[int, ...]:
 
 
 def smallest_width(length_buckets: int, stop_ids: Sequence[int]) -> int:
-    """The ``smallest`` rung a config's iteration uses (for :func:`bucket_sizes` and the sampler's
-    ``rungs``): ``length_buckets``, or 0 (one width, the budget) when ``stop_ids`` is empty. Then
-    no response can end early, every batch fills all ``max_new_tokens`` columns, and every
-    narrower rung would be a compiled copy of the teacher-forced passes and the update (and of
-    the decode loop) that is never taken: compile time and executable memory for nothing.
-    (Sampling at rungs would still save attention over unwritten cache slots; at the 135M shape
-    the copies' memory counts more.)"""
+    """The ``smallest`` rung of the widths the teacher-forced passes and the update switch over
+    (:func:`bucket_sizes`): ``length_buckets``, or 0 (one width, the budget) when ``stop_ids`` is
+    empty. Then no response can end early, every batch fills all ``max_new_tokens`` columns, and
+    every narrower rung would be a compiled copy of the passes and the update that is never
+    taken: compile time and executable memory for nothing. (The sampler keeps its rungs: early
+    decode steps attend over fewer cache slots whether or not a row can stop.)"""
     return length_buckets if len(stop_ids) else 0
 
 
