@@ -32,7 +32,7 @@ _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
 
 
 def _dot(dtype):
-    """The projections' product: :func:`~purejaxppo.lm.model.flat_dot` under a 16-bit compute
+    """The projections' product: :func:`~purejaxppo.lm.matmul.flat_dot` under a 16-bit compute
     dtype (float32 accumulation, the fast bf16 path), ``lax.dot_general`` under float32."""
     return None if jnp.dtype(dtype) == jnp.float32 else flat_dot
 
