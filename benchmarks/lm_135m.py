@@ -265,6 +265,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--response", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=1, help="PPO epochs per iteration")
     ap.add_argument("--minibatches", type=int, default=2, help="minibatches per epoch")
+    ap.add_argument(
+        "--micro-batches", type=int, default=1, help="ours: each minibatch in N accumulated passes (same update)"
+    )
     ap.add_argument("--rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--iterations", type=int, default=2, help="per side (the first is reported apart)")
@@ -310,6 +313,7 @@ def main(argv=None) -> dict:
         "batch_size": args.batch,
         "update_epochs": args.epochs,
         "num_minibatches": args.minibatches,
+        "micro_batches": args.micro_batches,
         "response_length": args.response,
         "lr": args.lr,
         "missing_eos_penalty": 0.0,
