@@ -153,7 +153,14 @@ def _ours(spec: dict) -> dict:
         lora_alpha=2.0 * spec["rank"],
         lora_base_dtype="bfloat16" if "bf16" in mode else "float32",
     )
-    cfg = token_config(spec, stop_ids=(), pad_id=PAD, missing_eos_penalty=0.0, **(lora_fields if lora else {}))
+    cfg = token_config(
+        spec,
+        stop_ids=(),
+        pad_id=PAD,
+        missing_eos_penalty=0.0,
+        micro_batches=spec.get("micro_batches", 1),
+        **(lora_fields if lora else {}),
+    )
     tp = make_token_ppo(cfg, lm, reward, prompts=prompts)
     init = jax.jit(lambda k, p: tp.init(k, p, None if lora else p))
     state = init(jax.random.PRNGKey(spec["seed"]), params)
