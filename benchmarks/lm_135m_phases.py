@@ -44,7 +44,15 @@ def _peak_mb() -> float:
 
 
 def phases(
-    shape: str, dtype: str, rounds: int, batch: int, prompt: int, response: int, lora_rank: int, layers="unrolled"
+    shape: str,
+    dtype: str,
+    rounds: int,
+    batch: int,
+    prompt: int,
+    response: int,
+    lora_rank: int,
+    layers="unrolled",
+    micro_batches: int = 1,
 ) -> dict:
     import jax
     import jax.numpy as jnp
@@ -68,7 +76,7 @@ def phases(
     spec = {**HYPER, "batch_size": batch, "update_epochs": 1, "num_minibatches": 2, "response_length": response}
     spec.update(lr=1e-5, beta=0.05)
     lora = dict(lora_rank=lora_rank, lora_alpha=2.0 * lora_rank, lora_base_dtype="bfloat16") if lora_rank else {}
-    cfg = token_config(spec, stop_ids=(), pad_id=PAD, missing_eos_penalty=0.0, **lora)
+    cfg = token_config(spec, stop_ids=(), pad_id=PAD, missing_eos_penalty=0.0, micro_batches=micro_batches, **lora)
     tp = make_token_ppo(cfg, lm, reward)
     state = jax.jit(lambda k, q: tp.init(k, q, None if lora_rank else q))(jax.random.PRNGKey(0), params)
     models = experience.Models(lm, lm, lm, reward)
@@ -124,13 +132,14 @@ def main(argv=None) -> dict:
         choices=("unrolled", "scan", "remat"),
         help="the trunk: Llama's scan_layers / remat_layers",
     )
+    ap.add_argument("--micro-batches", type=int, default=1, help="each minibatch in N accumulated passes")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     shape = "smollm2-135m" if args.layers == 30 else f"smollm2-135m-{args.layers}layers"
     SHAPES.setdefault(shape, {**SHAPES["smollm2-135m"], "num_hidden_layers": args.layers})
     res = {"command": "python benchmarks/lm_135m_phases.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     for dtype in [d for d in args.dtypes.split(",") if d]:
-        res[dtype] = phases(shape, dtype, args.rounds, 8, 64, 64, args.lora_rank, args.layers_as)
+        res[dtype] = phases(shape, dtype, args.rounds, 8, 64, 64, args.lora_rank, args.layers_as, args.micro_batches)
     res["loadavg_end"] = loadavg()
     if args.json:
         with open(args.json, "w") as f:

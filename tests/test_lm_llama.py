@@ -97,16 +97,21 @@ def test_query_blocks_and_the_value_head(family):
         np.testing.assert_allclose(values[r, L - n :], h @ vh[:, 0] + 0.3, atol=TOL, rtol=TOL)
 
 
-def test_cached_decoding_equals_full_recompute(family):
+@pytest.mark.parametrize("laid_out", [False, True], ids=["stored", "decode_params"])
+def test_cached_decoding_equals_full_recompute(family, laid_out):
     """prefill + decode (the cache holds the KV heads only) against the teacher-forced pass of
-    the whole sequence, at every step, on ragged left-padded prompts."""
+    the whole sequence, at every step, on ragged left-padded prompts; with the stored weights
+    and with what the sampler hands them (``decode_params``: the kernels transposed)."""
     name, cfg, _, model, params = family
+    decode_params = model.decode_params(params) if laid_out else params
+    if laid_out:
+        assert "kernel_t" in decode_params["params"]["layers_0"]["mlp"]["down_proj"]
     p, t = 6, 5
     lens = np.array([6, 1, 3, 4])
     valid = np.arange(p)[None] >= (p - lens)[:, None]
     prompt = np.where(valid, np.random.default_rng(2).integers(1, cfg["vocab_size"], (4, p)), 0)
     resp = np.random.default_rng(6).integers(1, cfg["vocab_size"], (4, t))
-    logits, cache = jax.jit(model.prefill, static_argnums=3)(params, prompt, valid, p + t)
+    logits, cache = jax.jit(model.prefill, static_argnums=3)(decode_params, prompt, valid, p + t)
     kv_heads, hd = cfg["num_key_value_heads"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     assert [k.shape for k in cache.k] == [(4, kv_heads, p + t, hd)] * cfg["num_hidden_layers"]
     full = jax.jit(model.logits)
@@ -118,7 +123,7 @@ def test_cached_decoding_equals_full_recompute(family):
             logits, full(params, seq, seq_valid)[:, -1], atol=TOL, rtol=TOL, err_msg=f"{name} step {step}"
         )
         if step < t:
-            logits, cache = decode(params, cache, jnp.asarray(resp[:, step]), jnp.int32(p + step))
+            logits, cache = decode(decode_params, cache, jnp.asarray(resp[:, step]), jnp.int32(p + step))
 
 
 # --- RoPE -------------------------------------------------------------------------------------------

@@ -141,14 +141,18 @@ class _Layer(nn.Module):
 
 
 class _LMHead(nn.Module):
-    """An untied LM head ``kernel [D, V]``, logits accumulated in float32."""
+    """An untied LM head ``kernel [D, V]`` (or sampling's ``kernel_t [V, D]``), logits
+    accumulated in float32."""
 
     vocab_size: int
     dtype: Any
     param_dtype: Any
+    reads_kernel_t = True  # decode_layout.dense_interceptor lets it read its transposed copy
 
     @nn.compact
     def __call__(self, x):
+        if self.has_variable("params", "kernel_t"):  # sampling's transposed copy (decode_layout)
+            return logits_dot(x.astype(self.dtype), self.get_variable("params", "kernel_t"), vocab_axis=0)
         w = self.param("kernel", _INIT, (x.shape[-1], self.vocab_size), self.param_dtype)
         return logits_dot(x.astype(self.dtype), w, vocab_axis=1)
 

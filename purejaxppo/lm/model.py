@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask
+from purejaxppo.lm import decode_layout
 from purejaxppo.lm.lora import dense_interceptor
 
 
@@ -49,6 +50,10 @@ class CausalLM(Protocol):
     * ``grow(cache, max_len) -> cache`` (optional): the same cache with ``max_len`` slots, the
       new ones empty (unwritten), so generation can start small and grow with the response
       (:func:`purejaxppo.lm.sampling.sample_response`'s ``rungs``).
+    * ``decode_params(params) -> params`` (optional): what the sampler hands ``decode``, made
+      once per generation outside the token loop (:class:`FlaxLM`: the Dense kernels
+      transposed for few-row products); absent: ``params`` as they are. ``prefill`` (and
+      ``decode``) must accept both.
 
     Logits and values come back in float32 whatever the compute dtype. The cache is a pytree
     with fixed shapes (it rides a ``lax.scan`` carry); it is opaque to the caller.
@@ -67,6 +72,8 @@ class CausalLM(Protocol):
     def decode(self, params: Any, cache: Any, token: jax.Array, position: jax.Array) -> tuple[jax.Array, Any]: ...
 
     def grow(self, cache: Any, max_len: int) -> Any: ...
+
+    def decode_params(self, params: Any) -> Any: ...
 
 
 class KVCache(NamedTuple):
@@ -221,11 +228,22 @@ class FlaxLM:
     :class:`purejaxppo.lm.gpt2.GPT2` meet it; so can a user's own model."""
 
     model: Any
+    # sampling reads each Dense kernel from a transposed copy made once per generation
+    # (decode_layout: about 1.4x faster decode products on CPU); False for a module whose
+    # Dense-shaped parameters are not nn.Dense layers
+    transposed_decode: bool = True
     lora_unmerged = True  # its Dense layers read LoRA factors beside their kernels (lora.lora_attach)
 
     def _apply(self, params, *args, **kwargs):
-        with nn.intercept_methods(dense_interceptor):
+        # LoRA's outside: it adds the low-rank path to whatever computes x W
+        with nn.intercept_methods(dense_interceptor), nn.intercept_methods(decode_layout.dense_interceptor):
             return self.model.apply(params, *args, **kwargs)
+
+    def decode_params(self, params):
+        """What :meth:`decode` is given by the sampler, made once per generation: ``params``
+        with the Dense kernels transposed
+        (:func:`purejaxppo.lm.decode_layout.transposed_kernels`), or ``params`` itself."""
+        return decode_layout.transposed_kernels(params) if self.transposed_decode else params
 
     def _head_args(self, first: int) -> dict:
         """``logits_from=first`` when the module takes it (a user's module may not: then sliced)."""

@@ -50,6 +50,20 @@ def filter_logits(logits, temperature=1.0, top_k: int = 0, top_p=1.0, banned: in
     return jnp.where(keep, x, -jnp.inf)
 
 
+def categorical(key, logits):
+    """``jax.random.categorical(key, logits, axis=-1)``, the same draw bit for bit: the first
+    index of the largest ``logits + gumbel(key)`` over the last axis (NaN counts as largest, as
+    in ``jnp.argmax``), found as a max and then a min over the indices that reach it. XLA:CPU runs
+    ``argmax``'s index-carrying reduce unvectorised: over an ``[8, 49152]`` vocabulary about 3.7 ms
+    a decode step, a sixth of a SmolLM2-135M-shaped step's time besides the model
+    (benchmarks/NOTES.md)."""
+    z = jax.random.gumbel(key, logits.shape, logits.dtype) + logits
+    top = jnp.max(z, axis=-1, keepdims=True)
+    hit = (z == top) | jnp.isnan(z)
+    index = jnp.arange(z.shape[-1], dtype=jnp.int32)
+    return jnp.min(jnp.where(hit, index, z.shape[-1]), axis=-1)
+
+
 def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0, banned: int | None = None):
     """One token per row from ``logits [B, V]`` ``-> (token [B] int32, logp [B])``: a
     ``jax.random.categorical`` draw from :func:`filter_logits` (at the defaults bit for bit
@@ -57,7 +71,7 @@ def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0, banne
     probability under that filtered distribution, the one actually sampled from.
     """
     x = filter_logits(logits, temperature, top_k, top_p, banned)
-    token = jax.random.categorical(key, x, axis=-1).astype(jnp.int32)
+    token = categorical(key, x)
     logp = jnp.take_along_axis(jax.nn.log_softmax(x, axis=-1), token[:, None], axis=-1)[:, 0]
     return token, logp
 
@@ -140,7 +154,7 @@ def sample_response(
     def step(carry):
         t, logits, cache, done, key, outs = carry
         out, done, key = pick(logits, done, key)
-        logits, cache = lm.decode(params, cache, out[0], p + t)
+        logits, cache = lm.decode(step_params, cache, out[0], p + t)
         return t + 1, logits, cache, done, key, write(outs, out, t)
 
     def left(carry):  # a decode is left (the last token needs none) and some row has not stopped
@@ -159,6 +173,8 @@ def sample_response(
 
         return jax.lax.cond(left(carry), grown, without_cache, carry)
 
+    prepare = getattr(lm, "decode_params", None)  # once, outside the token loop; prefill keeps params
+    step_params = prepare(params) if prepare is not None else params
     logits, cache = lm.prefill(params, prompt, prompt_valid, p + sizes[0])
     outs = (
         jnp.full((b, max_new), pad_id, prompt.dtype),

@@ -1,0 +1,75 @@
+"""The projections' weights laid out for decoding: each ``nn.Dense`` kernel ``W [in, out]``
+copied once per generation to ``kernel_t = W.T [out, in]`` (PyTorch's ``Linear`` layout), read by
+:func:`dense_interceptor` in every decode step.
+
+Why: a decode step multiplies a few rows by every matrix of the model, so its time is the time
+to read the weights. XLA:CPU streams a ``[out, in]`` matrix contracted over its minor axis about
+1.4x faster than the ``[in, out]`` one at SmolLM2-135M's widths (8 rows: 20 against 27 ms per
+step for the 30 layers' projections, benchmarks/NOTES.md). The copy costs one pass over the
+weights per generation, about a decode step's reads, and lives only while sampling (the
+training passes keep the stored layout: at hundreds of rows the two layouts run alike).
+
+The contract: :func:`transposed_kernels` rewrites a parameter tree; a module reading it must
+run under :func:`dense_interceptor` (``FlaxLM`` does), which computes such a Dense as ``x
+kernel_t^T (+ bias)`` with a float32 sum cast to the layer's dtype, as
+:func:`purejaxppo.lm.matmul.flat_dot` does. A Dense holding LoRA factors keeps them:
+:func:`purejaxppo.lm.lora.dense_interceptor`, outside this one, adds the low-rank path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+#: a Dense's parameter names (with LoRA's factors beside its kernel, purejaxppo.lm.lora.lora_attach)
+_DENSE = frozenset({"kernel", "bias", "lora_a", "lora_b"})
+
+
+def transposed_kernels(params):
+    """``params`` with every 2-D ``kernel`` of a Dense-shaped node (its leaves among ``kernel``,
+    ``bias``, ``lora_a``, ``lora_b``) replaced by ``kernel_t = kernel.T``; everything else as is.
+    The untied LM head of :class:`purejaxppo.lm.llama.Llama` (a node holding ``kernel`` alone)
+    reads ``kernel_t`` itself (``reads_kernel_t``)."""
+    if not isinstance(params, Mapping):
+        return params
+    out = {k: transposed_kernels(v) for k, v in params.items()}
+    kernel = params.get("kernel")
+    if kernel is not None and not isinstance(kernel, Mapping) and jnp.ndim(kernel) == 2 and set(params) <= _DENSE:
+        del out["kernel"]
+        out["kernel_t"] = jnp.transpose(kernel)
+    return out
+
+
+def product(x, w_t, dtype):
+    """``x [..., in]`` times ``w_t [out, in]`` over ``in`` ``-> [..., out]`` in ``dtype``: one 2-D
+    product accumulated in float32 (the fast bf16 path under a 16-bit ``dtype``)."""
+    x2 = x.reshape(-1, x.shape[-1]).astype(dtype)
+    y = jax.lax.dot_general(x2, w_t.astype(dtype), (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+    return y.astype(dtype).reshape(x.shape[:-1] + (w_t.shape[0],))
+
+
+def dense_interceptor(next_fun, args, kwargs, context):
+    """A Flax method interceptor (``nn.intercept_methods``): an ``nn.Dense`` holding ``kernel_t``
+    (:func:`transposed_kernels`) returns ``x kernel_t^T (+ bias)`` in its compute dtype (``dtype``,
+    else the inputs' and kernel's promoted type, as ``nn.Dense``). ``ValueError`` when another
+    kind of module holds ``kernel_t`` (it would not find its ``kernel``), unless it declares
+    ``reads_kernel_t = True`` and reads the copy itself."""
+    module = context.module
+    if context.method_name != "__call__" or not module.has_variable("params", "kernel_t"):
+        return next_fun(*args, **kwargs)
+    if getattr(module, "reads_kernel_t", False):  # a module that reads the copy itself (Llama's untied head)
+        return next_fun(*args, **kwargs)
+    if not isinstance(module, nn.Dense):
+        raise ValueError(
+            f"a transposed kernel on {module.name!r} ({type(module).__name__}): only nn.Dense layers read "
+            "one; build the FlaxLM with transposed_decode=False for this model"
+        )
+    x, w_t = args[0], module.get_variable("params", "kernel_t")
+    dtype = module.dtype or jnp.result_type(x.dtype, w_t.dtype)
+    y = product(x, w_t, dtype)
+    if module.use_bias:
+        y = y + module.get_variable("params", "bias").astype(dtype)
+    return y
