@@ -159,6 +159,7 @@ def _ours(spec: dict) -> dict:
         pad_id=PAD,
         missing_eos_penalty=0.0,
         micro_batches=spec.get("micro_batches", 1),
+        length_buckets=spec.get("length_buckets", 16),
         **(lora_fields if lora else {}),
     )
     tp = make_token_ppo(cfg, lm, reward, prompts=prompts)
@@ -275,6 +276,9 @@ def main(argv=None) -> dict:
     ap.add_argument(
         "--micro-batches", type=int, default=1, help="ours: each minibatch in N accumulated passes (same update)"
     )
+    ap.add_argument(
+        "--length-buckets", type=int, default=16, help="ours: the sampler's smallest cache rung (0: one cache width)"
+    )
     ap.add_argument("--rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--iterations", type=int, default=2, help="per side (the first is reported apart)")
@@ -321,6 +325,7 @@ def main(argv=None) -> dict:
         "update_epochs": args.epochs,
         "num_minibatches": args.minibatches,
         "micro_batches": args.micro_batches,
+        "length_buckets": args.length_buckets,
         "response_length": args.response,
         "lr": args.lr,
         "missing_eos_penalty": 0.0,
