@@ -168,7 +168,7 @@ def _ours(spec: dict) -> dict:
     del params  # the state holds what the run needs
     marks = {"after_init": _hwm_mb()}
     t0 = time.perf_counter()
-    compiled = jax.jit(tp.iteration, donate_argnums=0).lower(state).compile()
+    compiled = jax.jit(tp.iteration, donate_argnums=0).lower(state).compile(spec.get("compile_options") or None)
     compile_s = time.perf_counter() - t0
     marks["after_compile"] = _hwm_mb()
     mem = compiled.memory_analysis()
@@ -279,6 +279,13 @@ def main(argv=None) -> dict:
     ap.add_argument(
         "--length-buckets", type=int, default=16, help="ours: the sampler's smallest cache rung (0: one cache width)"
     )
+    ap.add_argument(
+        "--xla-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="ours: an XLA compiler option for the iteration's program (repeatable)",
+    )
     ap.add_argument("--rank", type=int, default=8, help="LoRA rank (alpha = 2 x rank)")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--iterations", type=int, default=2, help="per side (the first is reported apart)")
@@ -326,6 +333,7 @@ def main(argv=None) -> dict:
         "num_minibatches": args.minibatches,
         "micro_batches": args.micro_batches,
         "length_buckets": args.length_buckets,
+        "compile_options": dict(o.split("=", 1) for o in args.xla_option),
         "response_length": args.response,
         "lr": args.lr,
         "missing_eos_penalty": 0.0,
