@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from _llama_reference import CONFIGS
 from purejaxppo.lm import lora
 from purejaxppo.lm.decode_layout import transposed_kernels
 from purejaxppo.lm.gpt2 import GPT2
@@ -53,19 +54,7 @@ def _with_biases(params):
 
 
 def _llama():
-    hf = dict(
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        vocab_size=97,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        attention_bias=True,
-        model_type="llama",
-    )
+    hf = dict(CONFIGS["llama"], attention_bias=True)  # GQA 4 over 2, an untied head, biases
     module = Llama(llama_config_from_hf(hf))
     params = module.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool))
     adapters = lora.lora_init(jax.random.PRNGKey(1), params, 4, 8.0)
@@ -85,7 +74,7 @@ def test_sampling_with_the_transposed_copy_equals_the_stored_layout(build):
     """The same tokens and, float32, log-probs within 1e-5 (two programs: the products' sums
     may run in another order) on ragged left-padded prompts, over two decode rungs."""
     module, params = build()
-    prompt = jax.random.randint(jax.random.PRNGKey(2), (3, 5), 3, 97)
+    prompt = jax.random.randint(jax.random.PRNGKey(2), (3, 5), 3, CONFIGS["llama"]["vocab_size"])
     valid = jnp.ones((3, 5), bool).at[0, :2].set(False).at[2, :4].set(False)
     keys = jax.random.split(jax.random.PRNGKey(3), 3)
     runs = {}

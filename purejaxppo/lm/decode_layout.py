@@ -11,9 +11,10 @@ training passes keep the stored layout: at hundreds of rows the two layouts run 
 
 The contract: :func:`transposed_kernels` rewrites a parameter tree; a module reading it must
 run under :func:`dense_interceptor` (``FlaxLM`` does), which computes such a Dense as ``x
-kernel_t^T (+ bias)`` with a float32 sum cast to the layer's dtype, as
-:func:`purejaxppo.lm.matmul.flat_dot` does. A Dense holding LoRA factors keeps them:
-:func:`purejaxppo.lm.lora.dense_interceptor`, outside this one, adds the low-rank path. They
+kernel_t^T (+ bias)`` with a float32 sum cast to the layer's dtype
+(:func:`purejaxppo.lm.matmul.logits_dot`, the product the LM head takes). A Dense holding LoRA
+factors keeps them: :func:`purejaxppo.lm.lora.dense_interceptor`, outside this one, adds the
+low-rank path. They
 are not merged into the copy: over a bfloat16 base, ``W + s A B`` rounded to bfloat16 loses the
 small deltas of early training (the sampler would draw from the base, not the policy trained);
 merged at 135M it saved 0.19 of 3.1 s (benchmarks/NOTES.md).
@@ -24,8 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
+
+from purejaxppo.lm.matmul import logits_dot
 
 #: a Dense's parameter names (with LoRA's factors beside its kernel, purejaxppo.lm.lora.lora_attach)
 _DENSE = frozenset({"kernel", "bias", "lora_a", "lora_b"})
@@ -46,14 +48,6 @@ def transposed_kernels(params):
     return out
 
 
-def product(x, w_t, dtype):
-    """``x [..., in]`` times ``w_t [out, in]`` over ``in`` ``-> [..., out]`` in ``dtype``: one 2-D
-    product accumulated in float32 (the fast bf16 path under a 16-bit ``dtype``)."""
-    x2 = x.reshape(-1, x.shape[-1]).astype(dtype)
-    y = jax.lax.dot_general(x2, w_t.astype(dtype), (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-    return y.astype(dtype).reshape(x.shape[:-1] + (w_t.shape[0],))
-
-
 def dense_interceptor(next_fun, args, kwargs, context):
     """A Flax method interceptor (``nn.intercept_methods``): an ``nn.Dense`` holding ``kernel_t``
     (:func:`transposed_kernels`) returns ``x kernel_t^T (+ bias)`` in its compute dtype (``dtype``,
@@ -72,7 +66,7 @@ def dense_interceptor(next_fun, args, kwargs, context):
         )
     x, w_t = args[0], module.get_variable("params", "kernel_t")
     dtype = module.dtype or jnp.result_type(x.dtype, w_t.dtype)
-    y = product(x, w_t, dtype)
+    y = logits_dot(x.astype(dtype), w_t, vocab_axis=0).astype(dtype)  # float32 sum, one 2-D product
     if module.use_bias:
         y = y + module.get_variable("params", "bias").astype(dtype)
     return y

@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask
-from purejaxppo.lm import decode_layout
+from purejaxppo.lm.decode_layout import dense_interceptor as transposed_interceptor
+from purejaxppo.lm.decode_layout import transposed_kernels
 from purejaxppo.lm.lora import dense_interceptor
 
 
@@ -236,14 +237,14 @@ class FlaxLM:
 
     def _apply(self, params, *args, **kwargs):
         # LoRA's outside: it adds the low-rank path to whatever computes x W
-        with nn.intercept_methods(dense_interceptor), nn.intercept_methods(decode_layout.dense_interceptor):
+        with nn.intercept_methods(dense_interceptor), nn.intercept_methods(transposed_interceptor):
             return self.model.apply(params, *args, **kwargs)
 
     def decode_params(self, params):
         """What :meth:`decode` is given by the sampler, made once per generation: ``params``
         with the Dense kernels transposed
         (:func:`purejaxppo.lm.decode_layout.transposed_kernels`), or ``params`` itself."""
-        return decode_layout.transposed_kernels(params) if self.transposed_decode else params
+        return transposed_kernels(params) if self.transposed_decode else params
 
     def _head_args(self, first: int) -> dict:
         """``logits_from=first`` when the module takes it (a user's module may not: then sliced)."""
