@@ -42,6 +42,26 @@ def test_transposed_kernels_rewrites_dense_nodes_only():
     np.testing.assert_array_equal(out["adapted"]["lora_b"], src["adapted"]["lora_b"])
     for name in ("embed", "norm", "other", "conv"):
         assert set(out[name]) == set(src[name])
+    np.testing.assert_array_equal(out["adapted"]["lora_a"], src["adapted"]["lora_a"])  # no compute dtype: apart
+
+
+def test_lora_a_joins_the_copy_only_in_the_compute_dtype():
+    """``kernel_t = [W^T; A^T]`` in the kernel's dtype when it is the compute dtype (``lora_a``
+    then gone, ``lora_b`` kept); under another compute dtype the factors stay apart."""
+    rng = np.random.default_rng(1)
+    w, a, b = (rng.normal(size=s).astype(np.float32) for s in ((4, 6), (4, 2), (2, 6)))
+    for kernel_dtype in (jnp.float32, jnp.bfloat16):
+        node = {"kernel": jnp.asarray(w, kernel_dtype), "lora_a": jnp.asarray(a), "lora_b": jnp.asarray(b)}
+        out = transposed_kernels({"p": node}, kernel_dtype)["p"]
+        assert set(out) == {"kernel_t", "lora_b"}
+        assert out["kernel_t"].dtype == kernel_dtype
+        want = np.concatenate(
+            [np.asarray(node["kernel"], np.float32).T, np.asarray(jnp.asarray(a, kernel_dtype), np.float32).T]
+        )
+        np.testing.assert_array_equal(np.asarray(out["kernel_t"], np.float32), want)
+        other = jnp.bfloat16 if kernel_dtype == jnp.float32 else jnp.float32
+        apart = transposed_kernels({"p": node}, other)["p"]
+        assert set(apart) == {"kernel_t", "lora_a", "lora_b"} and apart["kernel_t"].shape == (6, 4)
 
 
 def _with_biases(params):

@@ -13,11 +13,15 @@ The contract: :func:`transposed_kernels` rewrites a parameter tree; a module rea
 run under :func:`dense_interceptor` (``FlaxLM`` does), which computes such a Dense as ``x
 kernel_t^T (+ bias)`` with a float32 sum cast to the layer's dtype
 (:func:`purejaxppo.lm.matmul.logits_dot`, the product the LM head takes). A Dense holding LoRA
-factors keeps them: :func:`purejaxppo.lm.lora.dense_interceptor`, outside this one, adds the
-low-rank path. They
-are not merged into the copy: over a bfloat16 base, ``W + s A B`` rounded to bfloat16 loses the
-small deltas of early training (the sampler would draw from the base, not the policy trained);
-merged at 135M it saved 0.19 of 3.1 s (benchmarks/NOTES.md).
+factors keeps them unmerged: over a bfloat16 base, ``W + s A B`` rounded to bfloat16 loses the
+small deltas of early training (the sampler would draw from the base, not the policy trained).
+Given the compute dtype, its ``A`` (``lora_a``, already scaled) is stacked under the kernel
+instead (``kernel_t = [W^T; A^T]``, ``[out + r, in]``) when the kernel is kept in that dtype:
+one product gives ``x W`` and ``x A`` (the same roundings as apart: the low-rank path casts
+``A`` to the compute dtype anyway; at SmolLM2-135M's shape generation took 3.11-3.14 s against
+3.32-3.48 s with the seven small ``x A`` products a layer apart, benchmarks/NOTES.md), and this
+interceptor adds ``(x A) B``; otherwise
+:func:`purejaxppo.lm.lora.dense_interceptor`, outside this one, adds the low-rank path.
 """
 
 from __future__ import annotations
@@ -33,18 +37,25 @@ from purejaxppo.lm.matmul import logits_dot
 _DENSE = frozenset({"kernel", "bias", "lora_a", "lora_b"})
 
 
-def transposed_kernels(params):
+def transposed_kernels(params, compute_dtype=None):
     """``params`` with every 2-D ``kernel`` of a Dense-shaped node (its leaves among ``kernel``,
     ``bias``, ``lora_a``, ``lora_b``) replaced by ``kernel_t = kernel.T``; everything else as is.
-    The untied LM head of :class:`purejaxppo.lm.llama.Llama` (a node holding ``kernel`` alone)
-    reads ``kernel_t`` itself (``reads_kernel_t``)."""
+    A node's LoRA ``lora_a [in, r]`` joins the copy (``kernel_t = [kernel.T; lora_a.T]``, the
+    node keeping ``lora_b``) when ``compute_dtype`` is the kernel's dtype (then the low-rank
+    product reads ``A`` in that dtype either way). The untied LM head of
+    :class:`purejaxppo.lm.llama.Llama` (a node holding ``kernel`` alone) reads ``kernel_t``
+    itself (``reads_kernel_t``)."""
     if not isinstance(params, Mapping):
         return params
-    out = {k: transposed_kernels(v) for k, v in params.items()}
+    out = {k: transposed_kernels(v, compute_dtype) for k, v in params.items()}
     kernel = params.get("kernel")
     if kernel is not None and not isinstance(kernel, Mapping) and jnp.ndim(kernel) == 2 and set(params) <= _DENSE:
         del out["kernel"]
         out["kernel_t"] = jnp.transpose(kernel)
+        a = params.get("lora_a")
+        if a is not None and compute_dtype is not None and jnp.dtype(compute_dtype) == kernel.dtype:
+            del out["lora_a"]
+            out["kernel_t"] = jnp.concatenate([out["kernel_t"], jnp.transpose(a).astype(kernel.dtype)], axis=0)
     return out
 
 
@@ -57,8 +68,9 @@ def dense_interceptor(next_fun, args, kwargs, context):
     module = context.module
     if context.method_name != "__call__" or not module.has_variable("params", "kernel_t"):
         return next_fun(*args, **kwargs)
-    if getattr(module, "reads_kernel_t", False):  # a module that reads the copy itself (Llama's untied head)
-        return next_fun(*args, **kwargs)
+    folded = module.has_variable("params", "lora_b") and not module.has_variable("params", "lora_a")
+    if getattr(module, "reads_kernel_t", False) and not folded:  # a module that reads the copy itself
+        return next_fun(*args, **kwargs)  # (Llama's untied head)
     if not isinstance(module, nn.Dense):
         raise ValueError(
             f"a transposed kernel on {module.name!r} ({type(module).__name__}): only nn.Dense layers read "
@@ -66,7 +78,11 @@ def dense_interceptor(next_fun, args, kwargs, context):
         )
     x, w_t = args[0], module.get_variable("params", "kernel_t")
     dtype = module.dtype or jnp.result_type(x.dtype, w_t.dtype)
-    y = logits_dot(x.astype(dtype), w_t, vocab_axis=0).astype(dtype)  # float32 sum, one 2-D product
+    z = logits_dot(x.astype(dtype), w_t, vocab_axis=0)  # float32 sum, one 2-D product
+    y = z[..., : module.features].astype(dtype)
     if module.use_bias:
         y = y + module.get_variable("params", "bias").astype(dtype)
+    if folded:  # x A came with x W (lora.dense_interceptor's low-rank path, its roundings)
+        b = module.get_variable("params", "lora_b").astype(dtype)
+        y = y + jnp.dot(z[..., module.features :].astype(dtype), b)
     return y

@@ -242,9 +242,12 @@ class FlaxLM:
 
     def decode_params(self, params):
         """What :meth:`decode` is given by the sampler, made once per generation: ``params``
-        with the Dense kernels transposed
+        with the Dense kernels transposed and, where the module's ``dtype`` (its compute dtype)
+        is the kernel's, LoRA's ``A`` stacked into the copy
         (:func:`purejaxppo.lm.decode_layout.transposed_kernels`), or ``params`` itself."""
-        return transposed_kernels(params) if self.transposed_decode else params
+        if not self.transposed_decode:
+            return params
+        return transposed_kernels(params, getattr(self.model, "dtype", None))
 
     def _head_args(self, first: int) -> dict:
         """``logits_from=first`` when the module takes it (a user's module may not: then sliced)."""
