@@ -35,6 +35,9 @@ freed scratch back and ``VmHWM`` is reset): what the running program holds.
     flock /tmp/purejaxppo-cpu.lock python benchmarks/lm_135m.py --trl-python /work/trl-venv/bin/python
         [--modes full,full-bf16,lora,lora-bf16] [--iterations 2] [--json benchmarks/results/lm_135m.json]
     python benchmarks/lm_135m.py --shape qwen2.5-0.5b --skip-trl --batch 64 --response 256   # a GPU row
+
+``--devices N``: ours data-parallel over N forced host devices (the rlhf CLI's ``--devices``; on the
+2-core CPU slower than one device, benchmarks/NOTES.md).
 """
 
 from __future__ import annotations
@@ -120,6 +123,13 @@ def prepare(shape: str, prompt: int, pool: int = 64, work: str = WORK) -> dict:
 
 def _ours(spec: dict) -> dict:
     """One mode's compile and iterations (a worker process)."""
+    devices = int(spec.get("devices", 1))
+    if devices > 1:  # host CPU devices must exist before jax starts its backend
+        from purejaxppo.cli.devices import set_devices
+
+        set_devices(devices)
+    import functools
+
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -162,7 +172,12 @@ def _ours(spec: dict) -> dict:
         length_buckets=spec.get("length_buckets", 16),
         **(lora_fields if lora else {}),
     )
-    tp = make_token_ppo(cfg, lm, reward, prompts=prompts)
+    if devices == 1:
+        tp = make_token_ppo(cfg, lm, reward, prompts=prompts)
+    else:  # the rlhf CLI's --devices layout: each device samples and scores B / D prompts
+        from purejaxppo.lm.data_parallel import data_parallel
+
+        tp = data_parallel(functools.partial(make_token_ppo, cfg, lm, reward, prompts=prompts), devices)
     init = jax.jit(lambda k, p: tp.init(k, p, None if lora else p))
     state = init(jax.random.PRNGKey(spec["seed"]), params)
     del params  # the state holds what the run needs
@@ -277,6 +292,9 @@ def main(argv=None) -> dict:
         "--micro-batches", type=int, default=1, help="ours: each minibatch in N accumulated passes (same update)"
     )
     ap.add_argument(
+        "--devices", type=int, default=1, help="ours: data-parallel over N host devices (the rlhf CLI's --devices)"
+    )
+    ap.add_argument(
         "--length-buckets", type=int, default=16, help="ours: the sampler's smallest cache rung (0: one cache width)"
     )
     ap.add_argument(
@@ -332,6 +350,7 @@ def main(argv=None) -> dict:
         "update_epochs": args.epochs,
         "num_minibatches": args.minibatches,
         "micro_batches": args.micro_batches,
+        "devices": args.devices,
         "length_buckets": args.length_buckets,
         "compile_options": dict(o.split("=", 1) for o in args.xla_option),
         "response_length": args.response,
