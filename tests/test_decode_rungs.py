@@ -100,12 +100,22 @@ def test_each_decode_step_reads_its_rung_only():
 
 
 def test_grow_kv_cache_by_hand():
+    """Keys ``[B, H, S, hd]`` grow along their slots (axis 2), values ``[B, H, hd, S]`` along theirs
+    (the last), per layer and stacked."""
     k = tuple(jnp.arange(2 * 1 * 3 * 2, dtype=jnp.float32).reshape(2, 1, 3, 2) + i for i in range(2))
-    cache = KVCache(k, k, jnp.array([[True, False, True], [True, True, True]]), jnp.array([2, 3], jnp.int32))
+    v = tuple(jnp.swapaxes(x, 2, 3) + 10 for x in k)
+    cache = KVCache(k, v, jnp.array([[True, False, True], [True, True, True]]), jnp.array([2, 3], jnp.int32))
     grown = grow_kv_cache(cache, 5)
-    for old, new in zip(cache.k + cache.v, grown.k + grown.v):
+    for old, new in zip(cache.k, grown.k):
         assert new.shape == (2, 1, 5, 2)
         np.testing.assert_array_equal(new[:, :, :3], old)
         np.testing.assert_array_equal(new[:, :, 3:], 0.0)
+    for old, new in zip(cache.v, grown.v):
+        assert new.shape == (2, 1, 2, 5)
+        np.testing.assert_array_equal(new[..., :3], old)
+        np.testing.assert_array_equal(new[..., 3:], 0.0)
+    stacked = grow_kv_cache(cache._replace(k=jnp.stack(k), v=jnp.stack(v)), 5)
+    np.testing.assert_array_equal(stacked.k, jnp.stack(grown.k))
+    np.testing.assert_array_equal(stacked.v, jnp.stack(grown.v))
     np.testing.assert_array_equal(grown.valid, [[True, False, True, False, False], [True, True, True, False, False]])
     np.testing.assert_array_equal(grown.count, cache.count)

@@ -98,6 +98,7 @@ def test_scanned_cached_decoding_equals_full_recompute(pair):
     logits, cache = jax.jit(scanned.prefill, static_argnums=3)(params, prompt, valid, p + 2)
     kv_heads, hd = cfg["num_key_value_heads"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     assert cache.k.shape == (cfg["num_hidden_layers"], 4, kv_heads, p + 2, hd)
+    assert cache.v.shape == (cfg["num_hidden_layers"], 4, kv_heads, hd, p + 2)
     full, decode = jax.jit(scanned.logits), jax.jit(scanned.decode)
     for step in range(t + 1):
         seq = np.concatenate([prompt, resp[:, :step]], 1)
@@ -105,7 +106,7 @@ def test_scanned_cached_decoding_equals_full_recompute(pair):
         np.testing.assert_allclose(logits, full(params, seq, seq_valid)[:, -1], atol=TOL, rtol=TOL, err_msg=f"{step}")
         if step == 2:
             cache = scanned.grow(cache, p + t)
-            assert cache.k.shape[3] == cache.v.shape[3] == cache.valid.shape[1] == p + t
+            assert cache.k.shape[3] == cache.v.shape[4] == cache.valid.shape[1] == p + t
         if step < t:
             logits, cache = decode(params, cache, jnp.asarray(resp[:, step]), jnp.int32(p + step))
 

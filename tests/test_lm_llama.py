@@ -114,6 +114,7 @@ def test_cached_decoding_equals_full_recompute(family, laid_out):
     logits, cache = jax.jit(model.prefill, static_argnums=3)(decode_params, prompt, valid, p + t)
     kv_heads, hd = cfg["num_key_value_heads"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     assert [k.shape for k in cache.k] == [(4, kv_heads, p + t, hd)] * cfg["num_hidden_layers"]
+    assert [v.shape for v in cache.v] == [(4, kv_heads, hd, p + t)] * cfg["num_hidden_layers"]
     full = jax.jit(model.logits)
     decode = jax.jit(model.decode)
     for step in range(t + 1):

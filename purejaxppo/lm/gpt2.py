@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask
+from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask, write_kv
 from purejaxppo.lm.model import KVCache, cache_view, empty_kv_cache, positions_from_mask, value_head, written_cache
 from purejaxppo.lm.hf_files import read_safetensors, write_safetensors
 
@@ -38,19 +38,17 @@ class _Attention(nn.Module):
 
     @nn.compact
     def __call__(self, x, attn_mask, kv=None, slot=0):
-        """``x [B, L, D]``, ``attn_mask [B, L, S]``; ``kv = (k, v) [B, H, S, hd]`` or None (then
-        ``S == L``): the chunk's keys/values are written at ``slot`` first. ``-> (out, kv)``."""
+        """``x [B, L, D]``, ``attn_mask [B, L, S]``; ``kv = (k [B, H, S, hd], v [B, H, hd, S])``
+        or None (then ``S == L``): the chunk's keys/values are written at ``slot`` first.
+        ``-> (out, kv)``."""
         b, l, d = x.shape
         hd = d // self.n_head
         qkv = nn.Dense(3 * d, dtype=self.dtype, name="c_attn")(x).reshape(b, l, 3, self.n_head, hd)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, L, H, hd]
         spec = "bkhd"
         if kv is not None:
-            at = (0, 0, slot, 0)
-            kv = tuple(
-                jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3).astype(c.dtype), at) for c, n in zip(kv, (k, v))
-            )
-            (k, v), spec = kv, "bhkd"
+            kv = write_kv(kv, k, v, slot)
+            (k, v), spec = kv, "cache"
         out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)  # float32 softmax
         return nn.Dense(d, dtype=self.dtype, name="c_proj")(out.reshape(b, l, d)), kv
 

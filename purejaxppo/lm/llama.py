@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
 from purejaxppo.lm.matmul import flat_dot, logits_dot
-from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask
+from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask, write_kv
 from purejaxppo.lm.model import KVCache, cache_view, empty_kv_cache, positions_from_mask, value_head, written_cache
 
 _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
@@ -68,9 +68,9 @@ class _Attention(nn.Module):
 
     @nn.compact
     def __call__(self, x, cos, sin, attn_mask, kv=None, slot=0):
-        """``x [B, L, D]``, ``cos, sin [B, L, hd]``, ``attn_mask [B, L, S]``; ``kv = (k, v)
-        [B, K, S, hd]`` or None (``S == L``): the chunk's keys/values are written at ``slot``
-        first. ``-> (out [B, L, D], kv)``."""
+        """``x [B, L, D]``, ``cos, sin [B, L, hd]``, ``attn_mask [B, L, S]``; ``kv = (k [B, K, S,
+        hd], v [B, K, hd, S])`` or None (``S == L``): the chunk's keys/values are written at
+        ``slot`` first. ``-> (out [B, L, D], kv)``."""
         c = self.config
         b, l, _ = x.shape
         dense = lambda n, bias, name: nn.Dense(
@@ -91,12 +91,8 @@ class _Attention(nn.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         spec = "bkhd"
         if kv is not None:
-            at = (0, 0, slot, 0)
-            kv = tuple(
-                jax.lax.dynamic_update_slice(cache, new.transpose(0, 2, 1, 3).astype(cache.dtype), at)
-                for cache, new in zip(kv, (k, v))
-            )
-            (k, v), spec = kv, "bhkd"
+            kv = write_kv(kv, k, v, slot)
+            (k, v), spec = kv, "cache"
         out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)
         return dense(c.hidden_size, c.o_bias, "o_proj")(out.reshape(b, l, -1)), kv
 
@@ -249,19 +245,20 @@ class Llama(nn.Module):
             h, kv = layer.apply({"params": p}, h, cos, sin, attn_mask, kv, slot)
             if kv is None:
                 return h, None
-            return h, tuple(jax.lax.dynamic_slice_in_dim(c, slot, length, axis=2) for c in kv)
+            # the chunk's slots: the keys' axis 2, the values' axis 3 (attention.CACHE_KEYS)
+            return h, tuple(jax.lax.dynamic_slice_in_dim(c, slot, length, axis=a) for c, a in zip(kv, (2, 3)))
 
         body = jax.checkpoint(body) if self.remat_layers else body
         kv = None if cache is None else (cache.k, cache.v)
         x, new = jax.lax.scan(body, x, (stacked, kv))
         if new is None:
             return x, (None, None)
-        return x, tuple(jax.lax.dynamic_update_slice(c, d, (0, 0, 0, slot, 0)) for c, d in zip(kv, new))
+        return x, tuple(jax.lax.dynamic_update_slice_in_dim(c, d, slot, axis=a) for c, d, a in zip(kv, new, (3, 4)))
 
     def empty_cache(self, batch: int, max_len: int) -> KVCache:
         """A :class:`KVCache` of ``max_len`` slots holding nothing: ``num_key_value_heads``
-        heads per layer, in the compute dtype; under ``scan_layers`` one stacked array
-        ``[layers, B, K, S, hd]`` for the keys and one for the values."""
+        heads per layer, in the compute dtype (keys ``[B, K, S, hd]``, values ``[B, K, hd, S]``);
+        under ``scan_layers`` one stacked array ``[layers, ...]`` for the keys and one for the values."""
         c = self.config
         cache = empty_kv_cache(batch, max_len, c.num_hidden_layers, c.num_key_value_heads, c.head_dim, self.dtype)
         if self.scan_layers:

@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask
+from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask, write_kv
 from purejaxppo.lm.decode_layout import dense_interceptor as transposed_interceptor
 from purejaxppo.lm.decode_layout import transposed_kernels
 from purejaxppo.lm.lora import dense_interceptor
@@ -78,8 +78,9 @@ class CausalLM(Protocol):
 
 
 class KVCache(NamedTuple):
-    """TinyLM's cache for ``S`` slots: per layer ``k[i], v[i]: [B, heads, S, head_dim]`` (a
-    tuple, or one stacked array ``[layers, B, heads, S, head_dim]``: a scanned Llama's),
+    """TinyLM's cache for ``S`` slots: per layer keys ``k[i]: [B, heads, S, head_dim]`` and
+    values ``v[i]: [B, heads, head_dim, S]`` (slots last: :data:`purejaxppo.lm.attention.CACHE_KEYS`;
+    a tuple, or one stacked array ``[layers, ...]``: a scanned Llama's),
     ``valid [B, S]`` (which slots hold valid tokens; False on padding and on slots not yet
     written) and ``count [B]`` (valid tokens so far: the position id of the next valid token)."""
 
@@ -110,16 +111,20 @@ def value_head(x: jax.Array, dtype) -> jax.Array:
 
 def empty_kv_cache(batch: int, max_len: int, n_layers: int, n_heads: int, head_dim: int, dtype) -> KVCache:
     """A :class:`KVCache` of ``max_len`` slots holding nothing (keys and values in ``dtype``)."""
-    zeros = tuple(jnp.zeros((batch, n_heads, max_len, head_dim), dtype) for _ in range(n_layers))
-    return KVCache(zeros, zeros, jnp.zeros((batch, max_len), bool), jnp.zeros((batch,), jnp.int32))
+    keys = tuple(jnp.zeros((batch, n_heads, max_len, head_dim), dtype) for _ in range(n_layers))
+    values = tuple(jnp.zeros((batch, n_heads, head_dim, max_len), dtype) for _ in range(n_layers))
+    return KVCache(keys, values, jnp.zeros((batch, max_len), bool), jnp.zeros((batch,), jnp.int32))
 
 
 def grow_kv_cache(cache: KVCache, max_len: int) -> KVCache:
     """``cache`` with ``max_len >= S`` slots: empty ones (zero keys and values, not valid) appended."""
     more = max_len - cache.valid.shape[1]
     pad = lambda x, axis: jnp.concatenate([x, jnp.zeros(x.shape[:axis] + (more,) + x.shape[axis + 1 :], x.dtype)], axis)  # noqa: E731
-    grow = lambda kv: pad(kv, 3) if isinstance(kv, jax.Array) else tuple(pad(x, 2) for x in kv)  # noqa: E731
-    return KVCache(grow(cache.k), grow(cache.v), pad(cache.valid, 1), cache.count)
+    # the slots: the keys' next-to-last axis, the values' last (stacked or per layer alike)
+    grow = lambda kv, axis: (
+        pad(kv, kv.ndim + axis) if isinstance(kv, jax.Array) else tuple(pad(x, x.ndim + axis) for x in kv)
+    )  # noqa: E731
+    return KVCache(grow(cache.k, -2), grow(cache.v, -1), pad(cache.valid, 1), cache.count)
 
 
 def written_cache(cache: KVCache, ks: list, vs: list, key_valid: jax.Array, valid: jax.Array) -> KVCache:
@@ -138,8 +143,8 @@ class Block(nn.Module):
     @nn.compact
     def __call__(self, x, attn_mask, kv=None, slot=0):
         """``x [B, L, D]``, ``attn_mask [B, L, S]``. Without ``kv`` the keys are this chunk's
-        (``S == L``); with ``kv = (k, v)`` (``[B, H, S, hd]``) the chunk's keys and values are
-        written at ``slot`` first and attention reads the whole cache. ``-> (x, kv)``."""
+        (``S == L``); with ``kv = (k [B, H, S, hd], v [B, H, hd, S])`` the chunk's keys and
+        values are written at ``slot`` first and attention reads the whole cache. ``-> (x, kv)``."""
         b, l, d = x.shape
         hd = d // self.n_heads
         dense = lambda n, **kw: nn.Dense(n, dtype=self.dtype, **kw)  # noqa: E731
@@ -148,11 +153,8 @@ class Block(nn.Module):
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         spec = "bkhd"
         if kv is not None:
-            at = (0, 0, slot, 0)
-            kv = tuple(
-                jax.lax.dynamic_update_slice(c, n.transpose(0, 2, 1, 3).astype(c.dtype), at) for c, n in zip(kv, (k, v))
-            )
-            (k, v), spec = kv, "bhkd"
+            kv = write_kv(kv, k, v, slot)
+            (k, v), spec = kv, "cache"
         out = attend(q, k, v, attn_mask, spec, self.query_block if kv is None else 0)
         x = x + dense(d)(out.reshape(b, l, d))
         h = nn.LayerNorm(dtype=self.dtype)(x)
