@@ -55,7 +55,7 @@ class _Hidden(nn.Module):
 
 
 class ReverseReward(nn.Module):
-    """The reverse task's exact-match score (purejaxppo.lm.tasks.ReverseTask.score, written for torch)
+    """The reverse task's exact-match score (purejaxppo.lm.tasks.builtin_tasks.ReverseTask.score, written for torch)
     behind TRL's reward-model interface: ``score(hidden [B, L, 2]) -> [B, L, 1]``, the sequence's
     score repeated at every position. ``prompt_len``: the prompts' (left-padded) width."""
 

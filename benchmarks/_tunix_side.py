@@ -170,7 +170,7 @@ class Tokenizer:
 
 
 def reverse_score(prompt_ids, response_ids):
-    """The reverse task's exact match (purejaxppo.lm.tasks.ReverseTask.score) on token-id lists:
+    """The reverse task's exact match (purejaxppo.lm.tasks.builtin_tasks.ReverseTask.score) on token-id lists:
     the prompt's digits before SEP reversed, then EOS; the response up to its first EOS."""
     digits = [t for t in prompt_ids if t not in (PAD, SEP)]
     resp = list(response_ids)

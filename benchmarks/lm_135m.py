@@ -4,8 +4,8 @@ bfloat16 parameters) next to TRL 1.12.0's PPOTrainer on the same model folder an
 The model: a Llama-family architecture at SmolLM2-135M's shape (``--shape smollm2-135m``: hidden 576,
 30 layers, 9 heads, 3 key/value heads, MLP 1536, vocabulary 49152, tied head) or Qwen2.5-0.5B's
 (``qwen2.5-0.5b``), random weights (``normal(0.02)``) written once in Hugging Face layout with
-:func:`purejaxppo.lm.pretrained.save_pretrained`; nothing is downloaded. Both sides load that folder
-(ours :func:`~purejaxppo.lm.pretrained.load_pretrained`, TRL ``AutoModelForCausalLM``) and draw
+:func:`purejaxppo.lm.checkpoints.pretrained.save_pretrained`; nothing is downloaded. Both sides load that folder
+(ours :func:`~purejaxppo.lm.checkpoints.pretrained.load_pretrained`, TRL ``AutoModelForCausalLM``) and draw
 batches from one pool of random prompts (``--prompt`` tokens, no padding). EOS off: every response
 is ``--response`` tokens, so both sides do the same work. Reward: the share of even token ids in
 the response (``_trl_side.EvenShare`` on TRL's side). Separate critic from the policy's weights
@@ -104,9 +104,9 @@ def prepare(shape: str, prompt: int, pool: int = 64, work: str = WORK) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.llama import Llama
-    from purejaxppo.lm.llama_config import llama_config_from_hf
-    from purejaxppo.lm.pretrained import save_pretrained
+    from purejaxppo.lm.models.llama import Llama
+    from purejaxppo.lm.models.llama_config import llama_config_from_hf
+    from purejaxppo.lm.checkpoints.pretrained import save_pretrained
 
     folder = os.path.join(work, shape)
     prompts = os.path.join(work, f"{shape}_prompts_{prompt}.npy")
@@ -134,8 +134,8 @@ def _ours(spec: dict) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.pretrained import load_pretrained
-    from purejaxppo.lm.token_ppo import make_token_ppo
+    from purejaxppo.lm.checkpoints.pretrained import load_pretrained
+    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 
     mode, t0 = spec["mode"], time.perf_counter()
     # LoRA over a bfloat16 base reads the base in bfloat16 (no float32 copy is ever made)
@@ -175,7 +175,7 @@ def _ours(spec: dict) -> dict:
     if devices == 1:
         tp = make_token_ppo(cfg, lm, reward, prompts=prompts)
     else:  # the rlhf CLI's --devices layout: each device samples and scores B / D prompts
-        from purejaxppo.lm.data_parallel import data_parallel
+        from purejaxppo.lm.ppo.data_parallel import data_parallel
 
         tp = data_parallel(functools.partial(make_token_ppo, cfg, lm, reward, prompts=prompts), devices)
     init = jax.jit(lambda k, p: tp.init(k, p, None if lora else p))
@@ -189,8 +189,8 @@ def _ours(spec: dict) -> dict:
     mem = compiled.memory_analysis()
     gen_times = []
     if spec.get("split"):  # generation alone (the policy's KV-cache sampler on the state's params)
-        from purejaxppo.lm import experience
-        from purejaxppo.lm.token_ppo import trained_params
+        from purejaxppo.lm.ppo import experience
+        from purejaxppo.lm.ppo.token_ppo import trained_params
 
         models = experience.Models(lm, lm, lm, reward)
         batch = prompts(jax.random.PRNGKey(5), cfg.batch_size)
@@ -212,7 +212,7 @@ def _ours(spec: dict) -> dict:
         jax.block_until_ready(m)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    from purejaxppo.lm import lora as lora_lib
+    from purejaxppo.lm.models import lora as lora_lib
 
     return {
         "side": "ours",

@@ -58,11 +58,11 @@ def phases(
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm import experience
-    from purejaxppo.lm import token_phases as ph
-    from purejaxppo.lm.pretrained import load_pretrained
-    from purejaxppo.lm.token_ppo import make_token_ppo
-    from purejaxppo.lm.token_update import trained_params
+    from purejaxppo.lm.ppo import experience
+    from purejaxppo.lm.ppo import token_phases as ph
+    from purejaxppo.lm.checkpoints.pretrained import load_pretrained
+    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
+    from purejaxppo.lm.ppo.token_update import trained_params
 
     info = prepare(shape, prompt)
     lm, params = load_pretrained(info["model_dir"], dtype=jnp.dtype(dtype))

@@ -1,9 +1,9 @@
 """Per-token generation time of the tiny LM with and without its KV cache.
 
-Both sides run :func:`purejaxppo.lm.sampling.sample_response` (the same decode loop, the same
+Both sides run :func:`purejaxppo.lm.models.sampling.sample_response` (the same decode loop, the same
 sampling) on a TinyLM of about 1M parameters and left-padded ragged prompts: ``cached`` is
-:class:`purejaxppo.lm.model.FlaxLM` (one prefill, then one single-token decode per token),
-``full`` is :class:`purejaxppo.lm.model.FullRecompute` (one causal pass over all ``P + T`` slots
+:class:`purejaxppo.lm.models.adapters.FlaxLM` (one prefill, then one single-token decode per token),
+``full`` is :class:`purejaxppo.lm.models.adapters.FullRecompute` (one causal pass over all ``P + T`` slots
 per token, the cost without a cache). Compile time is reported apart; the per-token time is
 the best of ``--rounds`` runs over the response length. Rounds of the two sides are interleaved.
 
@@ -27,8 +27,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from _common import hardware  # noqa: E402
-from purejaxppo.lm.model import FlaxLM, FullRecompute, TinyLM  # noqa: E402
-from purejaxppo.lm.sampling import sample_response  # noqa: E402
+from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute  # noqa: E402
+from purejaxppo.lm.models.tiny_lm import TinyLM  # noqa: E402
+from purejaxppo.lm.models.sampling import sample_response  # noqa: E402
 
 VOCAB, D_MODEL, LAYERS, HEADS, PROMPT, MAX_LONG = 256, 128, 4, 4, 16, 1024
 

@@ -1,12 +1,12 @@
 """Where a token-level PPO iteration's time goes: generation, scoring, update.
 
-One iteration of :func:`purejaxppo.lm.token_ppo.make_token_ppo` is timed whole and in its three
+One iteration of :func:`purejaxppo.lm.ppo.token_ppo.make_token_ppo` is timed whole and in its three
 stages, each stage compiled on its own from the library's functions (nothing of the iteration
 is copied here):
 
-* ``generation``: :func:`purejaxppo.lm.experience.sample` (the KV-cache sampler, one prefill and
+* ``generation``: :func:`purejaxppo.lm.ppo.experience.sample` (the KV-cache sampler, one prefill and
   ``T`` single-token decodes);
-* ``scoring``: :func:`purejaxppo.lm.experience.score` then :func:`~purejaxppo.lm.experience.finish`:
+* ``scoring``: :func:`purejaxppo.lm.ppo.experience.score` then :func:`~purejaxppo.lm.ppo.experience.finish`:
   the teacher-forced passes of the policy, the reference and the critic over ``[B, P + T]``,
   the reward, the KL-shaped rewards, GAE and whitening;
 * ``update``: ``TokenPPO.update``, ``epochs`` x ``minibatches`` gradient steps of the policy
@@ -38,10 +38,10 @@ import jax.numpy as jnp  # noqa: E402
 
 from _common import hardware  # noqa: E402
 from lm_generation import MAX_LONG, setup  # noqa: E402
-from purejaxppo.lm import experience  # noqa: E402
-from purejaxppo.lm.config import TokenPPOConfig  # noqa: E402
-from purejaxppo.lm.model import FlaxLM  # noqa: E402
-from purejaxppo.lm.token_ppo import make_token_ppo  # noqa: E402
+from purejaxppo.lm.ppo import experience  # noqa: E402
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig  # noqa: E402
+from purejaxppo.lm.models.adapters import FlaxLM  # noqa: E402
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo  # noqa: E402
 
 STAGES = ("generation", "scoring", "update", "iteration")
 

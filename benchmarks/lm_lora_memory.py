@@ -27,11 +27,11 @@ def one(mode: str, d: int, layers: int, vocab: int, batch: int, prompt: int, res
     import jax
     import jax.numpy as jnp
 
-    from purejaxppo.lm import lora
-    from purejaxppo.lm.config import TokenPPOConfig
-    from purejaxppo.lm.gpt2 import GPT2
-    from purejaxppo.lm.model import FlaxLM
-    from purejaxppo.lm.token_ppo import make_token_ppo
+    from purejaxppo.lm.models import lora
+    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+    from purejaxppo.lm.models.gpt2 import GPT2
+    from purejaxppo.lm.models.adapters import FlaxLM
+    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 
     module = GPT2(vocab, prompt + response, d, layers, max(1, d // 64))
     params = module.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool))

@@ -41,8 +41,8 @@ def one_softmax_logprobs(logits, tokens, cfg):
     import jax
     import jax.numpy as jnp
 
-    from purejaxppo.lm import tokens as tk
-    from purejaxppo.lm.sampling import filter_logits
+    from purejaxppo.lm.ppo import token_stages as tk
+    from purejaxppo.lm.models.sampling import filter_logits
 
     x = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.pad_id)
     logp_all = jax.nn.log_softmax(x, axis=-1)
@@ -96,12 +96,12 @@ def main(argv=None) -> dict:
     import numpy as np
 
     from _common import hardware, loadavg_now
-    from purejaxppo.lm import experience
-    from purejaxppo.lm.config import TokenPPOConfig
-    from purejaxppo.lm.gpt2 import load_gpt2
-    from purejaxppo.lm.model import FlaxLM
-    from purejaxppo.lm.tasks import make_task
-    from purejaxppo.lm.token_ppo import make_token_ppo
+    from purejaxppo.lm.ppo import experience
+    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+    from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
+    from purejaxppo.lm.models.adapters import FlaxLM
+    from purejaxppo.lm.tasks.builtin_tasks import make_task
+    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
     from vs_trl import HYPER, TASK, _median, prepare
 
     info = prepare()

@@ -17,8 +17,8 @@ Then (the lock keeps timings from overlapping with other benchmark runs on a sha
 
 What is compared. The reverse task (``make_task("reverse", max_len=6, max_new=8)``, the CLI's preset,
 prompts of 3..7 tokens left-padded to 7), a GPT-2-architecture model (vocab 13, n_embd 64, 2 layers,
-2 heads, 288 positions; :class:`purejaxppo.lm.gpt2.GPT2`) after our SFT (40 steps), written in HF
-layout with :func:`purejaxppo.lm.gpt2.save_gpt2` and read by both sides (``transformers``'
+2 heads, 288 positions; :class:`purejaxppo.lm.models.gpt2.GPT2`) after our SFT (40 steps), written in HF
+layout with :func:`purejaxppo.lm.checkpoints.gpt2_hf.save_gpt2` and read by both sides (``transformers``'
 ``GPT2LMHeadModel`` / ``GPT2Model`` on TRL's). Both draw prompts from the same pool. Policy, frozen
 reference and a separate critic (from the SFT trunk, zero value head) on both sides; the reward is
 the task's exact-match score (TRL: a small ``nn.Module`` with a ``score`` head,
@@ -118,10 +118,11 @@ def prepare(work: str = WORK, model: dict = MODEL) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.gpt2 import GPT2, save_gpt2
-    from purejaxppo.lm.model import FlaxLM
-    from purejaxppo.lm.sft import evaluate_policy, train_sft
-    from purejaxppo.lm.tasks import make_task
+    from purejaxppo.lm.models.gpt2 import GPT2
+    from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
+    from purejaxppo.lm.models.adapters import FlaxLM
+    from purejaxppo.lm.sft.sft_training import evaluate_policy, train_sft
+    from purejaxppo.lm.tasks.builtin_tasks import make_task
 
     model_dir, prompts = os.path.join(work, "sft_gpt2"), os.path.join(work, "prompts.npy")
     info_path = os.path.join(work, "sft.json")
@@ -166,8 +167,8 @@ def _split_programs(cfg, models, devices: int):
     of the rows with the row keys one device would use, then the rows are gathered)."""
     import jax
 
-    from purejaxppo.lm import experience
-    from purejaxppo.lm.data_parallel import AXIS, prompt_mesh
+    from purejaxppo.lm.ppo import experience
+    from purejaxppo.lm.ppo.data_parallel import AXIS, prompt_mesh
 
     def rows(state, batch, share):
         keys = jax.random.split(state.key, cfg.batch_size)
@@ -206,7 +207,7 @@ def _split_programs(cfg, models, devices: int):
 def token_config(h: dict, **fields):
     """Our ``TokenPPOConfig`` for the hyperparameters both sides share (``h``: a spec with HYPER's
     keys and the batch shape), plus this row's own ``fields`` (stop ids, pad id, LoRA, ...)."""
-    from purejaxppo.lm.config import TokenPPOConfig
+    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 
     return TokenPPOConfig(
         batch_size=h["batch_size"],
@@ -240,11 +241,11 @@ def _ours(spec: dict) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm import experience
-    from purejaxppo.lm.gpt2 import load_gpt2
-    from purejaxppo.lm.model import FlaxLM
-    from purejaxppo.lm.tasks import make_task
-    from purejaxppo.lm.token_ppo import make_token_ppo
+    from purejaxppo.lm.ppo import experience
+    from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
+    from purejaxppo.lm.models.adapters import FlaxLM
+    from purejaxppo.lm.tasks.builtin_tasks import make_task
+    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 
     task = make_task("reverse", **TASK)
     module, params = load_gpt2(spec["model_dir"])
@@ -273,7 +274,7 @@ def _ours(spec: dict) -> dict:
     elif devices == 1:
         ppo = make_token_ppo(cfg, lm, reward, prompts=prompts)
     else:  # throughput rows over several devices: the prompts split, the update's minibatches too
-        from purejaxppo.lm.data_parallel import data_parallel
+        from purejaxppo.lm.ppo.data_parallel import data_parallel
 
         ppo = data_parallel(functools.partial(make_token_ppo, cfg, lm, reward, prompts=prompts), devices)
     rss_before = _rss_mb()
@@ -364,7 +365,7 @@ SIZES = {
 def scale_rows(size: str, lengths, batch: int, layouts, iterations: int, bf16: bool) -> dict:
     """Our token PPO alone on a random-init GPT-2 of ``size``, random prompts of 32 tokens, EOS off
     (every response ``T`` tokens), per layout: ``single`` (one device), ``data-parallel`` (prompts
-    split over every visible device, :func:`purejaxppo.lm.data_parallel.data_parallel`), ``fsdp``
+    split over every visible device, :func:`purejaxppo.lm.ppo.data_parallel.data_parallel`), ``fsdp``
     (parameters and optimizer state split over them, ``fsdp_sharding``). Compile apart; tokens
     generated and trained per second from the median of ``iterations - 1`` timed iterations."""
     import functools
@@ -372,11 +373,11 @@ def scale_rows(size: str, lengths, batch: int, layouts, iterations: int, bf16: b
     import jax
     import jax.numpy as jnp
 
-    from purejaxppo.lm.config import TokenPPOConfig
-    from purejaxppo.lm.data_parallel import data_parallel, fsdp_sharding, prompt_mesh
-    from purejaxppo.lm.gpt2 import GPT2
-    from purejaxppo.lm.model import FlaxLM
-    from purejaxppo.lm.token_ppo import make_token_ppo
+    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+    from purejaxppo.lm.ppo.data_parallel import data_parallel, fsdp_sharding, prompt_mesh
+    from purejaxppo.lm.models.gpt2 import GPT2
+    from purejaxppo.lm.models.adapters import FlaxLM
+    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 
     shape = SIZES[size]
     module = GPT2(**shape, dtype=jnp.bfloat16 if bf16 else jnp.float32)

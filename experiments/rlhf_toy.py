@@ -1,9 +1,9 @@
 """Toy RLHF with token-level PPO on CPU, in minutes: a thin script over :mod:`purejaxppo.lm`.
 
-1. The grammar task (:class:`purejaxppo.lm.tasks.GrammarTask`: a seeded sparse Markov chain)
+1. The grammar task (:class:`purejaxppo.lm.tasks.builtin_tasks.GrammarTask`: a seeded sparse Markov chain)
    gives ``prompt SEP response EOS`` demonstrations; a tiny causal transformer is pretrained on
-   them (:func:`purejaxppo.lm.sft.train_sft`): the SFT model, also the frozen reference.
-2. PPO (:func:`purejaxppo.lm.token_ppo.make_token_ppo`) fine-tunes it against the task's
+   them (:func:`purejaxppo.lm.sft.sft_training.train_sft`): the SFT model, also the frozen reference.
+2. PPO (:func:`purejaxppo.lm.ppo.token_ppo.make_token_ppo`) fine-tunes it against the task's
    score, the number of TARGET tokens in the response, minus a penalty when no EOS is produced.
 3. A beta sweep (``vmap`` over the traced beta: one compile) shows the trade-off: high beta
    stays close to the reference (grammatical) with a small score gain, low beta hacks the
@@ -35,11 +35,11 @@ import optax
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from purejaxppo.lm import tokens as tk  # noqa: E402
-from purejaxppo.lm.config import TokenPPOConfig  # noqa: E402
-from purejaxppo.lm.sft import init_tiny_lm, train_sft  # noqa: E402
-from purejaxppo.lm.tasks import GrammarTask  # noqa: E402
-from purejaxppo.lm.token_ppo import make_token_ppo  # noqa: E402
+from purejaxppo.lm.ppo import token_stages as tk  # noqa: E402
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig  # noqa: E402
+from purejaxppo.lm.sft.sft_training import init_tiny_lm, train_sft  # noqa: E402
+from purejaxppo.lm.tasks.builtin_tasks import GrammarTask  # noqa: E402
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo  # noqa: E402
 from purejaxppo.stages.update import TrainState, update_epochs  # noqa: E402
 
 

@@ -77,7 +77,8 @@ def tiny_gpt2_folder(
     import jax
     import jax.numpy as jnp
 
-    from purejaxppo.lm.gpt2 import GPT2, save_gpt2
+    from purejaxppo.lm.models.gpt2 import GPT2
+    from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
 
     tok = train_bpe()
     model = GPT2(

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from _llama_reference import CONFIGS
-from purejaxppo.lm import lora
-from purejaxppo.lm.decode_layout import transposed_kernels
-from purejaxppo.lm.gpt2 import GPT2
-from purejaxppo.lm.llama import Llama
-from purejaxppo.lm.llama_config import llama_config_from_hf
-from purejaxppo.lm.model import FlaxLM
-from purejaxppo.lm.sampling import categorical, sample_response
+from purejaxppo.lm.models import lora
+from purejaxppo.lm.models.decode_layout import transposed_kernels
+from purejaxppo.lm.models.gpt2 import GPT2
+from purejaxppo.lm.models.llama import Llama
+from purejaxppo.lm.models.llama_config import llama_config_from_hf
+from purejaxppo.lm.models.adapters import FlaxLM
+from purejaxppo.lm.models.sampling import categorical, sample_response
 
 
 def test_transposed_kernels_rewrites_dense_nodes_only():

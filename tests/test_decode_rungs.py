@@ -13,9 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm.length_buckets import bucket_sizes
-from purejaxppo.lm.model import FlaxLM, FullRecompute, KVCache, TinyLM, grow_kv_cache
-from purejaxppo.lm.sampling import sample_response
+from purejaxppo.lm.models.length_buckets import bucket_sizes
+from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute
+from purejaxppo.lm.models.kv_cache import KVCache, grow_kv_cache
+from purejaxppo.lm.models.tiny_lm import TinyLM
+from purejaxppo.lm.models.sampling import sample_response
 
 V, P, T, B, STOP, PAD, RUNG = 9, 4, 20, 6, 3, 0, 2
 SIZES = bucket_sizes(T, RUNG)  # (2, 4, 8, 16, 20)

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from purejaxppo.cli.main import main
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.gpt2 import GPT2, save_gpt2
-from purejaxppo.lm.pretrained import load_pretrained
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.models.gpt2 import GPT2
+from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
+from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 from purejaxppo.programs.rlhf_export import final_policy
 from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.programs.rlhf_run import resume_rlhf, train_rlhf

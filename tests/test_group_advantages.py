@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from purejaxppo.lm.group_advantages import group_advantages, k3_kl, repeat_prompts, token_advantages
+from purejaxppo.lm.ppo.group_advantages import group_advantages, k3_kl, repeat_prompts, token_advantages
 
 
 def test_grpo_and_rloo_on_hand_computed_groups_with_ties_and_a_flat_group():

@@ -14,6 +14,9 @@ ALLOWED = {name: set(LAYERS[:i]) for i, name in enumerate(LAYERS)}
 ALLOWED["lm"] = {"config", "stages"}
 ALLOWED["programs"] |= {"lm"}  # a token-level run kind is built on lm
 ALLOWED["cli"] |= {"lm"}
+# Inside lm, the subpackages by layer, bottom to top (the public face, ``purejaxppo/lm/__init__.py``,
+# sits over all of them and no module of lm imports it).
+LM_LAYERS = ["models", "checkpoints", "ppo", "rewards", "data", "tasks", "sft"]
 # 300 lines before the code was formatted by `ruff format`; the formatter grew the package by 13.5%
 # (16,560 -> 18,789 lines: a long call becomes a line per argument), so the same size reads 340-350.
 MAX_LINES = 350
@@ -115,6 +118,50 @@ def test_checkers_can_fail():  # the checkers themselves can fail
         ("purejaxppo.stages.gae", "purejaxppo.run.loop")
     ]
     assert layer_violations({"purejaxppo.run.loop": {"purejaxppo.stages.gae"}}) == []
+
+
+def lm_layer_violations(graph: dict) -> list:
+    """``(module, imported module)`` pairs inside ``purejaxppo.lm`` that import a subpackage above
+    their own, or the face (``purejaxppo.lm``) itself."""
+    bad = []
+    for mod, deps in graph.items():
+        parts = mod.split(".")
+        if parts[:2] != ["purejaxppo", "lm"] or len(parts) < 4:
+            continue
+        low = LM_LAYERS.index(parts[2])
+        for dep in deps:
+            dparts = dep.split(".")
+            if dep == "purejaxppo.lm" or (
+                dparts[:2] == ["purejaxppo", "lm"] and len(dparts) > 2 and LM_LAYERS.index(dparts[2]) > low
+            ):
+                bad.append((mod, dep))
+    return sorted(bad)
+
+
+def test_lm_is_subpackages_importing_downward():
+    lm = os.path.join(PKG, "lm")
+    subs = {d for d in os.listdir(lm) if os.path.isfile(os.path.join(lm, d, "__init__.py"))}
+    assert subs == set(LM_LAYERS), subs ^ set(LM_LAYERS)
+    loose = [f for f in os.listdir(lm) if f.endswith(".py") and f != "__init__.py"]
+    assert not loose, f"modules of lm outside its subpackages: {loose}"
+    assert lm_layer_violations({"purejaxppo.lm.models.llama": {"purejaxppo.lm.ppo.token_stages"}})  # can fail
+    assert lm_layer_violations({"purejaxppo.lm.ppo.experience": {"purejaxppo.lm"}})
+    assert lm_layer_violations(import_graph()) == []
+
+
+def test_no_two_modules_share_a_name():
+    names = {}
+    for module in _files():
+        names.setdefault(module.rsplit(".", 1)[-1], []).append(module)
+    shared = {
+        n: ms
+        for n, ms in names.items()
+        if len(ms) > 1
+        and n not in ("__main__",)
+        and not all(os.path.isdir(os.path.join(os.path.dirname(PKG), *m.split("."))) for m in ms)
+    }
+    lm_shared = {n: ms for n, ms in shared.items() if any(m.startswith("purejaxppo.lm.") for m in ms)}
+    assert not lm_shared, f"modules of lm sharing a name with another: {lm_shared}"
 
 
 def test_every_folder_is_a_known_layer():

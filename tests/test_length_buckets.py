@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.length_buckets import bucket_index, bucket_sizes, smallest_width
-from purejaxppo.lm.model import FlaxLM, TinyLM
-from purejaxppo.lm.token_ppo import make_token_ppo
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.models.length_buckets import bucket_index, bucket_sizes, smallest_width
+from purejaxppo.lm.models.adapters import FlaxLM
+from purejaxppo.lm.models.tiny_lm import TinyLM
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 
 V, P, T, B = 9, 4, 12, 8
 

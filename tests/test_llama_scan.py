@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from _llama_reference import CONFIGS, hf_weights, np_llama, write_checkpoint
-from purejaxppo.lm import lora
-from purejaxppo.lm.model import FlaxLM
-from purejaxppo.lm.pretrained import load_pretrained
+from purejaxppo.lm.models import lora
+from purejaxppo.lm.models.adapters import FlaxLM
+from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 
 TOL = 1e-5
 LENS = [9, 1, 5, 3]

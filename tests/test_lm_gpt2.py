@@ -23,10 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm.gpt2 import GPT2, gpt2_params_from_hf, gpt2_params_to_hf, load_gpt2, save_gpt2
-from purejaxppo.lm.model import FlaxLM, FullRecompute
-from purejaxppo.lm.hf_files import read_safetensors, write_safetensors
-from purejaxppo.lm.sampling import sample_response
+from purejaxppo.lm.models.gpt2 import GPT2
+from purejaxppo.lm.checkpoints.gpt2_hf import gpt2_params_from_hf, gpt2_params_to_hf, load_gpt2, save_gpt2
+from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute
+from purejaxppo.lm.checkpoints.hf_folder import read_safetensors, write_safetensors
+from purejaxppo.lm.models.sampling import sample_response
 
 CFG = dict(vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=2, layer_norm_epsilon=1e-5)
 V, D, NL, NH = CFG["vocab_size"], CFG["n_embd"], CFG["n_layer"], CFG["n_head"]
@@ -151,7 +152,7 @@ def test_query_blocks_equal_a_numpy_gpt2(model):
             )
 
 
-# --- safetensors (the package, through purejaxppo.lm.hf_files) ------------------------------------------
+# --- safetensors (the package, through purejaxppo.lm.checkpoints.hf_folder) ------------------------------------------
 def _hand_file(path, entries, data: bytes, pad=0):
     header = json.dumps(entries).encode() + b" " * pad
     path.write_bytes(struct.pack("<Q", len(header)) + header + data)
@@ -380,7 +381,7 @@ def test_bf16_compute_stays_near_float32(model, forward):
 def test_a_gpt2_reward_model_reads_its_score_head_as_the_value_head(tmp_path, model):
     """``GPT2ForSequenceClassification`` tensors (``transformer.*`` + ``score.weight [1, D]``):
     the values are the NumPy GPT-2's final hidden state times the score row; written back as is."""
-    from purejaxppo.lm.pretrained import load_sequence_classifier, save_sequence_classifier
+    from purejaxppo.lm.checkpoints.pretrained import load_sequence_classifier, save_sequence_classifier
 
     _, w, _ = model
     score = np.random.default_rng(9).normal(0, 0.5, (1, D)).astype(np.float32)

@@ -29,9 +29,9 @@ import pytest
 from safetensors.numpy import save_file
 
 from _llama_reference import CONFIGS, LLAMA_BIAS, hf_weights, inv_freq, np_llama, write_checkpoint
-from purejaxppo.lm.llama import Llama
-from purejaxppo.lm.llama_config import llama_config_from_hf, rope_inv_freq
-from purejaxppo.lm.pretrained import CheckpointFolderError, load_pretrained
+from purejaxppo.lm.models.llama import Llama
+from purejaxppo.lm.models.llama_config import llama_config_from_hf, rope_inv_freq
+from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError, load_pretrained
 
 B, L = 4, 9
 LENS = [9, 1, 5, 3]
@@ -254,7 +254,7 @@ def test_save_pretrained_round_trips_exactly(tmp_path, family):
     checkpoint was made of."""
     from safetensors.numpy import load_file
 
-    from purejaxppo.lm.pretrained import save_pretrained
+    from purejaxppo.lm.checkpoints.pretrained import save_pretrained
 
     name, cfg, w, model, params = family
     save_pretrained(tmp_path / "out", model, params)
@@ -290,7 +290,7 @@ def test_save_pretrained_round_trips_exactly(tmp_path, family):
 def test_a_sequence_classifier_reads_its_score_head_as_the_value_head(tmp_path):
     """``model.*`` + ``score.weight [1, D]``: values at every valid position are the NumPy
     trunk's final hidden state times the score row (no bias); written back bit for bit."""
-    from purejaxppo.lm.pretrained import load_sequence_classifier, save_sequence_classifier
+    from purejaxppo.lm.checkpoints.pretrained import load_sequence_classifier, save_sequence_classifier
 
     cfg = dict(CONFIGS["llama"], architectures=["LlamaForSequenceClassification"], pad_token_id=0)
     w = {k: v for k, v in hf_weights(cfg, seed=7).items() if k != "lm_head.weight"}
@@ -368,11 +368,11 @@ def _dots(jaxpr):
 
 @pytest.mark.parametrize("name", ["llama", "qwen3"])  # untied and tied heads
 def test_load_reward_model_scores_the_last_valid_token(tmp_path, name):
-    """purejaxppo.lm.reward_model on a Llama-family classifier: the reward of prompt + response
+    """purejaxppo.lm.rewards.reward_model on a Llama-family classifier: the reward of prompt + response
     (ragged, left-padded prompt, right-padded response) is the NumPy trunk's last valid hidden
     state times the score row; save_reward_model writes what load_sequence_classifier reads."""
-    from purejaxppo.lm.pretrained import load_sequence_classifier
-    from purejaxppo.lm.reward_model import load_reward_model, load_reward_trunk, save_reward_model
+    from purejaxppo.lm.checkpoints.pretrained import load_sequence_classifier
+    from purejaxppo.lm.rewards.reward_model import load_reward_model, load_reward_trunk, save_reward_model
 
     cfg = CONFIGS[name]
     w = {k: v for k, v in hf_weights(cfg, seed=4).items() if k != "lm_head.weight"}

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from _llama_reference import CONFIGS
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.llama import Llama
-from purejaxppo.lm.llama_config import llama_config_from_hf
-from purejaxppo.lm.model import FlaxLM
-from purejaxppo.lm.token_ppo import make_token_ppo
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.models.llama import Llama
+from purejaxppo.lm.models.llama_config import llama_config_from_hf
+from purejaxppo.lm.models.adapters import FlaxLM
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 
 P, T, B = 4, 5, 8
 
@@ -75,8 +75,8 @@ WORKER = r"""
 import functools, json, sys, jax, numpy as np
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 from test_lm_llama_ppo import setup, count_sevens, prompts
-from purejaxppo.lm.data_parallel import data_parallel, fsdp_sharding, prompt_mesh
-from purejaxppo.lm.token_ppo import make_token_ppo
+from purejaxppo.lm.ppo.data_parallel import data_parallel, fsdp_sharding, prompt_mesh
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 lm, params, critic, cfg = setup("llama")  # GQA, llama3 RoPE, an untied head
 build = functools.partial(make_token_ppo, cfg, lm, count_sevens, prompts=prompts)
 def diff(m1, s1, m2, s2):

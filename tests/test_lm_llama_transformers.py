@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from _llama_reference import CONFIGS, LLAMA_BIAS, hf_weights, write_checkpoint
-from purejaxppo.lm.pretrained import (
+from purejaxppo.lm.checkpoints.pretrained import (
     load_pretrained,
     load_sequence_classifier,
     save_pretrained,
@@ -94,8 +94,8 @@ def test_transformers_reads_our_gpt2_reward_model(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from purejaxppo.lm.gpt2 import GPT2
-    from purejaxppo.lm.model import FlaxLM
+    from purejaxppo.lm.models.gpt2 import GPT2
+    from purejaxppo.lm.models.adapters import FlaxLM
 
     module = GPT2(vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=2)
     tokens, valid, positions = _batch(50)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.matmul import flat_dot
+from purejaxppo.lm.models.matmul import flat_dot
 
 DN = (((2,), (0,)), ((), ()))
 

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm.model import FlaxLM, FullRecompute, TinyLM
-from purejaxppo.lm.sampling import filter_logits, sample_response, sample_tokens
+from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute
+from purejaxppo.lm.models.tiny_lm import TinyLM
+from purejaxppo.lm.models.sampling import filter_logits, sample_response, sample_tokens
 
 V, P, T, B = 13, 6, 10, 5
 PAD = 0

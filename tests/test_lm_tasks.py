@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm import sft
-from purejaxppo.lm.tasks import EOS, FIRST_CONTENT, PAD, SEP, TASKS, GrammarTask, ReverseTask, make_task
+from purejaxppo.lm.sft.sft_training import sft_training as sft
+from purejaxppo.lm.tasks.builtin_tasks import EOS, FIRST_CONTENT, PAD, SEP, TASKS, GrammarTask, ReverseTask, make_task
 
 B = 64
 

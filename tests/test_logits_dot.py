@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.matmul import logits_dot
+from purejaxppo.lm.models.matmul import logits_dot
 
 V = 50
 

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm import lora
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.gpt2 import GPT2, gpt2_params_from_hf
-from purejaxppo.lm.model import FlaxLM
-from purejaxppo.lm.token_ppo import make_token_ppo, policy_params
+from purejaxppo.lm.models import lora
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.models.gpt2 import GPT2
+from purejaxppo.lm.checkpoints.gpt2_hf import gpt2_params_from_hf
+from purejaxppo.lm.models.adapters import FlaxLM
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo, policy_params
 from purejaxppo.run.checkpoint import restore_checkpoint, save_checkpoint
 from test_lm_gpt2 import CFG, TOL, _batch, hf_weights, np_gpt2
 
@@ -218,7 +219,7 @@ def test_llama_family_merged_adapters_equal_a_numpy_forward_of_the_merged_weight
     NumPy forward on HF weights merged by hand, ``W_hf + s * (A @ B).T`` (HF stores ``[out, in]``)."""
     from _llama_reference import CONFIGS, hf_weights, np_llama, write_checkpoint
 
-    from purejaxppo.lm.pretrained import load_pretrained
+    from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 
     cfg, w = CONFIGS[name], hf_weights(CONFIGS[name], seed=1)
     model, params = load_pretrained(write_checkpoint(tmp_path / "m", cfg, w))
@@ -275,7 +276,7 @@ def test_unmerged_forward_and_gradient_equal_the_merged_ones(name, gpt2, tmp_pat
     else:
         from _llama_reference import CONFIGS, hf_weights, write_checkpoint
 
-        from purejaxppo.lm.pretrained import load_pretrained
+        from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 
         model, params = load_pretrained(
             write_checkpoint(tmp_path / "m", CONFIGS["llama"], hf_weights(CONFIGS["llama"], seed=1))

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from purejaxppo.cli.main import main
-from purejaxppo.lm.gpt2 import GPT2, save_gpt2
-from purejaxppo.lm.reward_model import load_reward_model, make_reward_fn
+from purejaxppo.lm.models.gpt2 import GPT2
+from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
+from purejaxppo.lm.rewards.reward_model import load_reward_model, make_reward_fn
 from purejaxppo.programs.reward_program import RewardConfig
 from purejaxppo.programs.reward_run import prepare, resume_reward, train_reward
 from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint

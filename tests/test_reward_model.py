@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 from test_lm_gpt2 import CFG, TOL, hf_weights, np_gpt2
 
-from purejaxppo.lm.gpt2 import GPT2, gpt2_params_from_hf
-from purejaxppo.lm.model import FlaxLM
-from purejaxppo.lm.pretrained import CheckpointFolderError
-from purejaxppo.lm.reward_loss import PairBatch, bradley_terry_loss, pair_loss, reward_optimizer, reward_step
-from purejaxppo.lm.reward_model import last_valid, load_reward_model, make_reward_fn, save_reward_model
+from purejaxppo.lm.models.gpt2 import GPT2
+from purejaxppo.lm.checkpoints.gpt2_hf import gpt2_params_from_hf
+from purejaxppo.lm.models.adapters import FlaxLM
+from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError
+from purejaxppo.lm.rewards.bradley_terry import PairBatch, bradley_terry_loss, pair_loss, reward_optimizer, reward_step
+from purejaxppo.lm.rewards.reward_model import last_valid, load_reward_model, make_reward_fn, save_reward_model
 
 V, D = CFG["vocab_size"], CFG["n_embd"]
 
@@ -106,7 +107,7 @@ def test_save_then_load_reward_model_gives_equal_scores(gpt2_rm, tmp_path):
     batch = [jnp.asarray(x) for x in _ragged(5, 4, 4, seed=3)]
     np.testing.assert_array_equal(jax.jit(fn)(loaded, *batch), jax.jit(make_reward_fn(lm))(params, *batch))
     with pytest.raises(CheckpointFolderError, match="no score head"):
-        from purejaxppo.lm.gpt2 import save_gpt2
+        from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
 
         save_gpt2(tmp_path / "causal", lm.model, params, value_head=False)
         load_reward_model(tmp_path / "causal")
@@ -193,7 +194,7 @@ def test_llama_family_reward_model_round_trip_and_transformers(name, tmp_path):
     same folder gives the same scalar (when a Python with torch and transformers is at hand)."""
     from _llama_reference import CONFIGS, hf_weights, write_checkpoint
 
-    from purejaxppo.lm.reward_model import load_reward_trunk
+    from purejaxppo.lm.rewards.reward_model import load_reward_trunk
 
     cfg = CONFIGS[name]
     lm, params, has_head = load_reward_trunk(write_checkpoint(tmp_path / "causal", cfg, hf_weights(cfg, seed=2)))

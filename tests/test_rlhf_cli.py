@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm.config import TokenPPOConfig
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
 from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
 from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint
@@ -362,7 +362,8 @@ def test_two_devices_equal_one_device_from_the_command_line(tmp_path):
 
 @pytest.mark.slow
 def test_init_from_a_local_gpt2_folder(tmp_path):
-    from purejaxppo.lm.gpt2 import GPT2, save_gpt2
+    from purejaxppo.lm.models.gpt2 import GPT2
+    from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
 
     model = GPT2(vocab_size=16, n_positions=16, n_embd=16, n_layer=1, n_head=2)  # the task needs 13 ids, 15 slots
     save_gpt2(
@@ -581,7 +582,7 @@ def test_a_failing_reward_function_stops_with_one_error_line_naming_it_and_the_r
 def test_a_reward_model_scores_the_run_and_starts_the_critic(tmp_path):
     """--reward-model: a *ForSequenceClassification folder saved from the tiny GPT-2 (same
     tokenizer) scores the responses; the run trains and its score column is the reward model's."""
-    from purejaxppo.lm.reward_model import load_reward_trunk, save_reward_model
+    from purejaxppo.lm.rewards.reward_model import load_reward_trunk, save_reward_model
 
     model = _text_setup(tmp_path)
     lm, params, _ = load_reward_trunk(model)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from purejaxppo.cli.main import main
-from purejaxppo.lm.pretrained import load_pretrained
+from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 from purejaxppo.programs.rlhf_export import final_policy
 from purejaxppo.run.checkpoint import latest_checkpoint, read_leaves
 

@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import pytest
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.sft import init_tiny_lm
-from purejaxppo.lm.tasks import make_task
-from purejaxppo.lm.token_ppo import make_token_ppo
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.sft.sft_training import init_tiny_lm
+from purejaxppo.lm.tasks.builtin_tasks import make_task
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 
 
 def parser():

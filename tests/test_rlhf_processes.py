@@ -105,8 +105,8 @@ def test_init_on_several_processes_gives_arrays_replicated_over_the_runs_mesh(mo
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from purejaxppo.lm.config import TokenPPOConfig
-    from purejaxppo.lm.data_parallel import prompt_mesh
+    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+    from purejaxppo.lm.ppo.data_parallel import prompt_mesh
     from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings, on_every_process
     from purejaxppo.run import processes
 

@@ -19,7 +19,7 @@ import pytest
 
 from purejaxppo import PPOConfig
 from purejaxppo.cli.main import main
-from purejaxppo.lm.config import TokenPPOConfig
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.programs.pbt_program import PBTSettings
 from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.run.record import RunRecord

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm import tokens as tk
+from purejaxppo.lm.ppo import token_stages as tk
 from purejaxppo.stages.gae import gae
 from purejaxppo.stages.losses import actor_loss, masked_mean, ppo_loss, value_loss
 

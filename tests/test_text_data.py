@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import _lm_fixtures as fx
-from purejaxppo.lm import prompt_data as pd
-from purejaxppo.lm.pretrained import CheckpointFolderError
-from purejaxppo.lm.text_reward import RewardSpecError, TextReward, load_reward_function
-from purejaxppo.lm.tokenizer import load_tokenizer
+from purejaxppo.lm.data import prompts as pd
+from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError
+from purejaxppo.lm.rewards.python_reward import RewardSpecError, TextReward, load_reward_function
+from purejaxppo.lm.checkpoints.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,12 @@ import numpy as np
 import pytest
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm import experience
-from purejaxppo.lm import tokens as tk
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.model import FlaxLM, FullRecompute, TinyLM
-from purejaxppo.lm.token_ppo import _labels, make_token_ppo
+from purejaxppo.lm.ppo import experience
+from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute
+from purejaxppo.lm.models.tiny_lm import TinyLM
+from purejaxppo.lm.ppo.token_ppo import _labels, make_token_ppo
 from purejaxppo.stages.update import accumulate_gradients
 
 V, P, T, B = 9, 4, 5, 8
@@ -409,8 +410,8 @@ import json, sys, jax, jax.numpy as jnp, numpy as np
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 import functools
 from test_token_ppo import tiny_model, config, count_threes, prompts
-from purejaxppo.lm.data_parallel import data_parallel
-from purejaxppo.lm.token_ppo import make_token_ppo
+from purejaxppo.lm.ppo.data_parallel import data_parallel
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 lm, params = tiny_model()
 out = {{}}
 for critic in ("separate", "value_head"):
@@ -428,7 +429,7 @@ for critic in ("separate", "value_head"):
                    zip(jax.tree.leaves(p1), jax.tree.leaves(p2))),
         score=np.asarray(m1["score"]).tolist())
 # FSDP-style: the parameters and optimizer state split over the 2 devices, jit partitions around them
-from purejaxppo.lm.data_parallel import fsdp_sharding, prompt_mesh
+from purejaxppo.lm.ppo.data_parallel import fsdp_sharding, prompt_mesh
 cfg = config()
 tp = make_token_ppo(cfg, lm, count_threes, prompts=prompts)
 state = jax.jit(tp.init)(jax.random.PRNGKey(1), params, params)

@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_token_ppo import P, T, V, config, count_threes, prompts, tiny_model  # noqa: E402
 
 from purejaxppo.config import ConfigError  # noqa: E402
-from purejaxppo.lm import experience  # noqa: E402
-from purejaxppo.lm.token_ppo import make_token_ppo  # noqa: E402
-from purejaxppo.lm.token_update import kl_loss  # noqa: E402
+from purejaxppo.lm.ppo import experience  # noqa: E402
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo  # noqa: E402
+from purejaxppo.lm.ppo.token_update import kl_loss  # noqa: E402
 
 # two groups of 4: [1, 0, 0, 1] (ties) and [2, 2, 2, 2] (no signal)
 REWARDS = np.array([1, 0, 0, 1, 2, 2, 2, 2], np.float32)
@@ -263,7 +263,7 @@ def test_the_rlhf_flags_carry_the_group_fields_and_refuse_in_their_words():
 def test_a_grpo_run_folder_resumes_bit_for_bit(tmp_path):
     import csv
 
-    from purejaxppo.lm.config import TokenPPOConfig
+    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
     from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
     from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
     from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint

@@ -1,4 +1,4 @@
-"""Token-level PPO functions (purejaxppo.lm.tokens) against hand-computed vectors and NumPy loops."""
+"""Token-level PPO functions (purejaxppo.lm.ppo.token_stages) against hand-computed vectors and NumPy loops."""
 
 import math
 
@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm import tokens as tk
-from purejaxppo.lm.model import TinyLM
+from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.models.tiny_lm import TinyLM
 
 
 # --- references written independently of the library -----------------------------------

@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import objective as obj
-from purejaxppo.lm import tokens as tk
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.reward_model import load_reward_model
-from purejaxppo.lm.token_ppo import policy_params
+from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.rewards.reward_model import load_reward_model
+from purejaxppo.lm.ppo.token_ppo import policy_params
 from purejaxppo.programs import kinds
 from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.programs.rlhf_run import run_keys, train_rlhf

@@ -12,14 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 
 import objective as obj
-from purejaxppo.lm.llama import Llama
-from purejaxppo.lm.llama_config import LlamaConfig
-from purejaxppo.lm.model import FlaxLM
-from purejaxppo.lm.pretrained import load_pretrained, save_pretrained
-from purejaxppo.lm.sampling import sample_response
-from purejaxppo.lm.sft import train_sft
-from purejaxppo.lm.text_task import make_text_task
-from purejaxppo.lm.tokenizer import load_tokenizer, strip_special
+from purejaxppo.lm.models.llama import Llama
+from purejaxppo.lm.models.llama_config import LlamaConfig
+from purejaxppo.lm.models.adapters import FlaxLM
+from purejaxppo.lm.checkpoints.pretrained import load_pretrained, save_pretrained
+from purejaxppo.lm.models.sampling import sample_response
+from purejaxppo.lm.sft.sft_training import train_sft
+from purejaxppo.lm.tasks.text_task import make_text_task
+from purejaxppo.lm.checkpoints.tokenizer import load_tokenizer, strip_special
 
 EOS, PAD = "<|endoftext|>", "<pad>"
 MAX_NEW = 24  # response budget: the longest answer of 8 adjectives fits

@@ -75,7 +75,7 @@ def _load(settings, args, text: bool):
     :class:`UserError` naming the flag. Returns ``(settings, vocab)`` (``eval_batch`` set to the
     evaluation prompts of a text run)."""
     from purejaxppo.config import ConfigError
-    from purejaxppo.lm.pretrained import CheckpointFolderError, read_config
+    from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError, read_config
 
     flag, folder = ("--model", settings.model_dir) if text else ("--init", settings.init)
     try:
@@ -100,9 +100,9 @@ def _load(settings, args, text: bool):
 
 
 def _text_task(settings, args):
-    from purejaxppo.lm.pretrained import CheckpointFolderError
-    from purejaxppo.lm.prompt_data import PromptFileError
-    from purejaxppo.lm.text_reward import RewardSpecError
+    from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError
+    from purejaxppo.lm.data.prompts import PromptFileError
+    from purejaxppo.lm.rewards.python_reward import RewardSpecError
 
     try:
         return settings.make_task()
@@ -234,7 +234,7 @@ def cmd_rlhf(args) -> int:
         # a used --run-dir is refused here, before the SFT
         config, settings, devices, run_dir, (init_from, start) = _prepare(args, group)
         label = settings.task
-    from purejaxppo.lm.text_reward import RewardFunctionError
+    from purejaxppo.lm.rewards.python_reward import RewardFunctionError
     from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
     from purejaxppo.run.guards import NonFiniteError
     from purejaxppo.run.progress import progress_bar

@@ -1,5 +1,5 @@
 """The flags of ``python -m purejaxppo rlhf`` and what they become: a validated
-:class:`~purejaxppo.lm.config.TokenPPOConfig` and :class:`~purejaxppo.programs.rlhf_program.RLHFSettings`.
+:class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig` and :class:`~purejaxppo.programs.rlhf_program.RLHFSettings`.
 
 The config flags are generated from ``TokenPPOConfig``'s fields (one ``--flag`` per field, parsed
 strictly by :func:`purejaxppo.cli.flags.flag_type`), as ``train``'s come from ``PPOConfig``; a
@@ -110,7 +110,7 @@ def config_flag(name: str) -> str:
 
 
 def config_fields():
-    from purejaxppo.lm.config import TokenPPOConfig
+    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 
     hints = typing.get_type_hints(TokenPPOConfig)
     return [(f, hints[f.name]) for f in dataclasses.fields(TokenPPOConfig) if f.name not in NOT_FLAGS]
@@ -217,7 +217,7 @@ def as_flags(message: str) -> str:
 def token_config(args, text: bool):
     """The validated :class:`TokenPPOConfig` of the flags (the task's preset under them)."""
     from purejaxppo.config import ConfigError
-    from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
+    from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
 
     base = {} if text else TASK_PRESETS.get(args.task or "reverse", {}).get("config", TOY_CONFIG)
     changes = {

@@ -1,13 +1,204 @@
-"""Token-level PPO for language models: the pure token functions (:mod:`purejaxppo.lm.tokens`),
-the models (a tiny transformer, GPT-2 and the Llama family behind the ``CausalLM`` protocol),
-sampling with a KV cache, the iteration's phases (:mod:`purejaxppo.lm.token_phases`,
-:mod:`purejaxppo.lm.token_update`) and their composition (:mod:`purejaxppo.lm.token_ppo`), with
-GAE or a group baseline (GRPO, RLOO: :mod:`purejaxppo.lm.group_advantages`) as the advantages.
+"""Token-level PPO for language models: the public face.
 
-``load_pretrained(folder)`` reads a local Hugging Face checkpoint and ``save_pretrained(out, ...)``
-writes one back (:mod:`purejaxppo.lm.pretrained`).
+Import from here (``import purejaxppo.lm as lm``); the subpackages behind it are the
+implementation and may move. They are, bottom to top (each imports only the ones before it):
+
+* ``models``: the :class:`CausalLM` protocol and the module calling convention
+  (:class:`CausalModule`), TinyLM, GPT-2, the Llama family, attention and the KV cache, LoRA,
+  sampling with the cache.
+* ``checkpoints``: Hugging Face folders in and out (GPT-2 and Llama layouts), the tokenizer and
+  its chat template.
+* ``ppo``: the token stages (KL-shaped rewards, masked GAE, the clipped loss), group advantages
+  (GRPO, RLOO), experience, the update, the iteration's phases and their composition
+  (:func:`make_token_ppo`), the data-parallel split, export of a trained policy.
+* ``rewards``: reward models, the Bradley-Terry loss and step, rewards written as Python
+  functions on text.
+* ``data``: prompt files and preference pairs.
+* ``tasks``: the built-in tasks and the user's own data as a task.
+* ``sft``: supervised fine-tuning and evaluation by sampling.
+
+Shapes: a batch is ``tokens [B, L]`` with ``valid [B, L]`` (False on padding); prompts are
+LEFT-padded ``[B, P]``, responses RIGHT-padded ``[B, T]`` with ``mask [B, T]`` (True on response
+tokens up to and including EOS). Logits come back ``[B, L, V]`` float32.
+
+A whole iteration::
+
+    import jax, purejaxppo.lm as lm
+
+    task = lm.make_task("reverse")
+    model, params = lm.init_tiny_lm(task, jax.random.PRNGKey(0))
+    cfg = lm.TokenPPOConfig(batch_size=32, max_new_tokens=task.max_new)
+    ppo = lm.make_token_ppo(cfg, model, task.reward, prompts=task.prompts)
+    state = ppo.init(jax.random.PRNGKey(1), params)
+    state, metrics = jax.jit(ppo.iteration)(state)
 """
 
-from purejaxppo.lm.pretrained import CheckpointFolderError, load_pretrained, save_pretrained
+from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2, save_gpt2
+from purejaxppo.lm.checkpoints.hf_folder import CheckpointFolderError
+from purejaxppo.lm.checkpoints.pretrained import (
+    load_pretrained,
+    load_sequence_classifier,
+    save_pretrained,
+    save_sequence_classifier,
+)
+from purejaxppo.lm.checkpoints.tokenizer import TextTokenizer, load_tokenizer, strip_special
+from purejaxppo.lm.data.preferences import read_pairs, split_pairs, tokenize_pairs
+from purejaxppo.lm.data.prompts import PromptTable, Record, encode_prompts, read_records, table_prompts
+from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute
+from purejaxppo.lm.models.gpt2 import GPT2
+from purejaxppo.lm.models.kv_cache import KVCache
+from purejaxppo.lm.models.llama import Llama
+from purejaxppo.lm.models.llama_config import LlamaConfig, llama_config_from_hf, llama_config_to_hf
+from purejaxppo.lm.models.lora import Adapters, lora_attach, lora_init, lora_merge
+from purejaxppo.lm.models.lora import count as count_params
+from purejaxppo.lm.models.causal_lm import CausalLM, CausalModule
+from purejaxppo.lm.models.sampling import filter_logits, sample_response, sample_tokens
+from purejaxppo.lm.models.tiny_lm import TinyLM
+from purejaxppo.lm.ppo.data_parallel import data_parallel, fsdp_sharding, prompt_mesh
+from purejaxppo.lm.ppo.experience import Models
+from purejaxppo.lm.ppo.experience import collect as collect_experience
+from purejaxppo.lm.ppo.experience import filtered_logprobs
+from purejaxppo.lm.ppo.experience import finish as finish_experience
+from purejaxppo.lm.ppo.experience import sample as sample_experience
+from purejaxppo.lm.ppo.experience import score as score_experience
+from purejaxppo.lm.ppo.group_advantages import group_advantages, k3_kl, repeat_prompts, token_advantages
+from purejaxppo.lm.ppo.policy_export import merged_policy, save_policy
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
+from purejaxppo.lm.ppo.token_phases import finish_phase, sample_phase, score_phase
+from purejaxppo.lm.ppo.token_ppo import TokenPPO, TokenPPOState, init_state, make_token_ppo, policy_params
+from purejaxppo.lm.ppo.token_stages import (
+    adaptive_kl_update,
+    aggregation_weights,
+    kl_penalty,
+    last_valid_mask,
+    sequence_kl,
+    shaped_rewards,
+    shift_right,
+    token_entropy,
+    token_gae,
+    token_logprobs,
+    token_ppo_loss,
+)
+from purejaxppo.lm.ppo.token_update import Devices, trained_params, update_phase
+from purejaxppo.lm.rewards.bradley_terry import (
+    PairBatch,
+    bradley_terry_loss,
+    pair_loss,
+    pair_rewards,
+    reward_optimizer,
+    reward_step,
+)
+from purejaxppo.lm.rewards.python_reward import TextReward, load_reward_function
+from purejaxppo.lm.rewards.reward_model import load_reward_model, make_reward_fn, save_reward_model
+from purejaxppo.lm.sft.sft_training import evaluate_policy, init_tiny_lm, sft_loss, train_sft
+from purejaxppo.lm.tasks.builtin_tasks import GrammarTask, ReverseTask, Task, make_task
+from purejaxppo.lm.tasks.text_task import TextTask, make_text_task
 
-__all__ = ["CheckpointFolderError", "load_pretrained", "save_pretrained"]
+__all__ = [
+    # models: the protocol, the families, sampling
+    "CausalLM",
+    "CausalModule",
+    "FlaxLM",
+    "FullRecompute",
+    "TinyLM",
+    "GPT2",
+    "Llama",
+    "LlamaConfig",
+    "KVCache",
+    "sample_response",
+    "sample_tokens",
+    "filter_logits",
+    # checkpoints: Hugging Face folders, tokenizer, chat template
+    "load_pretrained",
+    "save_pretrained",
+    "load_sequence_classifier",
+    "save_sequence_classifier",
+    "load_gpt2",
+    "save_gpt2",
+    "llama_config_from_hf",
+    "llama_config_to_hf",
+    "CheckpointFolderError",
+    "load_tokenizer",
+    "TextTokenizer",
+    "strip_special",
+    # LoRA
+    "Adapters",
+    "lora_init",
+    "lora_attach",
+    "lora_merge",
+    "count_params",
+    # the iteration
+    "TokenPPOConfig",
+    "validate_token_config",
+    "TokenPPO",
+    "TokenPPOState",
+    "make_token_ppo",
+    "init_state",
+    "policy_params",
+    "trained_params",
+    "Models",
+    "Devices",
+    "sample_phase",
+    "score_phase",
+    "finish_phase",
+    "update_phase",
+    "data_parallel",
+    "prompt_mesh",
+    "fsdp_sharding",
+    # the stage functions
+    "sample_experience",
+    "collect_experience",
+    "score_experience",
+    "finish_experience",
+    "filtered_logprobs",
+    "token_logprobs",
+    "token_entropy",
+    "shift_right",
+    "last_valid_mask",
+    "kl_penalty",
+    "sequence_kl",
+    "shaped_rewards",
+    "token_gae",
+    "aggregation_weights",
+    "token_ppo_loss",
+    "adaptive_kl_update",
+    "group_advantages",
+    "token_advantages",
+    "repeat_prompts",
+    "k3_kl",
+    # rewards
+    "load_reward_model",
+    "save_reward_model",
+    "make_reward_fn",
+    "load_reward_function",
+    "TextReward",
+    "PairBatch",
+    "bradley_terry_loss",
+    "pair_rewards",
+    "pair_loss",
+    "reward_optimizer",
+    "reward_step",
+    # data and tasks
+    "read_records",
+    "encode_prompts",
+    "table_prompts",
+    "PromptTable",
+    "Record",
+    "read_pairs",
+    "tokenize_pairs",
+    "split_pairs",
+    "Task",
+    "make_task",
+    "GrammarTask",
+    "ReverseTask",
+    "TextTask",
+    "make_text_task",
+    # SFT and evaluation
+    "sft_loss",
+    "train_sft",
+    "init_tiny_lm",
+    "evaluate_policy",
+    # export
+    "merged_policy",
+    "save_policy",
+]

@@ -3,7 +3,7 @@
 ``metrics.csv``, checkpoints with exact resume, the NaN stop and signals of every other kind.
 
 One update of the loop is one EPOCH: a seeded shuffle of the training pairs, minibatch steps
-of the Bradley-Terry loss (:func:`purejaxppo.lm.reward_loss.reward_step`, trunk and scalar head
+of the Bradley-Terry loss (:func:`purejaxppo.lm.rewards.bradley_terry.reward_step`, trunk and scalar head
 trained), then the held-out pairs' loss and pairwise accuracy (``eval_loss``,
 ``eval_accuracy``; the headline). Runs ``R`` are seeds of one setup, all from the same model.
 The pairs are arguments of the compiled chunk, not constants folded into it.
@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm.reward_loss import PairBatch, pair_loss, reward_optimizer, reward_step
-from purejaxppo.lm.reward_model import make_reward_fn
+from purejaxppo.lm.rewards.bradley_terry import PairBatch, pair_loss, reward_optimizer, reward_step
+from purejaxppo.lm.rewards.reward_model import make_reward_fn
 from purejaxppo.run.chunked_program import ChunkedProgram
 from purejaxppo.run.guards import tree_finite
 

@@ -18,10 +18,10 @@ from typing import Callable, Optional, Sequence
 import jax
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm.hf_files import copy_tokenizer_files
-from purejaxppo.lm.preference_data import Cuts, read_pairs, split_pairs, tokenize_pairs
-from purejaxppo.lm.pretrained import read_config
-from purejaxppo.lm.reward_model import load_reward_trunk, save_reward_model
+from purejaxppo.lm.checkpoints.hf_folder import copy_tokenizer_files
+from purejaxppo.lm.data.preferences import Cuts, read_pairs, split_pairs, tokenize_pairs
+from purejaxppo.lm.checkpoints.pretrained import read_config
+from purejaxppo.lm.rewards.reward_model import load_reward_trunk, save_reward_model
 from purejaxppo.programs.reward_program import RewardConfig, RewardProgram, RewardSettings, first_run_params
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.loop import RunResult, run_chunks

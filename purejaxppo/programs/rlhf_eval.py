@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.sampling import sample_response
-from purejaxppo.lm.token_ppo import policy_params
+from purejaxppo.lm.models.sampling import sample_response
+from purejaxppo.lm.ppo.token_ppo import policy_params
 from purejaxppo.run.compile_once import signature
 from purejaxppo.run.periodic_eval import PeriodicEvaluator
 
@@ -61,7 +61,7 @@ class RLHFEvaluator(PeriodicEvaluator):
     def evaluate(self, params) -> tuple:
         """``({name: [R]}, samples)``: every run's greedy statistics on the fixed prompts and
         run 0's first answers as ``"prompt  ->  response"`` lines (``params``: the policy's, ``[R, ...]``,
-        :func:`~purejaxppo.lm.token_ppo.policy_params`)."""
+        :func:`~purejaxppo.lm.ppo.token_ppo.policy_params`)."""
         stats, (prompts, valid, responses) = jax.device_get(self._fn(params))
         samples = [self._sample(p, v, r) for p, v, r in zip(prompts[0], valid[0], responses[0])]
         return {k: np.asarray(v, np.float32) for k, v in stats.items()}, samples

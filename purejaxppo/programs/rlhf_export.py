@@ -2,7 +2,7 @@
 came from: :func:`export_policy` (``python -m purejaxppo export RUN_DIR OUT_DIR``).
 
 The newest checkpoint is restored into the run's own state template (no training program is
-compiled); the policy's parameters are read with :func:`purejaxppo.lm.token_ppo.policy_params`,
+compiled); the policy's parameters are read with :func:`purejaxppo.lm.ppo.policy_export.merged_policy`,
 so LoRA adapters come out merged into the frozen base (``W + alpha/r * A @ B``). The folder the
 run started from gives the family, the config and the tokenizer files copied beside the weights.
 The value head is not written (a causal LM has none; transformers would warn about it).
@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 
 import jax
-import numpy as np
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm.pretrained import save_pretrained
-from purejaxppo.lm.token_ppo import policy_params
+from purejaxppo.lm.checkpoints.pretrained import save_pretrained
+from purejaxppo.lm.ppo.policy_export import merged_policy
 from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint
@@ -68,8 +67,7 @@ def final_policy(run_dir: str, run: int = 0):
 
 def loaded_policy(runner, run: int = 0):
     """Run ``run``'s policy parameters (LoRA merged, host arrays) of a token-level state ``[S, ...]``."""
-    one = jax.tree.map(lambda x: x[run], runner)
-    return jax.tree.map(np.asarray, jax.jit(policy_params)(one))
+    return merged_policy(jax.tree.map(lambda x: x[run], runner))
 
 
 def export_policy(run_dir: str, out_dir: str, run: int = 0) -> int:

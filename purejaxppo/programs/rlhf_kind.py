@@ -26,7 +26,7 @@ class TokenRuns:
     names = ("rlhf",)
     command = "rlhf"
     what = "token-level PPO (rlhf)"
-    config_type = kinds.Lazy("purejaxppo.lm.config", "TokenPPOConfig")
+    config_type = kinds.Lazy("purejaxppo.lm.ppo.token_config", "TokenPPOConfig")
     settings_type = kinds.Lazy("purejaxppo.programs.rlhf_program", "RLHFSettings")
     headline = ("score", "score")
     warm_start = None  # its state is a language model's: it cannot start a control run
@@ -67,7 +67,7 @@ class TokenRuns:
         return loaded_policy(loaded.runner, run), loaded.update, loaded.checkpoint
 
     def evaluate(self, run_dir: str, record, request: kinds.EvalRequest) -> tuple:
-        from purejaxppo.lm.token_ppo import policy_params
+        from purejaxppo.lm.ppo.token_ppo import policy_params
         from purejaxppo.programs.rlhf_eval import RLHFEvaluator
 
         for flag, v in (

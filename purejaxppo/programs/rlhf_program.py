@@ -19,13 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.data_parallel import data_parallel
-from purejaxppo.lm.sft import init_tiny_lm
-from purejaxppo.lm.tasks import make_task
-from purejaxppo.lm.text_reward import TextReward
-from purejaxppo.lm.text_task import BoundReward
-from purejaxppo.lm.token_ppo import make_token_ppo
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.ppo.data_parallel import data_parallel
+from purejaxppo.lm.sft.sft_training import init_tiny_lm
+from purejaxppo.lm.tasks.builtin_tasks import make_task
+from purejaxppo.lm.rewards.python_reward import TextReward
+from purejaxppo.lm.tasks.text_task import BoundReward
+from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 from purejaxppo.run import processes
 from purejaxppo.run.chunked_program import ChunkedProgram
 from purejaxppo.run.guards import tree_finite
@@ -36,7 +36,7 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 @dataclasses.dataclass(frozen=True)
 class RLHFSettings:
-    """The setup around the PPO config. ``task`` (a :data:`purejaxppo.lm.tasks.TASKS` name) with
+    """The setup around the PPO config. ``task`` (a :data:`purejaxppo.lm.tasks.builtin_tasks.TASKS` name) with
     ``task_options`` (its dataclass fields); the model: a TinyLM of ``d_model``/``n_layers``/
     ``n_heads``, or ``init`` (a local GPT-2 folder in Hugging Face's layout, then the SFT
     stage starts from it); ``dtype`` the compute dtype; the SFT stage: ``sft_steps`` of
@@ -44,10 +44,10 @@ class RLHFSettings:
     ``eval_every`` iterations, greedy decoding of ``eval_batch`` fixed prompts.
 
     The user's own data instead of a task (``model_dir`` set, ``task`` then ``"text"``): a local
-    model folder (any :func:`~purejaxppo.lm.pretrained.load_pretrained` family, with its
+    model folder (any :func:`~purejaxppo.lm.checkpoints.pretrained.load_pretrained` family, with its
     tokenizer.json), ``prompts`` / ``eval_prompts`` / ``sft_data`` files
-    (:mod:`purejaxppo.lm.prompt_data`), ``reward`` (``FILE.py:FUNCTION`` or ``module:FUNCTION``,
-    :mod:`purejaxppo.lm.text_reward`) or ``reward_model`` (a folder), ``chat_template`` (render
+    (:mod:`purejaxppo.lm.data.prompts`), ``reward`` (``FILE.py:FUNCTION`` or ``module:FUNCTION``,
+    :mod:`purejaxppo.lm.rewards.python_reward`) or ``reward_model`` (a folder), ``chat_template`` (render
     plain prompts as a user message), ``max_new_tokens`` (the response budget),
     ``max_prompt_tokens`` (0: what the model's positions leave), ``truncate_prompts``.
     ``hashes``: ``((name, sha256), ...)`` of the model's weights and tokenizer and of the data
@@ -95,7 +95,7 @@ class RLHFSettings:
         return make_task(self.task, **dict(self.task_options))
 
     def text_data(self):
-        """What the text task read (:class:`~purejaxppo.lm.text_task.TextData`: prompts cut, hashes)."""
+        """What the text task read (:class:`~purejaxppo.lm.tasks.text_task.TextData`: prompts cut, hashes)."""
         return _text_task(dataclasses.replace(self, hashes=()))[1]
 
     def model(self, key):
@@ -107,8 +107,8 @@ class RLHFSettings:
         if self.model_dir:
             return _load_model(self.model_dir, self.dtype)
         if self.init:
-            from purejaxppo.lm.gpt2 import load_gpt2
-            from purejaxppo.lm.model import FlaxLM
+            from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
+            from purejaxppo.lm.models.adapters import FlaxLM
 
             module, params = load_gpt2(self.init, dtype=DTYPES[self.dtype])
             if module.vocab_size < task.vocab_size:
@@ -129,7 +129,7 @@ class RLHFSettings:
 @functools.lru_cache(maxsize=4)
 def _load_model(folder: str, dtype: str):
     """One load per folder and dtype in a process (the command checks it, SFT then uses it)."""
-    from purejaxppo.lm.pretrained import load_pretrained
+    from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 
     return load_pretrained(folder, DTYPES[dtype])
 
@@ -137,14 +137,14 @@ def _load_model(folder: str, dtype: str):
 @functools.lru_cache(maxsize=4)
 def _text_task(settings: RLHFSettings):
     """``(TextTask, TextData)`` of the settings' files, read once per process."""
-    from purejaxppo.lm.text_task import make_text_task
+    from purejaxppo.lm.tasks.text_task import make_text_task
 
     def reward_for(tokenizer):
         if settings.reward_model:
-            from purejaxppo.lm.text_task import load_bound_reward_model
+            from purejaxppo.lm.tasks.text_task import load_bound_reward_model
 
             return load_bound_reward_model(settings.reward_model, settings.model_dir, DTYPES[settings.dtype])
-        from purejaxppo.lm.text_reward import TextReward, load_reward_function
+        from purejaxppo.lm.rewards.python_reward import TextReward, load_reward_function
 
         return TextReward(load_reward_function(settings.reward), settings.reward, tokenizer)
 
@@ -171,7 +171,7 @@ def on_every_process(tree, num_devices: int):
     arrays replicated over the run's mesh, the layout the chunks take across processes."""
     from jax.sharding import NamedSharding, PartitionSpec
 
-    from purejaxppo.lm.data_parallel import prompt_mesh
+    from purejaxppo.lm.ppo.data_parallel import prompt_mesh
 
     sharding = NamedSharding(prompt_mesh(num_devices), PartitionSpec())
 
@@ -188,7 +188,7 @@ class RLHFProgram(ChunkedProgram):
     ``sft_params``: the model every run starts from and is scored against (policy, critic and
     reference); on a resume the checkpoint replaces them, so a template of the right shapes
     will do (:meth:`template`). ``num_devices > 1`` splits each iteration's prompts over devices
-    (:func:`purejaxppo.lm.data_parallel.data_parallel`)."""
+    (:func:`purejaxppo.lm.ppo.data_parallel.data_parallel`)."""
 
     nan_by_design = ("eval_",)  # evaluation columns: NaN at the iterations without an evaluation
 

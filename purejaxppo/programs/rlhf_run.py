@@ -2,7 +2,7 @@
 loop) and :func:`resume_rlhf` (continue a run folder of kind ``"rlhf"``).
 
 The SFT stage is part of the run's record, not of its state: it is one pure compiled program
-of the seed and the settings (:func:`purejaxppo.lm.sft.train_sft`), run before update 0, and
+of the seed and the settings (:func:`purejaxppo.lm.sft.sft_training.train_sft`), run before update 0, and
 its result is the policy, the critic's starting point and the frozen reference (all three in
 every checkpoint). A resume therefore restores them instead of repeating the SFT. Before PPO
 starts, ``config.json`` records the SFT model's own evaluation (``sft``: greedy score and
@@ -18,8 +18,8 @@ import jax
 import numpy as np
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm.config import TokenPPOConfig, validate_token_config
-from purejaxppo.lm.sft import evaluate_policy, train_sft
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
+from purejaxppo.lm.sft.sft_training import evaluate_policy, train_sft
 from purejaxppo.programs.rlhf_eval import EVAL_KEY, RLHFEvaluator
 from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
 from purejaxppo.run import processes

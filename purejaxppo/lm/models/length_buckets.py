@@ -1,7 +1,7 @@
 """Scoring and the update over the batch's ACTUAL response length, not the budget.
 
 With EOS on, most responses stop long before ``max_new_tokens = T``. Sampling already ends with
-the last row (:mod:`purejaxppo.lm.sampling`), but the teacher-forced passes (policy, reference,
+the last row (:mod:`purejaxppo.lm.models.sampling`), but the teacher-forced passes (policy, reference,
 critic), GAE and every update epoch would still run over all ``P + T`` slots. Responses are
 right-padded, so every column past the batch's longest response is padding: cutting the batch
 to the first ``W >= longest`` response columns changes no valid position of a causal model,

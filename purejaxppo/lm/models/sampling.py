@@ -1,4 +1,4 @@
-"""Sampling controls and the generation loop over a :class:`purejaxppo.lm.model.CausalLM`.
+"""Sampling controls and the generation loop over a :class:`purejaxppo.lm.models.causal_lm.CausalLM`.
 
 Old log-probs and the sampled distribution. :func:`sample_tokens` returns the log-prob of the
 token under the distribution ``q`` it was ACTUALLY drawn from: ``softmax`` of the logits divided
@@ -21,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from purejaxppo.lm.length_buckets import bucket_sizes
+from purejaxppo.lm.models.length_buckets import bucket_sizes
 
 
 def filter_logits(logits, temperature=1.0, top_k: int = 0, top_p=1.0, banned: int | None = None):
@@ -97,7 +97,7 @@ def sample_response(
     0 and False, which the outputs already hold, so the result is the full decode's.
 
     Args:
-      lm: a :class:`purejaxppo.lm.model.CausalLM`; ``params``: its parameters.
+      lm: a :class:`purejaxppo.lm.models.causal_lm.CausalLM`; ``params``: its parameters.
       prompt, prompt_valid: ``[B, P]``, left-padded.
       max_new: static; the cache has ``P + max_new`` slots.
       stop_ids: ``[N]`` int array (``N`` may be 0): a row stops after sampling one of them.
@@ -115,7 +115,7 @@ def sample_response(
     ``rungs > 0`` (static; needs ``lm.grow``, else ignored): the cache grows with the response
     instead of holding ``P + max_new`` slots from the start. It begins at ``P + rungs`` slots and
     is grown (:meth:`CausalLM.grow`) to the next width of
-    :func:`purejaxppo.lm.length_buckets.bucket_sizes` (``rungs, 2*rungs, ..., max_new``) only
+    :func:`purejaxppo.lm.models.length_buckets.bucket_sizes` (``rungs, 2*rungs, ..., max_new``) only
     when a row is still going at the end of a rung, so each decode step attends over the rung
     holding the current position, not the cap. Nested ``lax.cond``s in the one program: a rung
     not reached costs nothing. The slots past the rung are unwritten (masked) keys, whose softmax

@@ -12,7 +12,7 @@ training passes keep the stored layout: at hundreds of rows the two layouts run 
 The contract: :func:`transposed_kernels` rewrites a parameter tree; a module reading it must
 run under :func:`dense_interceptor` (``FlaxLM`` does), which computes such a Dense as ``x
 kernel_t^T (+ bias)`` with a float32 sum cast to the layer's dtype
-(:func:`purejaxppo.lm.matmul.logits_dot`, the product the LM head takes). A Dense holding LoRA
+(:func:`purejaxppo.lm.models.matmul.logits_dot`, the product the LM head takes). A Dense holding LoRA
 factors keeps them unmerged: over a bfloat16 base, ``W + s A B`` rounded to bfloat16 loses the
 small deltas of early training (the sampler would draw from the base, not the policy trained).
 Given the compute dtype, its ``A`` (``lora_a``, already scaled) is stacked under the kernel
@@ -21,7 +21,7 @@ one product gives ``x W`` and ``x A`` (the same roundings as apart: the low-rank
 ``A`` to the compute dtype anyway; at SmolLM2-135M's shape generation took 3.11-3.14 s against
 3.32-3.48 s with the seven small ``x A`` products a layer apart, benchmarks/NOTES.md), and this
 interceptor adds ``(x A) B``; otherwise
-:func:`purejaxppo.lm.lora.dense_interceptor`, outside this one, adds the low-rank path.
+:func:`purejaxppo.lm.models.lora.dense_interceptor`, outside this one, adds the low-rank path.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from collections.abc import Mapping
 import flax.linen as nn
 import jax.numpy as jnp
 
-from purejaxppo.lm.matmul import logits_dot
+from purejaxppo.lm.models.matmul import logits_dot
 
-#: a Dense's parameter names (with LoRA's factors beside its kernel, purejaxppo.lm.lora.lora_attach)
+#: a Dense's parameter names (with LoRA's factors beside its kernel, purejaxppo.lm.models.lora.lora_attach)
 _DENSE = frozenset({"kernel", "bias", "lora_a", "lora_b"})
 
 
@@ -43,7 +43,7 @@ def transposed_kernels(params, compute_dtype=None):
     A node's LoRA ``lora_a [in, r]`` joins the copy (``kernel_t = [kernel.T; lora_a.T]``, the
     node keeping ``lora_b``) when ``compute_dtype`` is the kernel's dtype (then the low-rank
     product reads ``A`` in that dtype either way). The untied LM head of
-    :class:`purejaxppo.lm.llama.Llama` (a node holding ``kernel`` alone) reads ``kernel_t``
+    :class:`purejaxppo.lm.models.llama.Llama` (a node holding ``kernel`` alone) reads ``kernel_t``
     itself (``reads_kernel_t``)."""
     if not isinstance(params, Mapping):
         return params

@@ -1,4 +1,4 @@
-"""Hugging Face tensor names <-> the parameter tree of :class:`purejaxppo.lm.llama.Llama`.
+"""Hugging Face tensor names <-> the parameter tree of :class:`purejaxppo.lm.models.llama.Llama`.
 
 Two layouts of the same trunk (``model.*``):
 
@@ -21,7 +21,7 @@ from typing import Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.llama_config import LlamaConfig
+from purejaxppo.lm.models.llama_config import LlamaConfig
 
 # what files may hold that is not a parameter here: old checkpoints' RoPE buffers
 _IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")

@@ -1,4 +1,4 @@
-"""Text prompts (and SFT pairs) from a file, as token tables and a :data:`~purejaxppo.lm.token_ppo.PromptFn`.
+"""Text prompts (and SFT pairs) from a file, as token tables and a :data:`~purejaxppo.lm.ppo.token_ppo.PromptFn`.
 
 File formats (one record per line, the line numbers named in every error):
 
@@ -177,7 +177,7 @@ def encode_responses(records: list, tokenizer, max_new: int) -> tuple:
 
 
 def table_prompts(table: PromptTable):
-    """A :data:`~purejaxppo.lm.token_ppo.PromptFn`: ``batch`` rows drawn uniformly (with
+    """A :data:`~purejaxppo.lm.ppo.token_ppo.PromptFn`: ``batch`` rows drawn uniformly (with
     replacement) from the device-resident table, ``(prompt [B, P], prompt_valid [B, P])``."""
     tokens, valid, n = jnp.asarray(table.tokens), jnp.asarray(table.valid), table.tokens.shape[0]
 

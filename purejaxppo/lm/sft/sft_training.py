@@ -1,11 +1,11 @@
-"""Supervised pretraining (SFT) of any :class:`purejaxppo.lm.model.CausalLM` on a task's
-demonstrations (:mod:`purejaxppo.lm.tasks`), and evaluation of a policy by sampling.
+"""Supervised pretraining (SFT) of any :class:`purejaxppo.lm.models.causal_lm.CausalLM` on a task's
+demonstrations (:mod:`purejaxppo.lm.tasks.builtin_tasks`), and evaluation of a policy by sampling.
 
 The SFT model is what token-level PPO starts from and, frozen, its KL reference.
 
 Measure how a task's score grows with SFT steps (the numbers in the tasks' docstrings)::
 
-    python -m purejaxppo.lm.sft --task reverse --chunk 25 --chunks 16 --eval-batch 2048
+    python -m purejaxppo.lm.sft.sft_training --task reverse --chunk 25 --chunks 16 --eval-batch 2048
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from purejaxppo.lm import tokens as tk
-from purejaxppo.lm.model import FlaxLM, TinyLM
-from purejaxppo.lm.sampling import sample_response
-from purejaxppo.lm.tasks import make_task
+from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.models.adapters import FlaxLM
+from purejaxppo.lm.models.tiny_lm import TinyLM
+from purejaxppo.lm.models.sampling import sample_response
+from purejaxppo.lm.tasks.builtin_tasks import make_task
 
 
 def sft_loss(lm, params, prompt, prompt_valid, response, response_mask):
@@ -98,7 +99,7 @@ def _evaluate(lm, params, task, key, temperature, *, batch: int, greedy: bool):
 
 def evaluate_policy(lm, params, task, key, batch: int, temperature=1.0, greedy: bool = False):
     """Sample one response per prompt of ``task.prompts(k, batch)`` with
-    :func:`purejaxppo.lm.sampling.sample_response` (``greedy``: top-1, i.e. argmax) and return
+    :func:`purejaxppo.lm.models.sampling.sample_response` (``greedy``: top-1, i.e. argmax) and return
     ``{"score": mean score, **task.diagnostics}`` as 0-d arrays. Jitted (``lm``, ``task``,
     ``batch``, ``greedy`` static; ``temperature`` traced); the prompt key is
     ``split(key)[0]``, so one key gives the same prompts whatever the settings."""

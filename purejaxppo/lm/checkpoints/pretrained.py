@@ -1,7 +1,7 @@
 """One front door for a local Hugging Face checkpoint: ``load_pretrained(folder, dtype=...) -> (model, params)``,
 and the way back, ``save_pretrained(out_dir, model, params)``.
 
-``model`` meets :class:`~purejaxppo.lm.model.CausalLM` (logits, forward, values, prefill,
+``model`` meets :class:`~purejaxppo.lm.models.causal_lm.CausalLM` (logits, forward, values, prefill,
 decode with a KV cache); ``params`` are its Flax variables ``{"params": ...}``, with a value
 head ``params["params"]["value_head"]`` (``kernel [D, 1]``, ``bias [1]``) that starts at zero
 unless the checkpoint stores one. The family is chosen by ``config.json``'s ``model_type``
@@ -21,20 +21,24 @@ from typing import Any, Callable, Dict
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.gpt2 import (
-    GPT2,
-    gpt2_config,
-    gpt2_from_config,
+from purejaxppo.lm.models.gpt2 import GPT2, gpt2_config, gpt2_from_config
+from purejaxppo.lm.checkpoints.gpt2_hf import (
     gpt2_params_from_hf,
     gpt2_params_to_hf,
     gpt2_reward_params_from_hf,
     gpt2_reward_params_to_hf,
 )
-from purejaxppo.lm.hf_files import CheckpointFolderError, copy_tokenizer_files, read_config, read_weights, write_folder
-from purejaxppo.lm.llama import Llama
-from purejaxppo.lm.llama_config import llama_config_from_hf, llama_config_to_hf
-from purejaxppo.lm.llama_hf import params_from_hf, params_to_hf, reward_params_from_hf, reward_params_to_hf
-from purejaxppo.lm.model import FlaxLM
+from purejaxppo.lm.checkpoints.hf_folder import (
+    CheckpointFolderError,
+    copy_tokenizer_files,
+    read_config,
+    read_weights,
+    write_folder,
+)
+from purejaxppo.lm.models.llama import Llama
+from purejaxppo.lm.models.llama_config import llama_config_from_hf, llama_config_to_hf
+from purejaxppo.lm.checkpoints.llama_hf import params_from_hf, params_to_hf, reward_params_from_hf, reward_params_to_hf
+from purejaxppo.lm.models.adapters import FlaxLM
 
 __all__ = [
     "CheckpointFolderError",
@@ -124,7 +128,7 @@ def save_pretrained(
     ``dtype`` (float32 by default: exact for float32 and bf16 parameters alike).
     ``value_head=True`` also stores ``value_head.*`` (HF skips them; :func:`load_pretrained`
     reads them back). ``copy_from``: the source folder, whose tokenizer and generation files
-    (:data:`~purejaxppo.lm.hf_files.TOKENIZER_FILES`) are copied beside the weights."""
+    (:data:`~purejaxppo.lm.checkpoints.hf_folder.TOKENIZER_FILES`) are copied beside the weights."""
     module = _module(model)
     if isinstance(module, Llama):
         config = llama_config_to_hf(module.config, np.dtype(dtype).name)

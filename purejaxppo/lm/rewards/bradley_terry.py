@@ -4,7 +4,7 @@ optimizer step.
 A preference pair is a prompt with a chosen and a rejected response (:class:`PairBatch`,
 token arrays: the prompt LEFT-padded, the responses RIGHT-padded, as everywhere in
 :mod:`purejaxppo.lm`). The reward model scores ``prompt + response`` on its last valid token
-(:func:`purejaxppo.lm.reward_model.make_reward_fn`, the ``RewardFn`` token-level PPO calls);
+(:func:`purejaxppo.lm.rewards.reward_model.make_reward_fn`, the ``RewardFn`` token-level PPO calls);
 the loss is ``-log sigmoid(r_chosen - r_rejected - margin)`` averaged over pairs
 (Bradley & Terry 1952; the optional margin as in Llama 2's reward models).
 """

@@ -2,22 +2,22 @@
 
 :func:`collect` is the token world's rollout, in two steps. Given left-padded prompts,
 :func:`sample` draws responses with the policy's KV cache
-(:func:`purejaxppo.lm.sampling.sample_response`, one key per row); :func:`score` re-reads the
+(:func:`purejaxppo.lm.models.sampling.sample_response`, one key per row); :func:`score` re-reads the
 whole sequences teacher-forced (policy, reference, critic), scores them, folds
 the per-token KL into the rewards and puts the score on the LAST valid response token (the
 stop token when one was generated; never a prompt or pad slot). The advantages (GAE and
 whitening, or a group baseline: :func:`advantages`) are :func:`finish`'s, applied to the whole
-batch (over every device's rows, see :mod:`purejaxppo.lm.token_phases`).
+batch (over every device's rows, see :mod:`purejaxppo.lm.ppo.token_phases`).
 
 Old log-probs. The policy being trained is the distribution responses are sampled FROM: the
 policy's logits divided by ``temperature`` and cut to the top-k / top-p set
-(:func:`purejaxppo.lm.sampling.filter_logits`). ``logp_old`` is the teacher-forced log-prob
+(:func:`purejaxppo.lm.models.sampling.filter_logits`). ``logp_old`` is the teacher-forced log-prob
 under that distribution, and the loss computes ``logp_new`` the same way, so the first
 minibatch's ratio is 1 (to float rounding) with every sampling control. The log-probs the
 sampler reported are kept only to measure ``logp_mismatch`` (the decode path against the
 teacher-forced pass). The reference is scored at the same temperature and never cut
 (a cut reference would make the KL infinite on tokens outside its set), except for the pad
-id: the sampler never draws it (:func:`~purejaxppo.lm.sampling.sample_response`), so the
+id: the sampler never draws it (:func:`~purejaxppo.lm.models.sampling.sample_response`), so the
 policy's law, its old and new log-probs and the reference all renormalise without it.
 """
 
@@ -29,16 +29,16 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from purejaxppo.lm import group_advantages as group
-from purejaxppo.lm import tokens as tk
-from purejaxppo.lm.sampling import filter_logits, sample_response
+from purejaxppo.lm.ppo import group_advantages as group
+from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.models.sampling import filter_logits, sample_response
 
 #: ``reward(reward_params, prompt [B, P], prompt_valid [B, P], response [B, T], mask [B, T]) -> [B]``
 RewardFn = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 
 
 class Models(NamedTuple):
-    """The three roles: ``policy`` (a :class:`~purejaxppo.lm.model.CausalLM`, the actor),
+    """The three roles: ``policy`` (a :class:`~purejaxppo.lm.models.causal_lm.CausalLM`, the actor),
     ``reference`` (scores the KL; frozen), ``critic`` (its ``values``; None when the values
     come from the policy's own value head) and the ``reward``. ``values`` False: no critic at
     all (a group baseline): no value is computed, the values read 0."""
@@ -60,14 +60,14 @@ def _aligned(per_position, first: int):
 def picked_logprobs(logp_all, tokens, first: int = 0):
     """``logp_all [B, L - first, V]`` (log-probs of positions ``first..L-1``) -> ``[B, L]``: the
     log-prob of each token given those before it, aligned to tokens
-    (:func:`purejaxppo.lm.tokens.token_logprobs`'s layout), 0 at slots ``0..first``."""
+    (:func:`purejaxppo.lm.ppo.token_stages.token_logprobs`'s layout), 0 at slots ``0..first``."""
     picked = jnp.take_along_axis(logp_all[:, :-1], tokens[:, first + 1 :, None].astype(jnp.int32), axis=-1)[..., 0]
     return _aligned(jnp.concatenate([picked, picked[:, :1]], axis=1), first)
 
 
 def filtered_logprobs(logits, tokens, cfg, first: int = 0):
     """``(logp [B, L], entropy [B, L])`` of the sampled-from distribution (the pad id cut,
-    as the sampler does), aligned to tokens (:func:`purejaxppo.lm.tokens.token_logprobs`), from
+    as the sampler does), aligned to tokens (:func:`purejaxppo.lm.ppo.token_stages.token_logprobs`), from
     ``logits [B, L - first, V]`` of positions ``first..L-1`` (slots ``0..first`` read 0: with
     ``first = P - 1`` the prompt's positions, which predict no response token, are never
     computed). One ``log_softmax`` serves both. Tokens cut by top-k / top-p or as pad have
@@ -86,7 +86,7 @@ def _takes_first(fn) -> bool:
 
 def role_logits(model, params, tokens, valid, first: int = 0):
     """``[B, L - first, V]``: a model's logits of positions ``first..L-1`` (computed only there
-    when its ``logits`` takes ``first``, e.g. :class:`~purejaxppo.lm.model.FlaxLM`)."""
+    when its ``logits`` takes ``first``, e.g. :class:`~purejaxppo.lm.models.adapters.FlaxLM`)."""
     if first and _takes_first(model.logits):
         return model.logits(params, tokens, valid, first)
     return model.logits(params, tokens, valid)[:, first:]
@@ -137,7 +137,7 @@ def in_row_chunks(fn, rows: int, *arrays):
 def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
     """Responses to ``prompt [B, P]``: ``(response [B, T], logp_sampled [B, T], mask [B, T])``,
     row ``i`` drawn with ``row_keys[i]``; the KV cache grows in ``cfg.length_buckets`` rungs
-    (:func:`~purejaxppo.lm.sampling.sample_response`'s ``rungs``; kept without stop ids too:
+    (:func:`~purejaxppo.lm.models.sampling.sample_response`'s ``rungs``; kept without stop ids too:
     early decode steps then attend over fewer slots)."""
     return sample_response(
         models.policy,
@@ -231,7 +231,7 @@ def advantages(total, kl, values, mask, beta, cfg) -> tuple[jax.Array, jax.Array
 
     ``gae``: the score on the last valid token, masked GAE, optionally whitened over the batch.
     ``grpo`` / ``rloo``: the sequence reward (score minus ``beta *`` the sequence's KL) against
-    its group's baseline (:func:`purejaxppo.lm.group_advantages.group_advantages`, rows
+    its group's baseline (:func:`purejaxppo.lm.ppo.group_advantages.group_advantages`, rows
     ``[g*G, (g+1)*G)`` one prompt's), broadcast over the response's valid tokens; returns 0 (no
     critic learns from them)."""
     kl = kl if cfg.kl_in == "reward" else jnp.zeros_like(kl)

@@ -1,7 +1,7 @@
 """Token-level PPO composed ONCE: ``make_token_ppo(...) -> TokenPPO(init, iteration, run, train)``.
 
 One iteration, ``state, prompts -> state, metrics``, is one compiled program of named phases
-(:mod:`purejaxppo.lm.token_phases`, :mod:`purejaxppo.lm.token_update`):
+(:mod:`purejaxppo.lm.ppo.token_phases`, :mod:`purejaxppo.lm.ppo.token_update`):
 
 1. **prompts**: ``batch_size / group_size`` prompts, each ``group_size`` times;
 2. **sample**: a response per row with the policy's KV cache, scored by the reward;
@@ -33,11 +33,13 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.config.ppo_config import ConfigError
-from purejaxppo.lm import experience, length_buckets, lora
-from purejaxppo.lm import token_phases as ph
-from purejaxppo.lm.config import TokenPPOConfig, needs_critic, validate_token_config
-from purejaxppo.lm.token_phases import PromptFn, position_rows  # noqa: F401  (the public names)
-from purejaxppo.lm.token_update import (  # noqa: F401  (_labels, token_optimizer: the public names)
+from purejaxppo.lm.ppo import experience
+from purejaxppo.lm.models import length_buckets
+from purejaxppo.lm.models import lora
+from purejaxppo.lm.ppo import token_phases as ph
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig, needs_critic, validate_token_config
+from purejaxppo.lm.ppo.token_phases import PromptFn, position_rows  # noqa: F401  (the public names)
+from purejaxppo.lm.ppo.token_update import (  # noqa: F401  (_labels, token_optimizer: the public names)
     Devices,
     _labels,
     share_loss,
@@ -71,7 +73,7 @@ class TokenPPO(NamedTuple):
     draw them); ``run(state, n, config=None) -> (state, metrics [n])``; ``train(key,
     policy_params, reference_params, ...) -> (state, metrics [num_iterations])``; ``loss(params,
     minibatch, totals, config)``: the share loss (``totals``:
-    :func:`~purejaxppo.lm.token_update.minibatch_totals`); ``update(train_state, data, key,
+    :func:`~purejaxppo.lm.ppo.token_update.minibatch_totals`); ``update(train_state, data, key,
     config=None, base=None, beta=None) -> (train_state, metrics)``: the iteration's update
     stage alone (e.g. to time it apart, ``benchmarks/lm_iteration.py``)."""
 
@@ -152,7 +154,7 @@ def make_token_ppo(
     num_devices: int = 1,
     runs_axis: Optional[str] = None,
 ) -> TokenPPO:
-    """Token-level PPO for ``policy`` (a :class:`~purejaxppo.lm.model.CausalLM`).
+    """Token-level PPO for ``policy`` (a :class:`~purejaxppo.lm.models.causal_lm.CausalLM`).
 
     ``reward(reward_params, prompt, prompt_valid, response, mask) -> [B]`` scores a response
     (a function ignores ``reward_params``; a reward model applies them). ``critic``: the
@@ -182,8 +184,8 @@ def make_token_ppo(
         return init_state(key, policy_params, reference_params, critic_params, reward_params, cfg)
 
     def update(train: TrainState, data: dict, key, cfg=None, base=None, beta=None):
-        """The update phase alone (:func:`~purejaxppo.lm.token_update.update_phase`) over ``data``
-        (a batch's :func:`~purejaxppo.lm.experience.finish` output, plus the ptx batch under
+        """The update phase alone (:func:`~purejaxppo.lm.ppo.token_update.update_phase`) over ``data``
+        (a batch's :func:`~purejaxppo.lm.ppo.experience.finish` output, plus the ptx batch under
         ``ptx``); ``base``: the frozen reference, under LoRA; ``beta``: a KL loss term's
         coefficient (default ``cfg.beta``)."""
         cfg = config if cfg is None else cfg

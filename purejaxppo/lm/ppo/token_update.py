@@ -22,9 +22,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from purejaxppo.lm import experience, lora
-from purejaxppo.lm import tokens as tk
-from purejaxppo.lm.config import TokenPPOConfig, needs_critic
+from purejaxppo.lm.ppo import experience
+from purejaxppo.lm.models import lora
+from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig, needs_critic
 from purejaxppo.stages import device_rows
 from purejaxppo.stages.update import TrainState, accumulate_gradients, make_optimizer, update_epochs
 
@@ -64,9 +65,9 @@ def token_optimizer(cfg: TokenPPOConfig) -> optax.GradientTransformation:
 
 def trained_params(params: dict, base, models: Optional[experience.Models] = None) -> dict:
     """The ``{"policy", "critic"}`` parameters the models run with: LoRA adapters
-    (:class:`~purejaxppo.lm.lora.Adapters`) on ``base`` (the frozen reference), other parameters
+    (:class:`~purejaxppo.lm.models.lora.Adapters`) on ``base`` (the frozen reference), other parameters
     as they are. With ``models``, a role whose model computes adapters unmerged (its
-    ``lora_unmerged`` attribute, :func:`purejaxppo.lm.lora.lora_attach`) gets the base with the
+    ``lora_unmerged`` attribute, :func:`purejaxppo.lm.models.lora.lora_attach`) gets the base with the
     factors beside each kernel; otherwise (and for export) the merged weights."""
 
     def run_with(role, p):
@@ -166,7 +167,7 @@ def update_phase(
     first: int = 0,
 ) -> tuple[TrainState, dict]:
     """``update_epochs`` x ``num_minibatches`` steps over ``data`` (the whole batch's
-    :func:`~purejaxppo.lm.experience.finish` output ``[B, L]``, plus the ptx batch under ``ptx``):
+    :func:`~purejaxppo.lm.ppo.experience.finish` output ``[B, L]``, plus the ptx batch under ``ptx``):
     ``(train, metrics)``, the metrics means over the steps. ``beta``: the KL coefficient of the
     KL loss term (read under ``kl_in == "loss"``); ``base``: the frozen reference, under LoRA;
     ``first``: :func:`share_loss`'s (the prompt width - 1; 0 computes every position's logits)."""

@@ -1,14 +1,14 @@
 """Reward models: an LM trunk with a scalar head read on the LAST valid token, in and out of
 Hugging Face's ``*ForSequenceClassification`` layout (local files only).
 
-The scalar head is the model's value head (:func:`purejaxppo.lm.model.value_head`, on the
+The scalar head is the model's value head (:func:`purejaxppo.lm.models.causal_lm.value_head`, on the
 final normalised hidden state), which is exactly where HF puts ``score`` (``Linear(D, 1,
 bias=False)``): a checkpoint's ``score.weight [1, D]`` becomes ``value_head.kernel [D, 1]``
-with a zero bias. :func:`make_reward_fn` turns any :class:`~purejaxppo.lm.model.CausalLM` into
-the ``RewardFn`` token-level PPO calls (:data:`purejaxppo.lm.experience.RewardFn`): prompt
+with a zero bias. :func:`make_reward_fn` turns any :class:`~purejaxppo.lm.models.causal_lm.CausalLM` into
+the ``RewardFn`` token-level PPO calls (:data:`purejaxppo.lm.ppo.experience.RewardFn`): prompt
 (left-padded) and response (right-padded) concatenated, the value at the last valid token.
 
-Families: every one :mod:`purejaxppo.lm.pretrained` reads and writes (GPT-2 and the Llama
+Families: every one :mod:`purejaxppo.lm.checkpoints.pretrained` reads and writes (GPT-2 and the Llama
 family), through its ``load_sequence_classifier`` / ``save_sequence_classifier``.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import jax.numpy as jnp
 
-from purejaxppo.lm.pretrained import (
+from purejaxppo.lm.checkpoints.pretrained import (
     CheckpointFolderError,
     load_pretrained,
     load_sequence_classifier,
@@ -49,7 +49,7 @@ def make_reward_fn(lm) -> Callable:
     return reward_fn
 
 
-# --- Hugging Face folders (the families' readers and writers, purejaxppo.lm.pretrained) ----------
+# --- Hugging Face folders (the families' readers and writers, purejaxppo.lm.checkpoints.pretrained) ----------
 def is_sequence_classifier(config: Mapping) -> bool:
     """Whether an HF ``config.json`` dict describes a ``*ForSequenceClassification`` model."""
     return any(str(a).endswith("ForSequenceClassification") for a in config.get("architectures") or ())
@@ -57,7 +57,7 @@ def is_sequence_classifier(config: Mapping) -> bool:
 
 def load_reward_trunk(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Any, dict, bool]:
     """``(lm, params, has_head)`` of a local model folder of any family
-    :func:`~purejaxppo.lm.pretrained.load_pretrained` reads: a ``*ForSequenceClassification``
+    :func:`~purejaxppo.lm.checkpoints.pretrained.load_pretrained` reads: a ``*ForSequenceClassification``
     checkpoint (``config.json``'s ``architectures``; its ``score`` head as the value head,
     ``has_head`` True) or a causal LM (its value head, zero unless stored, with the bias set to
     0 as HF's ``score`` has none; ``has_head`` False: a reward model to train from it)."""
@@ -74,7 +74,7 @@ def load_reward_trunk(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Any
 def load_reward_model(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Callable, dict]:
     """``(reward_fn, params)`` of a local HF ``*ForSequenceClassification`` folder (one label,
     ``score`` head) of any supported family: ``reward_fn(params, prompt, prompt_valid, response,
-    response_mask) -> [B]`` (:data:`purejaxppo.lm.experience.RewardFn`).
+    response_mask) -> [B]`` (:data:`purejaxppo.lm.ppo.experience.RewardFn`).
     :class:`CheckpointFolderError` for a folder that is not a sequence classifier (a causal LM is
     no reward model) or an unsupported family."""
     folder = os.fspath(folder)
@@ -90,7 +90,7 @@ def load_reward_model(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Cal
 
 def save_reward_model(folder: str | os.PathLike, lm, params, extra_config: Mapping | None = None) -> None:
     """Write the trunk and value head as an HF ``*ForSequenceClassification`` folder
-    (:func:`~purejaxppo.lm.pretrained.save_sequence_classifier`: ``score.weight`` = the value
+    (:func:`~purejaxppo.lm.checkpoints.pretrained.save_sequence_classifier`: ``score.weight`` = the value
     head's kernel transposed, one label; ``ValueError`` for a non-zero bias); ``extra_config``:
     entries of the source model's ``config.json`` kept where the writer sets none (token ids, ...)."""
     save_sequence_classifier(folder, lm, params)

@@ -1,10 +1,10 @@
 """Token-level PPO over several devices: the prompt batch split, the parameters replicated.
 
-:func:`data_parallel` builds the one :func:`~purejaxppo.lm.token_ppo.make_token_ppo` program with
+:func:`data_parallel` builds the one :func:`~purejaxppo.lm.ppo.token_ppo.make_token_ppo` program with
 an axis name and runs it under ``shard_map`` over a 1-D mesh of ``num_devices`` devices. Each
 device samples, re-reads and scores ``B / D`` prompts (the expensive part); the rows are
 gathered and every device takes its share of each minibatch, and the gradients are averaged
-(:mod:`purejaxppo.lm.token_ppo`, "Devices"). The state (parameters, optimizer, reference,
+(:mod:`purejaxppo.lm.ppo.token_ppo`, "Devices"). The state (parameters, optimizer, reference,
 beta, key) is replicated; the numbers equal one device's to float rounding (two programs,
 other reduction orders), not bit for bit.
 
@@ -20,7 +20,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from purejaxppo.lm.token_ppo import TokenPPO
+from purejaxppo.lm.ppo.token_ppo import TokenPPO
 from purejaxppo.stages.device_rows import device_mesh
 
 AXIS = "data"

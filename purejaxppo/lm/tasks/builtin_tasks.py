@@ -212,7 +212,7 @@ class ReverseTask:
     ``init_tiny_lm`` d_model 32 (64 in the last column), 2 layers, 2 heads; ``train_sft``
     batch 64, lr 3e-3; x86 CPU)::
 
-        python -m purejaxppo.lm.sft --task reverse --chunk 25 --chunks 16 --eval-batch 2048 [--seed 1] [--d-model 64]
+        python -m purejaxppo.lm.sft.sft_training --task reverse --chunk 25 --chunks 16 --eval-batch 2048 [--seed 1] [--d-model 64]
 
         SFT steps | seed 0       | seed 1       | seed 0, d_model 64
                0  | 0.000 / 0.000| 0.000 / 0.000| 0.000 / 0.000

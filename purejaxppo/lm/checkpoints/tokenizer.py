@@ -25,8 +25,8 @@ import json
 import os
 from typing import Optional, Sequence
 
-from purejaxppo.lm.hf_files import read_json_object
-from purejaxppo.lm.pretrained import CheckpointFolderError
+from purejaxppo.lm.checkpoints.hf_folder import read_json_object
+from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

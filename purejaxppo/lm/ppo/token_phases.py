@@ -1,15 +1,15 @@
 """The phases of one token-level PPO iteration, as pure functions with explicit arguments.
 
-:func:`~purejaxppo.lm.token_ppo.make_token_ppo` composes them, in order:
+:func:`~purejaxppo.lm.ppo.token_ppo.make_token_ppo` composes them, in order:
 
 1. :func:`prompt_phase`: the iteration's prompts, each ``group_size`` times in a row;
 2. :func:`sample_phase`: this device's rows' responses (the policy's KV cache, one key per
    row) and their scores by the reward;
 3. :func:`score_phase`: the sequences read back teacher-forced (policy, reference and, for GAE,
-   the critic) at the batch's response width (:mod:`purejaxppo.lm.length_buckets`);
+   the critic) at the batch's response width (:mod:`purejaxppo.lm.models.length_buckets`);
 4. :func:`finish_phase`: every device's rows gathered, the KL, the advantages (GAE or a group
-   baseline) and the batch statistics (:func:`purejaxppo.lm.experience.finish`);
-5. :func:`~purejaxppo.lm.token_update.update_phase`: the epochs of minibatch steps;
+   baseline) and the batch statistics (:func:`purejaxppo.lm.ppo.experience.finish`);
+5. :func:`~purejaxppo.lm.ppo.token_update.update_phase`: the epochs of minibatch steps;
 6. :func:`beta_phase`: the adaptive KL controller moves ``beta``.
 
 Shapes: ``B = batch_size`` rows (responses), ``B / G`` prompts of ``P`` slots, ``T =
@@ -25,11 +25,11 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.config.ppo_config import ConfigError
-from purejaxppo.lm import experience
-from purejaxppo.lm import tokens as tk
-from purejaxppo.lm.config import TokenPPOConfig
-from purejaxppo.lm.group_advantages import repeat_prompts
-from purejaxppo.lm.token_update import Devices
+from purejaxppo.lm.ppo import experience
+from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.ppo.group_advantages import repeat_prompts
+from purejaxppo.lm.ppo.token_update import Devices
 from purejaxppo.stages import device_rows
 
 #: ``prompts(key, n) -> (prompt [n, P] int32, prompt_valid [n, P] bool)``, left-padded
@@ -50,7 +50,7 @@ class Sampled(NamedTuple):
 
 
 def position_rows(model) -> Optional[int]:
-    """The position table of a :class:`~purejaxppo.lm.model.FlaxLM`'s module (TinyLM's ``max_len``,
+    """The position table of a :class:`~purejaxppo.lm.models.adapters.FlaxLM`'s module (TinyLM's ``max_len``,
     GPT-2's ``n_positions``, the Llama family's ``config.max_position_embeddings``), None when unknown."""
     module = getattr(model, "model", model)
     for holder in (module, getattr(module, "config", None)):  # the Llama family keeps its sizes in .config
@@ -121,7 +121,7 @@ def score_phase(
     models: experience.Models, params: dict, reference_params, s: Sampled, width: int, cfg: TokenPPOConfig
 ) -> dict:
     """The rows' experience at response width ``width <= T`` (every column past it padding):
-    :func:`purejaxppo.lm.experience.score`'s ``[b, P + width]`` arrays, the scores ``s.scores``."""
+    :func:`purejaxppo.lm.ppo.experience.score`'s ``[b, P + width]`` arrays, the scores ``s.scores``."""
     return experience.score(
         models,
         params,
@@ -139,7 +139,7 @@ def score_phase(
 
 def finish_phase(exp: dict, beta, cfg: TokenPPOConfig, devices: Devices) -> tuple[dict, dict]:
     """Every device's rows gathered (``[B, L]``, single-device row order, so a group's rows sit
-    together), then :func:`purejaxppo.lm.experience.finish`: ``(data, stats)``."""
+    together), then :func:`purejaxppo.lm.ppo.experience.finish`: ``(data, stats)``."""
     return experience.finish(device_rows.gather(exp, devices.axis_name), beta, cfg)
 
 

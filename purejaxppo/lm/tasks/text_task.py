@@ -1,5 +1,5 @@
 """The user's own data as a task: a model folder's tokenizer, a prompt file, a text reward (or a
-reward model), optional SFT pairs. :class:`TextTask` meets :class:`purejaxppo.lm.tasks.Task`, so
+reward model), optional SFT pairs. :class:`TextTask` meets :class:`purejaxppo.lm.tasks.builtin_tasks.Task`, so
 SFT, the evaluation and token-level PPO take it as they take the built-in tasks.
 
 ``make_text_task`` reads every file and checks every size BEFORE any compiled work: the
@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm import prompt_data as pd
-from purejaxppo.lm.pretrained import CheckpointFolderError, read_config
-from purejaxppo.lm.tokenizer import load_tokenizer, strip_special
+from purejaxppo.lm.data import prompts as pd
+from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError, read_config
+from purejaxppo.lm.checkpoints.tokenizer import load_tokenizer, strip_special
 
 POSITION_KEYS = ("n_positions", "max_position_embeddings")  # GPT-2's, then the Llama family's
 
@@ -62,7 +62,7 @@ def folder_hashes(folder: str) -> dict:
 
 class BoundReward:
     """A reward model as a task's score: ``fn(params, prompt, prompt_valid, response, mask) -> [B]``
-    with its ``params`` and its model ``lm`` (a :class:`~purejaxppo.lm.model.CausalLM` whose value
+    with its ``params`` and its model ``lm`` (a :class:`~purejaxppo.lm.models.causal_lm.CausalLM` whose value
     head is the score head: the critic's starting point). Token-level PPO passes ``params`` through
     its state (``reward_params``); the evaluations call it bound (the params then constants of
     their program)."""
@@ -77,7 +77,7 @@ class BoundReward:
 class TextTask:
     """Prompts drawn from a table, responses of up to ``max_new`` tokens scored by ``reward``
     (``(prompt, prompt_valid, response, mask) -> [B]``, jittable: a
-    :class:`~purejaxppo.lm.text_reward.TextReward` or a bound reward model). Hashable by identity
+    :class:`~purejaxppo.lm.rewards.python_reward.TextReward` or a bound reward model). Hashable by identity
     (a static argument under ``jit``). ``eval_table``: the fixed evaluation prompts
     (:meth:`evaluation_prompts`); ``sft``: ``(prompts, response [N, T], mask [N, T])`` or None."""
 
@@ -140,11 +140,11 @@ class TextTask:
 
 
 def load_bound_reward_model(folder: str, policy_folder: str, dtype) -> BoundReward:
-    """The reward model in ``folder`` (:func:`purejaxppo.lm.reward_model.load_reward_trunk`), refused
+    """The reward model in ``folder`` (:func:`purejaxppo.lm.rewards.reward_model.load_reward_trunk`), refused
     (:class:`CheckpointFolderError`) unless it reads the policy's token ids: the same vocabulary
     size and, when both folders hold one, the same tokenizer.json. (Re-tokenising through text is
     not done: the reward model scores the policy's ids as they are.)"""
-    from purejaxppo.lm.reward_model import load_reward_trunk, make_reward_fn
+    from purejaxppo.lm.rewards.reward_model import load_reward_trunk, make_reward_fn
 
     mine, theirs = model_shape(policy_folder)[0], model_shape(folder)[0]
     if mine != theirs:
@@ -189,7 +189,7 @@ def make_text_task(
 ) -> tuple:
     """``(TextTask, TextData)`` of the model folder ``model`` and the files. ``reward_for(tokenizer)``
     gives the reward. ``max_prompt_tokens`` 0: the model's positions minus ``max_new``.
-    Raises :class:`CheckpointFolderError` or :class:`~purejaxppo.lm.prompt_data.PromptFileError`."""
+    Raises :class:`CheckpointFolderError` or :class:`~purejaxppo.lm.data.prompts.PromptFileError`."""
     vocab, positions = model_shape(model)
     tokenizer = load_tokenizer(model, model_vocab=vocab)
     if tokenizer.vocab_size > vocab:

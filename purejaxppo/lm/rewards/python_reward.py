@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.tokenizer import strip_special
+from purejaxppo.lm.checkpoints.tokenizer import strip_special
 
 
 class RewardSpecError(ValueError):

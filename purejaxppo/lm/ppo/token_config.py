@@ -1,4 +1,4 @@
-"""The configuration of token-level PPO (:mod:`purejaxppo.lm.token_ppo`), frozen and typed.
+"""The configuration of token-level PPO (:mod:`purejaxppo.lm.ppo.token_ppo`), frozen and typed.
 
 As :class:`purejaxppo.config.PPOConfig`: **structural** fields (``static``: sizes, flags,
 estimator names, stop ids) live in the treedef, so changing one compiles anew; **numeric**
@@ -52,12 +52,12 @@ class TokenPPOConfig:
     adaptive_kl: bool = static(False)  # Ziegler et al.'s controller drives beta towards kl_target
     # the smallest response width the teacher-forced passes and the update run at: the batch is cut
     # to the first rung of 16, 32, 64, ... (up to max_new_tokens) that holds its longest response
-    # (purejaxppo.lm.length_buckets), and the rungs the sampler's KV cache grows by
+    # (purejaxppo.lm.models.length_buckets), and the rungs the sampler's KV cache grows by
     # (sampling.sample_response's rungs); 0 = always the whole budget. Without stop_ids no response
     # can end early: the passes and the update then run at the budget alone (smallest_width)
     length_buckets: int = static(16)
     ptx: bool = static(False)  # add ptx_coef * NLL of a supplied pretraining batch to the policy loss
-    # LoRA (purejaxppo.lm.lora): rank > 0 trains low-rank adapters (and the value head) on a frozen base,
+    # LoRA (purejaxppo.lm.models.lora): rank > 0 trains low-rank adapters (and the value head) on a frozen base,
     # which is also the reference; alpha is static (the scale alpha/rank is part of the adapters' structure)
     lora_rank: int = static(0)  # 0 = off: full fine-tuning
     lora_alpha: float = static(16.0)

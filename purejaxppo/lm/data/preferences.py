@@ -1,5 +1,5 @@
 """Preference pairs from a ``.jsonl`` file: read, tokenize, pad into a
-:class:`~purejaxppo.lm.reward_loss.PairBatch`.
+:class:`~purejaxppo.lm.rewards.bradley_terry.PairBatch`.
 
 Each line is ``{"prompt": str, "chosen": str, "rejected": str}`` with an optional numeric
 ``"margin"``. The prompt is LEFT-padded to ``P`` tokens (a longer one keeps its last ``P``:
@@ -17,7 +17,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from purejaxppo.config import ConfigError
-from purejaxppo.lm.reward_loss import PairBatch
+from purejaxppo.lm.rewards.bradley_terry import PairBatch
 
 
 class PairsFileError(ConfigError):

@@ -1,11 +1,11 @@
 """The Llama family (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM2) as one Flax module with
 a value head: RMSNorm, rotary positions (RoPE), grouped-query attention, a SwiGLU MLP.
 
-:class:`Llama` has :class:`purejaxppo.lm.model.TinyLM`'s calling convention, so
-``FlaxLM(Llama(config))`` is a :class:`purejaxppo.lm.model.CausalLM`: left-padded prompts,
+:class:`Llama` has :class:`purejaxppo.lm.models.tiny_lm.TinyLM`'s calling convention, so
+``FlaxLM(Llama(config))`` is a :class:`purejaxppo.lm.models.causal_lm.CausalLM`: left-padded prompts,
 positions from the mask (RoPE angles of a row do not depend on its padding), a KV cache
 holding only the ``num_key_value_heads`` key/value heads. The parameter tree mirrors HF's
-names (:mod:`purejaxppo.lm.llama_hf` maps them): ``embed_tokens``, ``layers_{i}/{
+names (:mod:`purejaxppo.lm.checkpoints.llama_hf` maps them): ``embed_tokens``, ``layers_{i}/{
 input_layernorm, self_attn/{q,k,v,o}_proj (+ q_norm, k_norm), post_attention_layernorm,
 mlp/{gate,up,down}_proj}``, ``norm``, ``lm_head`` (absent when tied), ``value_head``.
 
@@ -23,16 +23,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from purejaxppo.lm.llama_config import LlamaConfig, rope_inv_freq
-from purejaxppo.lm.matmul import flat_dot, logits_dot
-from purejaxppo.lm.attention import QUERY_BLOCK, attend, attention_mask, write_kv
-from purejaxppo.lm.model import KVCache, cache_view, empty_kv_cache, positions_from_mask, value_head, written_cache
+from purejaxppo.lm.models.llama_config import LlamaConfig, rope_inv_freq
+from purejaxppo.lm.models.matmul import flat_dot, logits_dot
+from purejaxppo.lm.models.attention import QUERY_BLOCK, attend, attention_mask, write_kv
+from purejaxppo.lm.models.kv_cache import KVCache, cache_view, empty_kv_cache, positions_from_mask, written_cache
+from purejaxppo.lm.models.causal_lm import value_head
 
 _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
 
 
 def _dot(dtype):
-    """The projections' product: :func:`~purejaxppo.lm.matmul.flat_dot` under a 16-bit compute
+    """The projections' product: :func:`~purejaxppo.lm.models.matmul.flat_dot` under a 16-bit compute
     dtype (float32 accumulation, the fast bf16 path), ``lax.dot_general`` under float32."""
     return None if jnp.dtype(dtype) == jnp.float32 else flat_dot
 
@@ -181,7 +182,7 @@ class Llama(nn.Module):
         """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
         ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
         third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
-        other output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1`` only (``[B, L - logits_from, V]``). The contract of :class:`purejaxppo.lm.model.TinyLM`."""
+        other output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1`` only (``[B, L - logits_from, V]``). The contract of :class:`purejaxppo.lm.models.tiny_lm.TinyLM`."""
         c = self.config
         valid = valid.astype(bool)
         start, key_valid = cache_view(valid, cache, slot)

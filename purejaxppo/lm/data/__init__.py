@@ -1,0 +1,2 @@
+"""Prompt files (``.jsonl`` / ``.txt``) as token tables, and preference pairs for reward-model
+training."""
