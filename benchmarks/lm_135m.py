@@ -104,9 +104,7 @@ def prepare(shape: str, prompt: int, pool: int = 64, work: str = WORK) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.models.llama import Llama
-    from purejaxppo.lm.models.llama_config import llama_config_from_hf
-    from purejaxppo.lm.checkpoints.pretrained import save_pretrained
+    from purejaxppo.lm import Llama, llama_config_from_hf, save_pretrained
 
     folder = os.path.join(work, shape)
     prompts = os.path.join(work, f"{shape}_prompts_{prompt}.npy")
@@ -134,8 +132,7 @@ def _ours(spec: dict) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.checkpoints.pretrained import load_pretrained
-    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
+    from purejaxppo.lm import load_pretrained, make_token_ppo
 
     mode, t0 = spec["mode"], time.perf_counter()
     # LoRA over a bfloat16 base reads the base in bfloat16 (no float32 copy is ever made)
@@ -175,7 +172,7 @@ def _ours(spec: dict) -> dict:
     if devices == 1:
         tp = make_token_ppo(cfg, lm, reward, prompts=prompts)
     else:  # the rlhf CLI's --devices layout: each device samples and scores B / D prompts
-        from purejaxppo.lm.ppo.data_parallel import data_parallel
+        from purejaxppo.lm import data_parallel
 
         tp = data_parallel(functools.partial(make_token_ppo, cfg, lm, reward, prompts=prompts), devices)
     init = jax.jit(lambda k, p: tp.init(k, p, None if lora else p))
@@ -189,14 +186,13 @@ def _ours(spec: dict) -> dict:
     mem = compiled.memory_analysis()
     gen_times = []
     if spec.get("split"):  # generation alone (the policy's KV-cache sampler on the state's params)
-        from purejaxppo.lm.ppo import experience
-        from purejaxppo.lm.ppo.token_ppo import trained_params
+        from purejaxppo.lm import Models, sample_experience, trained_params
 
-        models = experience.Models(lm, lm, lm, reward)
+        models = Models(lm, lm, lm, reward)
         batch = prompts(jax.random.PRNGKey(5), cfg.batch_size)
         keys = jax.random.split(jax.random.PRNGKey(6), cfg.batch_size)
         gen = jax.jit(
-            lambda s, k: experience.sample(models, trained_params(s.train.params, s.reference, models), k, *batch, cfg)
+            lambda s, k: sample_experience(models, trained_params(s.train.params, s.reference, models), k, *batch, cfg)
         )
         gen = gen.lower(state, keys).compile()
         for _ in range(2):
@@ -212,14 +208,14 @@ def _ours(spec: dict) -> dict:
         jax.block_until_ready(m)
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    from purejaxppo.lm.models import lora as lora_lib
+    from purejaxppo.lm import count_params
 
     return {
         "side": "ours",
         "mode": mode,
         "jax": jax.__version__,
         "params": n_params,
-        "trainable": lora_lib.count(state.train.params),
+        "trainable": count_params(state.train.params),
         "load_s": load_s,
         "compile_s": compile_s,
         "times": times,

@@ -58,11 +58,16 @@ def phases(
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.ppo import experience
-    from purejaxppo.lm.ppo import token_phases as ph
-    from purejaxppo.lm.checkpoints.pretrained import load_pretrained
-    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
-    from purejaxppo.lm.ppo.token_update import trained_params
+    from purejaxppo.lm import (
+        Devices,
+        finish_phase,
+        load_pretrained,
+        make_token_ppo,
+        Models,
+        sample_phase,
+        score_phase,
+        trained_params,
+    )
 
     info = prepare(shape, prompt)
     lm, params = load_pretrained(info["model_dir"], dtype=jnp.dtype(dtype))
@@ -79,22 +84,22 @@ def phases(
     cfg = token_config(spec, stop_ids=(), pad_id=PAD, missing_eos_penalty=0.0, micro_batches=micro_batches, **lora)
     tp = make_token_ppo(cfg, lm, reward)
     state = jax.jit(lambda k, q: tp.init(k, q, None if lora_rank else q))(jax.random.PRNGKey(0), params)
-    models = experience.Models(lm, lm, lm, reward)
+    models = Models(lm, lm, lm, reward)
     keys = jax.random.split(jax.random.PRNGKey(1), batch)
 
     def gen(s, k):
-        return ph.sample_phase(
-            models, trained_params(s.train.params, s.reference, models), None, k[0], p, pv, cfg, ph.Devices()
+        return sample_phase(
+            models, trained_params(s.train.params, s.reference, models), None, k[0], p, pv, cfg, Devices()
         )
 
     sampled = jax.jit(gen)(state, keys)
 
     def score(s, sm):
-        return ph.finish_phase(
-            ph.score_phase(models, trained_params(s.train.params, s.reference, models), s.reference, sm, response, cfg),
+        return finish_phase(
+            score_phase(models, trained_params(s.train.params, s.reference, models), s.reference, sm, response, cfg),
             s.beta,
             cfg,
-            ph.Devices(),
+            Devices(),
         )[0]
 
     data = jax.jit(score)(state, sampled)

@@ -27,9 +27,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from _common import hardware  # noqa: E402
-from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute  # noqa: E402
-from purejaxppo.lm.models.tiny_lm import TinyLM  # noqa: E402
-from purejaxppo.lm.models.sampling import sample_response  # noqa: E402
+from purejaxppo.lm import FlaxLM, FullRecompute, sample_response, TinyLM  # noqa: E402
 
 VOCAB, D_MODEL, LAYERS, HEADS, PROMPT, MAX_LONG = 256, 128, 4, 4, 16, 1024
 

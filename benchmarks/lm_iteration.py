@@ -38,10 +38,15 @@ import jax.numpy as jnp  # noqa: E402
 
 from _common import hardware  # noqa: E402
 from lm_generation import MAX_LONG, setup  # noqa: E402
-from purejaxppo.lm.ppo import experience  # noqa: E402
-from purejaxppo.lm.ppo.token_config import TokenPPOConfig  # noqa: E402
-from purejaxppo.lm.models.adapters import FlaxLM  # noqa: E402
-from purejaxppo.lm.ppo.token_ppo import make_token_ppo  # noqa: E402
+from purejaxppo.lm import (
+    finish_experience,
+    FlaxLM,
+    make_token_ppo,
+    Models,
+    sample_experience,
+    score_experience,
+    TokenPPOConfig,
+)  # noqa: E402
 
 STAGES = ("generation", "scoring", "update", "iteration")
 
@@ -56,18 +61,18 @@ def stages(model, params, prompt, valid, cfg):
     takes the previous stage's real output."""
     lm = FlaxLM(model)
     tp = make_token_ppo(cfg, lm, reward)
-    models = experience.Models(lm, lm, lm, reward)
+    models = Models(lm, lm, lm, reward)
     state = tp.init(jax.random.PRNGKey(0), params, params)
     row_keys = jax.random.split(jax.random.PRNGKey(1), cfg.batch_size)
     fns = {
         "generation": (
-            jax.jit(lambda p, k: experience.sample(models, p, k, prompt, valid, cfg)),
+            jax.jit(lambda p, k: sample_experience(models, p, k, prompt, valid, cfg)),
             (state.train.params, row_keys),
         ),
         "scoring": (
             jax.jit(
-                lambda p, ref, resp: experience.finish(
-                    experience.score(models, p, ref, None, prompt, valid, *resp, cfg), state.beta, cfg
+                lambda p, ref, resp: finish_experience(
+                    score_experience(models, p, ref, None, prompt, valid, *resp, cfg), state.beta, cfg
                 )[0]
             ),
             None,

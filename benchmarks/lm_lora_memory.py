@@ -27,11 +27,7 @@ def one(mode: str, d: int, layers: int, vocab: int, batch: int, prompt: int, res
     import jax
     import jax.numpy as jnp
 
-    from purejaxppo.lm.models import lora
-    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
-    from purejaxppo.lm.models.gpt2 import GPT2
-    from purejaxppo.lm.models.adapters import FlaxLM
-    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
+    from purejaxppo.lm import count_params, FlaxLM, GPT2, make_token_ppo, TokenPPOConfig
 
     module = GPT2(vocab, prompt + response, d, layers, max(1, d // 64))
     params = module.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool))
@@ -63,7 +59,7 @@ def one(mode: str, d: int, layers: int, vocab: int, batch: int, prompt: int, res
     for _ in range(2):
         state, metrics = compiled(state)
     jax.block_until_ready(metrics)
-    trainable = lora.count(state.train.params)
+    trainable = count_params(state.train.params)
     return {
         "mode": mode,
         "state_MiB": round(sum(x.nbytes for x in jax.tree.leaves(state)) / 2**20, 1),

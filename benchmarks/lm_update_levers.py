@@ -13,7 +13,7 @@ way first (``--phases``). Variants (``--levers``):
 * ``bf16``: the GPT-2's compute dtype bfloat16 (matmuls in bf16; parameters, softmax, loss float32);
 * ``remat``: every teacher-forced pass under ``jax.checkpoint`` (activations recomputed in the
   backward pass instead of kept);
-* ``one_softmax``: ``experience.filtered_logprobs`` reading the token log-probs out of the one
+* ``one_softmax``: ``filtered_logprobs`` reading the token log-probs out of the one
   ``log_softmax`` it computes for the entropy (the library computes ``log_softmax`` twice: once in
   ``tokens.token_logprobs``, once for the entropy) -- patched in for the measurement;
 * ``qb32`` / ``qb128``: teacher-forced attention in query blocks of 32 / 128 (the default is 64).
@@ -36,13 +36,12 @@ LEVERS = ("base", "micro2", "micro4", "bf16", "remat", "one_softmax", "qb32", "q
 
 
 def one_softmax_logprobs(logits, tokens, cfg):
-    """``experience.filtered_logprobs`` with ONE ``log_softmax``: the token log-probs gathered
+    """``filtered_logprobs`` with ONE ``log_softmax``: the token log-probs gathered
     from the array the entropy reads (the same numbers to float rounding)."""
     import jax
     import jax.numpy as jnp
 
-    from purejaxppo.lm.ppo import token_stages as tk
-    from purejaxppo.lm.models.sampling import filter_logits
+    from purejaxppo.lm import filter_logits, shift_right
 
     x = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.pad_id)
     logp_all = jax.nn.log_softmax(x, axis=-1)
@@ -50,7 +49,7 @@ def one_softmax_logprobs(logits, tokens, cfg):
     plogp = jnp.where(finite, jnp.exp(logp_all) * jnp.where(finite, logp_all, 0.0), 0.0)
     picked = jnp.take_along_axis(logp_all[:, :-1], tokens[:, 1:, None].astype(jnp.int32), axis=-1)[..., 0]
     logp = jnp.concatenate([jnp.zeros_like(picked[:, :1]), picked], axis=1)
-    return logp, tk.shift_right(-jnp.sum(plogp, axis=-1))
+    return logp, shift_right(-jnp.sum(plogp, axis=-1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,12 +95,18 @@ def main(argv=None) -> dict:
     import numpy as np
 
     from _common import hardware, loadavg_now
-    from purejaxppo.lm.ppo import experience
-    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
-    from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
-    from purejaxppo.lm.models.adapters import FlaxLM
-    from purejaxppo.lm.tasks.builtin_tasks import make_task
-    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
+    from purejaxppo.lm import (
+        filtered_logprobs,
+        finish_experience,
+        FlaxLM,
+        load_gpt2,
+        make_task,
+        make_token_ppo,
+        Models,
+        sample_experience,
+        score_experience,
+        TokenPPOConfig,
+    )
     from vs_trl import HYPER, TASK, _median, prepare
 
     info = prepare()
@@ -130,12 +135,12 @@ def main(argv=None) -> dict:
     base_lm = FlaxLM(module)
     tp = make_token_ppo(cfg, base_lm, reward)
     state = tp.init(jax.random.PRNGKey(0), params, params)
-    models = experience.Models(base_lm, base_lm, base_lm, reward)
+    models = Models(base_lm, base_lm, base_lm, reward)
     row_keys = jax.random.split(jax.random.PRNGKey(1), cfg.batch_size)
-    gen = jax.jit(lambda p, k: experience.sample(models, p, k, prompt, valid, cfg))
+    gen = jax.jit(lambda p, k: sample_experience(models, p, k, prompt, valid, cfg))
     score = jax.jit(
-        lambda p, ref, resp: experience.finish(
-            experience.score(models, p, ref, None, prompt, valid, *resp, cfg), state.beta, cfg
+        lambda p, ref, resp: finish_experience(
+            score_experience(models, p, ref, None, prompt, valid, *resp, cfg), state.beta, cfg
         )[0]
     )
     resp = jax.block_until_ready(gen(state.train.params, row_keys))
@@ -183,14 +188,14 @@ def main(argv=None) -> dict:
     exes, compile_s = {}, {}
     for name in levers:
         if name == "one_softmax":  # patched while tracing: the compiled program keeps it
-            orig, experience.filtered_logprobs = experience.filtered_logprobs, one_softmax_logprobs
+            orig, filtered_logprobs = filtered_logprobs, one_softmax_logprobs
         try:
             t0 = time.perf_counter()
             exes[name] = jax.jit(variant(name)).lower(state.train, data, key).compile()
             compile_s[name] = time.perf_counter() - t0
         finally:
             if name == "one_softmax":
-                experience.filtered_logprobs = orig
+                filtered_logprobs = orig
     results = {k: [] for k in exes}
     finals = {}
     for _ in range(args.rounds):

@@ -118,11 +118,7 @@ def prepare(work: str = WORK, model: dict = MODEL) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.models.gpt2 import GPT2
-    from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
-    from purejaxppo.lm.models.adapters import FlaxLM
-    from purejaxppo.lm.sft.sft_training import evaluate_policy, train_sft
-    from purejaxppo.lm.tasks.builtin_tasks import make_task
+    from purejaxppo.lm import evaluate_policy, FlaxLM, GPT2, make_task, save_gpt2, train_sft
 
     model_dir, prompts = os.path.join(work, "sft_gpt2"), os.path.join(work, "prompts.npy")
     info_path = os.path.join(work, "sft.json")
@@ -167,8 +163,7 @@ def _split_programs(cfg, models, devices: int):
     of the rows with the row keys one device would use, then the rows are gathered)."""
     import jax
 
-    from purejaxppo.lm.ppo import experience
-    from purejaxppo.lm.ppo.data_parallel import AXIS, prompt_mesh
+    from purejaxppo.lm import collect_experience, DATA_AXIS as AXIS, finish_experience, prompt_mesh, sample_experience
 
     def rows(state, batch, share):
         keys = jax.random.split(state.key, cfg.batch_size)
@@ -176,12 +171,12 @@ def _split_programs(cfg, models, devices: int):
 
     def gen_part(state, batch, share=lambda x: x):
         keys, prompt, valid = rows(state, batch, share)
-        return experience.sample(models, state.train.params, keys, prompt, valid, cfg)
+        return sample_experience(models, state.train.params, keys, prompt, valid, cfg)
 
     def score_part(state, batch, share=lambda x: x, gather=lambda x: x):
         keys, prompt, valid = rows(state, batch, share)
-        exp = experience.collect(models, state.train.params, state.reference, state.reward, keys, prompt, valid, cfg)
-        return experience.finish(gather(exp), state.beta, cfg)
+        exp = collect_experience(models, state.train.params, state.reference, state.reward, keys, prompt, valid, cfg)
+        return finish_experience(gather(exp), state.beta, cfg)
 
     if devices == 1:
         return gen_part, score_part
@@ -207,7 +202,7 @@ def _split_programs(cfg, models, devices: int):
 def token_config(h: dict, **fields):
     """Our ``TokenPPOConfig`` for the hyperparameters both sides share (``h``: a spec with HYPER's
     keys and the batch shape), plus this row's own ``fields`` (stop ids, pad id, LoRA, ...)."""
-    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+    from purejaxppo.lm import TokenPPOConfig
 
     return TokenPPOConfig(
         batch_size=h["batch_size"],
@@ -241,11 +236,7 @@ def _ours(spec: dict) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from purejaxppo.lm.ppo import experience
-    from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
-    from purejaxppo.lm.models.adapters import FlaxLM
-    from purejaxppo.lm.tasks.builtin_tasks import make_task
-    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
+    from purejaxppo.lm import FlaxLM, load_gpt2, make_task, make_token_ppo, Models
 
     task = make_task("reverse", **TASK)
     module, params = load_gpt2(spec["model_dir"])
@@ -274,7 +265,7 @@ def _ours(spec: dict) -> dict:
     elif devices == 1:
         ppo = make_token_ppo(cfg, lm, reward, prompts=prompts)
     else:  # throughput rows over several devices: the prompts split, the update's minibatches too
-        from purejaxppo.lm.ppo.data_parallel import data_parallel
+        from purejaxppo.lm import data_parallel
 
         ppo = data_parallel(functools.partial(make_token_ppo, cfg, lm, reward, prompts=prompts), devices)
     rss_before = _rss_mb()
@@ -307,7 +298,7 @@ def _ours(spec: dict) -> dict:
             for i, (b, s) in enumerate(members)
         ]
     else:
-        models = experience.Models(lm, lm, lm, reward)
+        models = Models(lm, lm, lm, reward)
         state = ppo.init(jax.random.PRNGKey(spec["seed"]), params, params)
         batch = prompts(jax.random.PRNGKey(3), cfg.batch_size)
         gen, gen_score = _split_programs(cfg, models, devices if spec["mode"] != "learning" else 1)
@@ -373,11 +364,7 @@ def scale_rows(size: str, lengths, batch: int, layouts, iterations: int, bf16: b
     import jax
     import jax.numpy as jnp
 
-    from purejaxppo.lm.ppo.token_config import TokenPPOConfig
-    from purejaxppo.lm.ppo.data_parallel import data_parallel, fsdp_sharding, prompt_mesh
-    from purejaxppo.lm.models.gpt2 import GPT2
-    from purejaxppo.lm.models.adapters import FlaxLM
-    from purejaxppo.lm.ppo.token_ppo import make_token_ppo
+    from purejaxppo.lm import data_parallel, FlaxLM, fsdp_sharding, GPT2, make_token_ppo, prompt_mesh, TokenPPOConfig
 
     shape = SIZES[size]
     module = GPT2(**shape, dtype=jnp.bfloat16 if bf16 else jnp.float32)

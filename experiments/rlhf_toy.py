@@ -35,11 +35,17 @@ import optax
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from purejaxppo.lm.ppo import token_stages as tk  # noqa: E402
-from purejaxppo.lm.ppo.token_config import TokenPPOConfig  # noqa: E402
-from purejaxppo.lm.sft.sft_training import init_tiny_lm, train_sft  # noqa: E402
-from purejaxppo.lm.tasks.builtin_tasks import GrammarTask  # noqa: E402
-from purejaxppo.lm.ppo.token_ppo import make_token_ppo  # noqa: E402
+from purejaxppo.lm import (
+    kl_penalty,
+    masked_whiten,
+    shaped_rewards,
+    shift_right,
+    token_entropy,
+    token_gae,
+    token_logprobs,
+    token_ppo_loss,
+)  # noqa: E402
+from purejaxppo.lm import GrammarTask, init_tiny_lm, make_token_ppo, TokenPPOConfig, train_sft  # noqa: E402
 from purejaxppo.stages.update import TrainState, update_epochs  # noqa: E402
 
 
@@ -229,30 +235,30 @@ def run_tabular(cfg: TabularConfig):
 
     def forward(params, batch):
         logits = params["policy"][batch["pos_states"]]
-        return logits, tk.shift_right(params["critic"][batch["pos_states"]])
+        return logits, shift_right(params["critic"][batch["pos_states"]])
 
     def iteration(carry, key):
         params, opt_state = carry
         k_roll, k_upd = jax.random.split(key)
         batch = rollout(params, k_roll)
         logits, values = forward(params, batch)
-        logp_old = tk.token_logprobs(logits, batch["toks"])
-        logp_ref = tk.token_logprobs(ref[batch["pos_states"]], batch["toks"])
-        kl = tk.kl_penalty(logp_old, logp_ref, "k1", batch["mask"])
-        rewards = tk.shaped_rewards(batch["score"], kl, batch["mask"], cfg.beta)
-        adv, ret = tk.token_gae(rewards, values, batch["mask"], 1.0, cfg.gae_lambda)
+        logp_old = token_logprobs(logits, batch["toks"])
+        logp_ref = token_logprobs(ref[batch["pos_states"]], batch["toks"])
+        kl = kl_penalty(logp_old, logp_ref, "k1", batch["mask"])
+        rewards = shaped_rewards(batch["score"], kl, batch["mask"], cfg.beta)
+        adv, ret = token_gae(rewards, values, batch["mask"], 1.0, cfg.gae_lambda)
         data = jax.lax.stop_gradient(dict(batch, logp_old=logp_old, values_old=values, adv=adv, ret=ret))
 
         def loss_fn(params, mb):
             logits, values = forward(params, mb)
-            logp = tk.token_logprobs(logits, mb["toks"])
-            return tk.token_ppo_loss(
+            logp = token_logprobs(logits, mb["toks"])
+            return token_ppo_loss(
                 logp,
-                tk.token_entropy(logits),
+                token_entropy(logits),
                 values,
                 mb["logp_old"],
                 mb["values_old"],
-                tk.masked_whiten(mb["adv"], mb["mask"]),
+                masked_whiten(mb["adv"], mb["mask"]),
                 mb["ret"],
                 mb["mask"],
                 clip_eps=cfg.clip_eps,

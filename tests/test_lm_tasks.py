@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from purejaxppo.lm.sft.sft_training import sft_training as sft
+from purejaxppo.lm.sft import sft_training as sft
 from purejaxppo.lm.tasks.builtin_tasks import EOS, FIRST_CONTENT, PAD, SEP, TASKS, GrammarTask, ReverseTask, make_task
 
 B = 64

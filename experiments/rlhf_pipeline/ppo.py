@@ -21,10 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import objective as obj
-from purejaxppo.lm.ppo import token_stages as tk
-from purejaxppo.lm.ppo.token_config import TokenPPOConfig
-from purejaxppo.lm.rewards.reward_model import load_reward_model
-from purejaxppo.lm.ppo.token_ppo import policy_params
+from purejaxppo.lm import load_reward_model, policy_params, token_logprobs, TokenPPOConfig
 from purejaxppo.programs import kinds
 from purejaxppo.programs.rlhf_program import RLHFSettings
 from purejaxppo.programs.rlhf_run import run_keys, train_rlhf
@@ -100,8 +97,8 @@ class Evaluator:
             response, mask = sampler.sample_fn(params, key, prompt, valid)[::2]
             toks = jnp.concatenate([prompt, response], axis=1)
             full = jnp.concatenate([valid.astype(bool), mask], axis=1)
-            lp = tk.token_logprobs(lm.logits(params, toks, full), toks)[:, -MAX_NEW:]
-            lr = tk.token_logprobs(lm.logits(ref, toks, full), toks)[:, -MAX_NEW:]
+            lp = token_logprobs(lm.logits(params, toks, full), toks)[:, -MAX_NEW:]
+            lr = token_logprobs(lm.logits(ref, toks, full), toks)[:, -MAX_NEW:]
             kl = jnp.sum(jnp.where(mask, lp - lr, 0.0), axis=1)
             return response, mask, rm_fn(rm_params, prompt, valid, response, mask), kl
 

@@ -12,14 +12,18 @@ import jax.numpy as jnp
 import numpy as np
 
 import objective as obj
-from purejaxppo.lm.models.llama import Llama
-from purejaxppo.lm.models.llama_config import LlamaConfig
-from purejaxppo.lm.models.adapters import FlaxLM
-from purejaxppo.lm.checkpoints.pretrained import load_pretrained, save_pretrained
-from purejaxppo.lm.models.sampling import sample_response
-from purejaxppo.lm.sft.sft_training import train_sft
-from purejaxppo.lm.tasks.text_task import make_text_task
-from purejaxppo.lm.checkpoints.tokenizer import load_tokenizer, strip_special
+from purejaxppo.lm import (
+    FlaxLM,
+    Llama,
+    LlamaConfig,
+    load_pretrained,
+    load_tokenizer,
+    make_text_task,
+    sample_response,
+    save_pretrained,
+    strip_special,
+    train_sft,
+)
 
 EOS, PAD = "<|endoftext|>", "<pad>"
 MAX_NEW = 24  # response budget: the longest answer of 8 adjectives fits

@@ -54,6 +54,7 @@ from purejaxppo.lm.models.lora import count as count_params
 from purejaxppo.lm.models.causal_lm import CausalLM, CausalModule
 from purejaxppo.lm.models.sampling import filter_logits, sample_response, sample_tokens
 from purejaxppo.lm.models.tiny_lm import TinyLM
+from purejaxppo.lm.ppo.data_parallel import AXIS as DATA_AXIS
 from purejaxppo.lm.ppo.data_parallel import data_parallel, fsdp_sharding, prompt_mesh
 from purejaxppo.lm.ppo.experience import Models
 from purejaxppo.lm.ppo.experience import collect as collect_experience
@@ -71,6 +72,7 @@ from purejaxppo.lm.ppo.token_stages import (
     aggregation_weights,
     kl_penalty,
     last_valid_mask,
+    masked_whiten,
     sequence_kl,
     shaped_rewards,
     shift_right,
@@ -143,6 +145,7 @@ __all__ = [
     "finish_phase",
     "update_phase",
     "data_parallel",
+    "DATA_AXIS",
     "prompt_mesh",
     "fsdp_sharding",
     # the stage functions
@@ -154,6 +157,7 @@ __all__ = [
     "token_logprobs",
     "token_entropy",
     "shift_right",
+    "masked_whiten",
     "last_valid_mask",
     "kl_penalty",
     "sequence_kl",
