@@ -187,15 +187,18 @@ def main(argv=None) -> dict:
 
     exes, compile_s = {}, {}
     for name in levers:
-        if name == "one_softmax":  # patched while tracing: the compiled program keeps it
-            orig, filtered_logprobs = filtered_logprobs, one_softmax_logprobs
+        if (
+            name == "one_softmax"
+        ):  # patched while tracing (where the iteration looks it up): the compiled program keeps it
+            home = sys.modules[filtered_logprobs.__module__]
+            orig, home.filtered_logprobs = home.filtered_logprobs, one_softmax_logprobs
         try:
             t0 = time.perf_counter()
             exes[name] = jax.jit(variant(name)).lower(state.train, data, key).compile()
             compile_s[name] = time.perf_counter() - t0
         finally:
             if name == "one_softmax":
-                filtered_logprobs = orig
+                home.filtered_logprobs = orig
     results = {k: [] for k in exes}
     finals = {}
     for _ in range(args.rounds):
