@@ -20,16 +20,21 @@ from purejaxppo.lm.models.lora import dense_interceptor
 
 @dataclass(frozen=True)
 class FlaxLM:
-    """:class:`CausalLM` over a Flax module with TinyLM's calling convention (``params``: its
-    variables): ``module(tokens, valid, cache=None, slot=0, heads="both")`` returning
-    ``(logits, values)``, or ``(logits, values, cache)`` with a cache, and
-    ``module.empty_cache(batch, max_len)``. :class:`TinyLM` and
-    :class:`purejaxppo.lm.models.gpt2.GPT2` meet it; so can a user's own model."""
+    """A :class:`~purejaxppo.lm.models.causal_lm.CausalLM` over a Flax module that meets
+    :class:`~purejaxppo.lm.models.causal_lm.CausalModule` (:class:`~purejaxppo.lm.models.tiny_lm.TinyLM`,
+    :class:`~purejaxppo.lm.models.gpt2.GPT2`, :class:`~purejaxppo.lm.models.llama.Llama`, or a
+    user's own). ``params`` are the module's variables (``{"params": ...}``); LoRA factors beside
+    a Dense kernel (``purejaxppo.lm.lora_attach``) are read unmerged. Frozen and hashable: a
+    static argument under ``jit``.
+
+    Attributes:
+      model: the Flax module.
+      transposed_decode: sampling reads each ``nn.Dense`` kernel from a transposed copy made
+        once per generation (:meth:`decode_params`; about 1.4x faster decode products on CPU);
+        False for a module whose Dense-shaped parameters are not ``nn.Dense`` layers.
+    """
 
     model: Any
-    # sampling reads each Dense kernel from a transposed copy made once per generation
-    # (decode_layout: about 1.4x faster decode products on CPU); False for a module whose
-    # Dense-shaped parameters are not nn.Dense layers
     transposed_decode: bool = True
     lora_unmerged = True  # its Dense layers read LoRA factors beside their kernels (lora.lora_attach)
 
@@ -53,25 +58,32 @@ class FlaxLM:
         return {"logits_from": first} if first and takes else {}
 
     def logits(self, params, tokens, valid, first: int = 0):
-        """``[B, L - first, V]``: the logits of positions ``first..L-1`` (static ``first``)."""
+        """:meth:`CausalLM.logits <purejaxppo.lm.models.causal_lm.CausalLM.logits>`;
+        ``[B, L - first, V]`` float32: the logits of positions ``first..L-1`` (static ``first``)."""
         kw = self._head_args(first)
         return self._apply(params, tokens, valid, heads="logits", **kw)[0][:, 0 if kw else first :]
 
     def forward(self, params, tokens, valid, first: int = 0):
-        """``(logits [B, L - first, V], values [B, L])``."""
+        """:meth:`CausalLM.forward <purejaxppo.lm.models.causal_lm.CausalLM.forward>`;
+        ``(logits [B, L - first, V], values [B, L])`` float32."""
         kw = self._head_args(first)
         logits, values = self._apply(params, tokens, valid, **kw)
         return logits[:, 0 if kw else first :], values
 
     def values(self, params, tokens, valid):
+        """:meth:`CausalLM.values <purejaxppo.lm.models.causal_lm.CausalLM.values>`: ``[B, L]`` float32."""
         return self._apply(params, tokens, valid, heads="values")[1]
 
     def prefill(self, params, tokens, valid, max_len: int):
+        """:meth:`CausalLM.prefill <purejaxppo.lm.models.causal_lm.CausalLM.prefill>`: the
+        module's ``empty_cache(B, max_len)`` filled from slot 0, only the last position's logits
+        computed."""
         cache, kw = self.model.empty_cache(tokens.shape[0], max_len), self._head_args(tokens.shape[1] - 1)
         logits, _, cache = self._apply(params, tokens, valid, cache, 0, heads="logits", **kw)  # the last position's
         return logits[:, -1], cache
 
     def decode(self, params, cache, token, position):
+        """:meth:`CausalLM.decode <purejaxppo.lm.models.causal_lm.CausalLM.decode>`."""
         ones = jnp.ones(token.shape + (1,), bool)
         logits, _, cache = self._apply(params, token[:, None], ones, cache, position, heads="logits")
         return logits[:, 0], cache
@@ -85,10 +97,16 @@ class FlaxLM:
 
 @dataclass(frozen=True)
 class FullRecompute:
-    """:class:`CausalLM` from any teacher-forced ``logits_fn(params, tokens [B, L], valid [B, L])
-    -> [B, L, V]``, without a cache: the "cache" is the token buffer ``(tokens [B, S], valid
-    [B, S])`` and every step re-runs the full causal pass over all ``S`` slots. It has no
-    value head: ``forward`` gives zero values (pair it with a separate critic)."""
+    """A :class:`~purejaxppo.lm.models.causal_lm.CausalLM` from a bare teacher-forced logits
+    function, without a cache: the "cache" is the token buffer ``(tokens [B, S] int32, valid
+    [B, S] bool)`` and every decode step re-runs the full causal pass over all ``S`` slots (the
+    reference the cached models are tested against). It has no value head: ``forward`` and
+    ``values`` give zeros (pair it with a separate critic).
+
+    Attributes:
+      logits_fn: ``logits_fn(params, tokens [B, L] int32, valid [B, L] bool) -> [B, L, V]``
+        float32, causal, with outputs at valid positions independent of left padding.
+    """
 
     logits_fn: Callable
 

@@ -1,7 +1,7 @@
 """GPT-2 (the architecture of Hugging Face's ``GPT2LMHeadModel``) with a value head, and its
 Hugging Face ``config.json`` in and out (the weights' layout: :mod:`purejaxppo.lm.checkpoints.gpt2_hf`).
 
-:class:`GPT2` has :class:`purejaxppo.lm.models.tiny_lm.TinyLM`'s calling convention, so
+:class:`GPT2` meets :class:`purejaxppo.lm.models.causal_lm.CausalModule`, so
 ``FlaxLM(GPT2(...))`` is a :class:`purejaxppo.lm.models.causal_lm.CausalLM` (KV-cached generation,
 left-padded prompts, positions from the mask). Its parameter tree mirrors HF's names:
 ``wte``, ``wpe``, ``h_{i}/{ln_1, attn/{c_attn, c_proj}, ln_2, mlp/{c_fc, c_proj}}``, ``ln_f``,
@@ -73,8 +73,21 @@ class GPT2(nn.Module):
     """GPT-2: token + learned position embeddings, ``n_layer`` pre-LayerNorm blocks (fused qkv
     with bias, tanh-GELU MLP of width ``4 * n_embd``), ``ln_f``, the LM head tied to ``wte``
     (``logits = h @ wte.T``) and a zero-initialised ``value_head`` on the final hidden state.
-    ``dtype``: the compute dtype (parameters stay float32; softmax, logits, values float32).
-    At most ``n_positions`` VALID tokens per row (padding takes no position)."""
+    It meets :class:`~purejaxppo.lm.models.causal_lm.CausalModule`; ``purejaxppo.lm.load_pretrained``
+    / ``load_gpt2`` build one from a Hugging Face folder.
+
+    Attributes:
+      vocab_size: rows of ``wte`` (``V``).
+      n_positions: rows of ``wpe``: at most this many VALID tokens per row (padding takes no
+        position).
+      n_embd: the hidden width ``D`` (a multiple of ``n_head``).
+      n_layer: transformer blocks (``h_0 ... h_{n_layer-1}``).
+      n_head: attention heads.
+      layer_norm_epsilon: the LayerNorms' epsilon.
+      dtype: the compute dtype; parameters stay float32; softmax, logits and values float32.
+      query_block: teacher-forced attention runs in blocks of this many queries
+        (:func:`~purejaxppo.lm.models.attention.attend`).
+    """
 
     vocab_size: int
     n_positions: int
@@ -95,11 +108,10 @@ class GPT2(nn.Module):
         heads: str = "both",
         logits_from: int = 0,
     ):
-        """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
-        ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
-        third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
-        other output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1``
-        only (``[B, L - logits_from, V]``). The contract of :class:`purejaxppo.lm.models.tiny_lm.TinyLM`."""
+        """The causal pass of :class:`~purejaxppo.lm.models.causal_lm.CausalModule` (its
+        ``__call__`` documents the arguments and returns). GPT-2's own: the head is tied to
+        ``wte`` (accumulated in float32); ``cache`` is a :class:`~purejaxppo.lm.models.kv_cache.KVCache`;
+        ``ValueError`` when ``n_embd`` is not a multiple of ``n_head``."""
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
         valid = valid.astype(bool)

@@ -11,11 +11,21 @@ import jax.numpy as jnp
 
 
 class KVCache(NamedTuple):
-    """TinyLM's cache for ``S`` slots: per layer keys ``k[i]: [B, heads, S, head_dim]`` and
-    values ``v[i]: [B, heads, head_dim, S]`` (slots last: :data:`purejaxppo.lm.models.attention.CACHE_KEYS`;
-    a tuple, or one stacked array ``[layers, ...]``: a scanned Llama's),
-    ``valid [B, S]`` (which slots hold valid tokens; False on padding and on slots not yet
-    written) and ``count [B]`` (valid tokens so far: the position id of the next valid token)."""
+    """The KV cache of every Flax model here for ``S`` slots: a fixed-shape pytree that rides a
+    ``lax.scan`` carry. Made by a module's ``empty_cache(batch, max_len)``; slot ``i`` holds
+    token ``i`` of the row (left padding included, as not valid).
+
+    Attributes:
+      k: per layer, keys ``[B, K, S, head_dim]`` in the compute dtype (``K``: the key/value
+        heads); a tuple, or one stacked array ``[layers, B, K, S, head_dim]`` (a Llama under
+        ``scan_layers``).
+      v: per layer, values ``[B, K, head_dim, S]`` (slots last, so both decode products
+        contract their minor axis: :func:`~purejaxppo.lm.models.attention.write_kv`); a tuple or
+        one stacked array, as ``k``.
+      valid: ``[B, S]`` bool, which slots hold valid tokens (False on padding and on slots not
+        yet written).
+      count: ``[B]`` int32, valid tokens so far: the position id of the next valid token.
+    """
 
     k: tuple
     v: tuple

@@ -1,7 +1,7 @@
 """The Llama family (Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, SmolLM2) as one Flax module with
 a value head: RMSNorm, rotary positions (RoPE), grouped-query attention, a SwiGLU MLP.
 
-:class:`Llama` has :class:`purejaxppo.lm.models.tiny_lm.TinyLM`'s calling convention, so
+:class:`Llama` meets :class:`purejaxppo.lm.models.causal_lm.CausalModule`, so
 ``FlaxLM(Llama(config))`` is a :class:`purejaxppo.lm.models.causal_lm.CausalLM`: left-padded prompts,
 positions from the mask (RoPE angles of a row do not depend on its padding), a KV cache
 holding only the ``num_key_value_heads`` key/value heads. The parameter tree mirrors HF's
@@ -155,9 +155,25 @@ class _LMHead(nn.Module):
 
 
 class Llama(nn.Module):
-    """A Llama-family causal LM (:class:`LlamaConfig`) with a zero-initialised value head on
-    the final normed hidden state. Random init: matrices ``normal(0.02)`` as HF's
-    ``initializer_range`` default, norms 1."""
+    """A Llama-family causal LM (:class:`~purejaxppo.lm.models.llama_config.LlamaConfig`) with a
+    zero-initialised value head on the final normed hidden state. It meets
+    :class:`~purejaxppo.lm.models.causal_lm.CausalModule`; ``purejaxppo.lm.load_pretrained``
+    builds one from a Hugging Face folder. Random init: matrices ``normal(0.02)`` as HF's
+    ``initializer_range`` default, norms 1.
+
+    Attributes:
+      config: the architecture (:class:`~purejaxppo.lm.models.llama_config.LlamaConfig`).
+      dtype: the compute dtype; the norms, RoPE angles, softmax, logits and values are float32.
+      param_dtype: the dtype the matrices are kept in (``jnp.bfloat16`` halves their memory);
+        the RMSNorm scales and the value head stay float32.
+      query_block: teacher-forced attention runs in blocks of this many queries
+        (:func:`~purejaxppo.lm.models.attention.attend`).
+      scan_layers: run the layers as one ``lax.scan`` over their stacked parameters (one
+        compiled layer body: about 3x faster to compile at 30 layers, slower to run on CPU);
+        the parameter tree is the same either way, the cache's keys and values are stacked
+        ``[layers, ...]``.
+      remat_layers: under ``scan_layers``, recompute each layer's activations in the backward.
+    """
 
     config: LlamaConfig
     dtype: Any = jnp.float32
@@ -179,10 +195,12 @@ class Llama(nn.Module):
         heads: str = "both",
         logits_from: int = 0,
     ):
-        """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])`` (float32); with a
-        ``cache`` the chunk sits at slots ``slot..slot+L-1`` and the updated cache is returned
-        third. ``heads`` (static): ``"logits"`` / ``"values"`` computes that head only (the
-        other output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1`` only (``[B, L - logits_from, V]``). The contract of :class:`purejaxppo.lm.models.tiny_lm.TinyLM`."""
+        """The causal pass of :class:`~purejaxppo.lm.models.causal_lm.CausalModule` (its
+        ``__call__`` documents the arguments and returns). Llama's own: RoPE angles from the
+        mask's positions; the head tied to ``embed_tokens`` or an ``lm_head`` (logits
+        accumulated in float32); Mistral's ``sliding_window`` masks keys by slot; ``cache`` is a
+        :class:`~purejaxppo.lm.models.kv_cache.KVCache` of ``num_key_value_heads`` heads
+        (stacked under ``scan_layers``)."""
         c = self.config
         valid = valid.astype(bool)
         start, key_valid = cache_view(valid, cache, slot)

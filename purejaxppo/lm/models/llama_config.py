@@ -42,12 +42,32 @@ class RopeScaling:
 
 @dataclass(frozen=True)
 class LlamaConfig:
-    """One Llama-family architecture. ``head_dim`` may differ from ``hidden_size //
-    num_attention_heads`` (Qwen3). ``qkv_bias``: q/k/v projections with a bias (Qwen2, or
-    ``attention_bias``); ``o_bias``: the output projection too (``attention_bias``); ``qk_norm``:
-    a per-head RMSNorm on queries and keys before RoPE (Qwen3). ``sliding_window``: a query sees
-    at most this many keys back (itself included), None for full attention. ``extra``: the source
-    ``config.json``'s other keys (token ids, ...), written back unchanged."""
+    """One Llama-family architecture (the fields of its ``config.json`` that the model reads).
+    Frozen and hashable: it is a field of the :class:`~purejaxppo.lm.models.llama.Llama` module.
+    ``ValueError`` when ``num_attention_heads`` is not a multiple of ``num_key_value_heads``.
+
+    Attributes:
+      model_type: ``"llama"``, ``"mistral"``, ``"qwen2"`` or ``"qwen3"``.
+      vocab_size: token embedding rows ``V``.
+      hidden_size: the hidden width ``D``.
+      intermediate_size: the SwiGLU MLP's width.
+      num_hidden_layers: decoder layers.
+      num_attention_heads: query heads ``H``.
+      num_key_value_heads: key/value heads ``K`` (grouped-query attention; ``H % K == 0``).
+      head_dim: per-head width; may differ from ``hidden_size // num_attention_heads`` (Qwen3).
+      rms_norm_eps: the RMSNorms' epsilon.
+      rope_theta: RoPE base.
+      rope_scaling: a :class:`RopeScaling` (``linear`` or ``llama3``) or None.
+      max_position_embeddings: the positions the model was trained for (VALID tokens per row).
+      tie_word_embeddings: the LM head is ``embed_tokens`` transposed (no ``lm_head``).
+      qkv_bias: q/k/v projections with a bias (Qwen2, or ``attention_bias``).
+      o_bias: the output projection with a bias too (``attention_bias``).
+      qk_norm: a per-head RMSNorm on queries and keys before RoPE (Qwen3).
+      sliding_window: a query sees at most this many keys back (itself included), None for
+        full attention (Mistral).
+      extra: the source ``config.json``'s other keys (token ids, ...) as JSON text, written
+        back unchanged; not compared.
+    """
 
     model_type: str
     vocab_size: int
@@ -126,9 +146,21 @@ _OWNED = {
 
 
 def llama_config_from_hf(config: Mapping) -> LlamaConfig:
-    """The record of an HF ``config.json`` dict of model_type llama, mistral, qwen2 or qwen3;
-    ``ValueError`` naming a missing key or an option not implemented (an activation other than
-    SiLU, ``mlp_bias``, a RoPE type outside :data:`ROPE_TYPES`)."""
+    """The record of a Hugging Face ``config.json`` (transformers 4.x or 5.x style).
+
+    Args:
+      config: the parsed ``config.json`` of model_type llama, mistral, qwen2 or qwen3.
+
+    Returns:
+      The :class:`LlamaConfig`; keys it does not model are kept in ``extra``.
+
+    Raises:
+      ValueError: another model_type, a missing key (``vocab_size``, ``hidden_size``,
+        ``intermediate_size``, ``num_hidden_layers``, ``num_attention_heads``), or an option
+        not implemented (an activation other than SiLU, ``mlp_bias``, a RoPE type outside
+        :data:`ROPE_TYPES`, per-layer RoPE parameters, Qwen's ``use_sliding_window``); the
+        message names the key.
+    """
     kind = config.get("model_type")
     if kind not in ARCHITECTURES:
         raise ValueError(f"model_type {kind!r} is not of the Llama family ({', '.join(ARCHITECTURES)})")
@@ -171,8 +203,16 @@ def llama_config_from_hf(config: Mapping) -> LlamaConfig:
 
 
 def llama_config_to_hf(cfg: LlamaConfig, dtype: str = "float32") -> dict:
-    """The HF ``config.json`` dict of ``cfg`` (transformers 4.x style: ``rope_theta`` +
-    ``rope_scaling``, which 5.x reads too); ``dtype``: the stored weights' (``torch_dtype``)."""
+    """The Hugging Face ``config.json`` of ``cfg``: the inverse of :func:`llama_config_from_hf`.
+
+    Args:
+      cfg: the architecture.
+      dtype: the stored weights' dtype name, written as ``torch_dtype``.
+
+    Returns:
+      A JSON-serialisable dict in transformers 4.x style (``rope_theta`` + ``rope_scaling``,
+      which 5.x reads too), with ``architectures`` and ``cfg.extra``'s keys.
+    """
     out = json.loads(cfg.extra)
     out.update(
         model_type=cfg.model_type,

@@ -48,9 +48,14 @@ FULL = ("value_head",)  # trained whole: no base to adapt
 
 @struct.dataclass
 class Adapters:
-    """The trainable part. ``tree`` mirrors the base's nesting down to what it changes: at a
-    targeted kernel ``{"lora_a": [in, r], "lora_b": [r, out]}``, at a leaf trained whole the
-    new array. ``scale = alpha / rank`` is static (part of the tree's structure, not trained)."""
+    """The trainable part of a LoRA model: a pytree (only ``tree`` is traced; ``scale`` is static).
+
+    Attributes:
+      tree: mirrors the base parameters' nesting down to what it changes: at a targeted kernel
+        ``W [in, out]`` the factors ``{"lora_a": [in, r], "lora_b": [r, out]}`` (float32 by
+        default), at a leaf trained whole (the value head) the new array.
+      scale: ``alpha / rank``, static (part of the tree's structure, not trained).
+    """
 
     tree: dict
     scale: float = struct.field(pytree_node=False)
@@ -91,10 +96,27 @@ def lora_init(
     full: Sequence[str] = FULL,
     dtype=jnp.float32,
 ) -> Adapters:
-    """Fresh :class:`Adapters` for ``params`` (a model's variables, e.g. ``{"params": ...}``):
-    rank ``rank`` factors at every kernel ``targets`` selects (``A`` uniform ``±1/sqrt(in)``,
-    ``B`` zero), and a ``dtype`` copy of every leaf under a module named in ``full``.
-    ``ValueError`` when ``targets`` selects nothing (the message lists the kernels there are)."""
+    """Fresh adapters: applied to ``params`` they give the base model exactly (``B`` is zero).
+
+    Args:
+      key: a PRNG key for the ``A`` factors.
+      params: the model's variables (e.g. ``{"params": ...}``), the frozen base.
+      rank: ``r``, a positive int.
+      alpha: the LoRA alpha; the update is scaled by ``alpha / rank``.
+      targets: module names whose ``kernel`` is adapted (a module path ending with one of
+        them; several names joined by ``/`` match a path suffix). Default: the attention and
+        MLP projections of the Llama family and of GPT-2.
+      full: module names whose leaves are trained whole (copied in ``dtype``).
+      dtype: the adapters' dtype.
+
+    Returns:
+      :class:`Adapters`: at every selected kernel ``W [in, *out]`` the factors ``A [in, r]``
+      (uniform ``+-1/sqrt(in)``, as PEFT draws them) and ``B [r, prod(out)]`` (zeros).
+
+    Raises:
+      ValueError: ``rank`` is not a positive int, or ``targets`` selects no kernel (the
+        message lists the kernels the model has).
+    """
     if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
         raise ValueError(f"LoRA rank={rank!r} must be a positive integer")
     paths = lora_paths(params, targets)
@@ -148,9 +170,23 @@ def _merge(base, node, scale):
 
 
 def lora_merge(base, adapters: Adapters):
-    """The parameters the model runs with: ``base`` with every adapted kernel replaced by
-    ``W + scale * A @ B`` and every leaf trained whole by the adapters' copy; a pure function of
-    ``(base, adapters)`` (differentiable in both; the trainer differentiates the adapters only)."""
+    """The merged parameters, for export or for a model applied without LoRA's interceptor.
+
+    A pure function of ``(base, adapters)``, differentiable in both. The merged kernels are in
+    the promoted dtype of the base and the adapters (float32 adapters over a bfloat16 base give
+    float32: small deltas would round away in a bfloat16 sum).
+
+    Args:
+      base: the frozen base variables, as given to :func:`lora_init`.
+      adapters: the trained :class:`Adapters`.
+
+    Returns:
+      ``base``'s tree with every adapted kernel replaced by ``W + scale * A @ B`` and every leaf
+      trained whole by the adapters' copy.
+
+    Raises:
+      ValueError: the adapters name modules the base lacks (another model's adapters).
+    """
     return _merge(base, adapters.tree, adapters.scale)
 
 
@@ -175,12 +211,24 @@ def _attach(base, node, scale):
 
 
 def lora_attach(base, adapters: Adapters):
-    """The parameters a LoRA-aware model runs with, unmerged: ``base`` with ``lora_a = scale *
-    A [in, r]`` and ``lora_b = B [r, out]`` beside every adapted 2-D ``kernel`` (the kernel
-    itself under ``stop_gradient``) and every leaf trained whole replaced; a kernel of more than
-    two dimensions is merged as :func:`lora_merge` does. No full-size ``W + s A B`` is formed,
-    and under gradient no full-size ``dW``: only ``dA``, ``dB`` (and the activations' cotangents).
-    Only a model applied under :func:`dense_interceptor` reads the factors (``FlaxLM`` is)."""
+    """The parameters a LoRA-aware model trains with, unmerged: no full-size ``W + s A B`` is
+    formed, and under gradient no full-size ``dW``, only ``dA``, ``dB`` (and the activations'
+    cotangents). Only a model applied under LoRA's Dense interceptor reads the factors
+    (:class:`~purejaxppo.lm.models.adapters.FlaxLM` is).
+
+    Args:
+      base: the frozen base variables.
+      adapters: the :class:`Adapters`.
+
+    Returns:
+      ``base``'s tree with ``lora_a = scale * A [in, r]`` and ``lora_b = B [r, out]`` beside
+      every adapted 2-D ``kernel`` (the kernel under ``stop_gradient``), every leaf trained
+      whole replaced, and a kernel of more than two dimensions merged as :func:`lora_merge`
+      does.
+
+    Raises:
+      ValueError: the adapters name modules the base lacks.
+    """
     return _attach(base, adapters.tree, adapters.scale)
 
 
@@ -202,7 +250,14 @@ def dense_interceptor(next_fun, args, kwargs, context):
 
 
 def count(tree) -> int:
-    """Number of scalars in a pytree (e.g. trainable adapters against the base)."""
+    """The number of scalars in a pytree (e.g. the trainable adapters against the base).
+
+    Args:
+      tree: any pytree of arrays (or array-likes with a shape).
+
+    Returns:
+      The sum of the leaves' sizes, a Python int.
+    """
     return sum(math.prod(jnp.shape(x)) for x in jax.tree.leaves(tree))
 
 

@@ -49,9 +49,23 @@ HEADS = ("both", "logits", "values")
 
 class TinyLM(nn.Module):
     """A pre-LayerNorm causal transformer with learned positions, an LM head (``lm_head``) and
-    a zero-initialised value head (``value_head``). ``dtype``: the compute dtype (parameters
-    stay float32; ``jnp.bfloat16`` for mixed precision; attention softmax, logits and values in
-    float32)."""
+    a zero-initialised value head (``value_head``): the built-in tasks' model. It meets
+    :class:`~purejaxppo.lm.models.causal_lm.CausalModule`; ``FlaxLM(TinyLM(...))`` is a
+    :class:`~purejaxppo.lm.models.causal_lm.CausalLM`. ``purejaxppo.lm.init_tiny_lm(task, key)``
+    sizes one for a task and initialises it.
+
+    Attributes:
+      vocab_size: rows of the token embedding and width of the LM head (``V``).
+      d_model: the hidden width ``D`` (a multiple of ``n_heads``).
+      n_layers: transformer blocks.
+      n_heads: attention heads (``head_dim = d_model // n_heads``).
+      max_len: position-embedding rows: VALID tokens per row, prompt plus response (padding
+        takes no position).
+      dtype: the compute dtype; parameters stay float32 (``jnp.bfloat16`` for mixed
+        precision); the attention softmax, the logits and the values are float32.
+      query_block: teacher-forced attention runs in blocks of this many queries
+        (:func:`~purejaxppo.lm.models.attention.attend`).
+    """
 
     vocab_size: int
     d_model: int = 64
@@ -71,11 +85,9 @@ class TinyLM(nn.Module):
         heads: str = "both",
         logits_from: int = 0,
     ):
-        """``tokens, valid [B, L] -> (logits [B, L, V], values [B, L])``; with a ``cache`` the
-        chunk sits at slots ``slot..slot+L-1`` after what the cache holds, and the updated
-        cache is returned third. One code path: without a cache it is the full causal pass.
-        ``heads`` (static): ``"logits"`` or ``"values"`` computes that head only (the other
-        output is None). ``logits_from`` (static): logits of positions ``logits_from..L-1`` only (``[B, L - logits_from, V]``)."""
+        """The causal pass of :class:`~purejaxppo.lm.models.causal_lm.CausalModule` (its
+        ``__call__`` documents the arguments and returns). TinyLM's own: the logits come from an
+        untied ``lm_head``; ``cache`` is a :class:`~purejaxppo.lm.models.kv_cache.KVCache`."""
         valid = valid.astype(bool)
         l = tokens.shape[1]
         start, key_valid = cache_view(valid, cache, slot)
