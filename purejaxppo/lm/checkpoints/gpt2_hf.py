@@ -134,9 +134,24 @@ def gpt2_reward_params_to_hf(params: Mapping) -> dict[str, np.ndarray]:
 
 
 def load_gpt2(path: str | os.PathLike, dtype=jnp.float32) -> tuple[GPT2, dict]:
-    """``(GPT2 module, variables)`` from a LOCAL HF GPT-2: a folder holding ``config.json`` and
-    ``model.safetensors``, or the ``.safetensors`` file itself (``config.json`` beside it).
-    Nothing is downloaded. ``dtype``: the module's compute dtype (parameters are float32)."""
+    """A LOCAL Hugging Face GPT-2 (``GPT2LMHeadModel``) as a :class:`~purejaxppo.lm.models.gpt2.GPT2`
+    module and its variables; nothing is downloaded. (``purejaxppo.lm.load_pretrained`` reads
+    any family and returns a ``FlaxLM``.)
+
+    Args:
+      path: a folder holding ``config.json`` and ``model.safetensors``, or the ``.safetensors``
+        file itself (``config.json`` beside it).
+      dtype: the module's compute dtype (parameters are float32).
+
+    Returns:
+      ``(module, {"params": ...})``; the value head is read from ``value_head.*`` when stored,
+      else zero.
+
+    Raises:
+      FileNotFoundError: no weights file or no ``config.json``.
+      ValueError: a config option GPT-2 here does not implement, or a missing, misshapen or
+        unknown tensor (``lm_head.weight`` must equal ``wte.weight``: the head is tied).
+    """
     path = os.fspath(path)
     folder, file = (
         (path, os.path.join(path, "model.safetensors")) if os.path.isdir(path) else (os.path.dirname(path), path)
@@ -151,9 +166,18 @@ def load_gpt2(path: str | os.PathLike, dtype=jnp.float32) -> tuple[GPT2, dict]:
 
 
 def save_gpt2(folder: str | os.PathLike, module: GPT2, params: Mapping, value_head: bool = True) -> None:
-    """Write ``config.json`` and ``model.safetensors`` (HF layout, float32, metadata
-    ``format=pt`` as transformers expects) into ``folder``; :func:`load_gpt2` reads them back.
-    ``value_head``: also store ``value_head.*`` (a trained critic survives the round trip)."""
+    """Write a GPT-2 as a Hugging Face folder; :func:`load_gpt2` and ``transformers`` read it back.
+
+    Args:
+      folder: the folder (created); ``config.json`` and ``model.safetensors`` (HF layout,
+        float32, metadata ``format=pt`` as transformers expects) are written.
+      module: the :class:`~purejaxppo.lm.models.gpt2.GPT2` module.
+      params: its variables ``{"params": ...}`` (or the tree itself).
+      value_head: also store ``value_head.*`` (a trained critic survives the round trip).
+
+    Raises:
+      ValueError: ``params`` do not fit ``module`` (a missing or misshapen tensor).
+    """
     tensors = gpt2_params_to_hf(params, value_head)
     _check(tensors, _module_layout(module), f"save_gpt2 (params do not fit {module})")
     os.makedirs(folder, exist_ok=True)

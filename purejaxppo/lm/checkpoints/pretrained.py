@@ -101,10 +101,25 @@ def _family(folder: str) -> tuple[dict, str]:
 
 
 def load_pretrained(folder: str | os.PathLike, dtype=jnp.float32, param_dtype=jnp.float32) -> tuple[Any, dict]:
-    """``(model, params)`` of the local checkpoint in ``folder``, dispatched on ``model_type``.
-    ``dtype``: the compute dtype; ``param_dtype``: the dtype the matrices are kept in (the Llama
-    family; norms and the value head stay float32). :class:`CheckpointFolderError` names an
-    unsupported family, a missing file, or a config or tensor the family cannot take."""
+    """A local Hugging Face causal-LM folder as a model and its parameters (nothing is
+    downloaded), dispatched on ``config.json``'s ``model_type`` (:data:`FAMILIES`).
+
+    Args:
+      folder: a folder holding ``config.json`` and ``model.safetensors`` (or its sharded index).
+      dtype: the compute dtype.
+      param_dtype: the dtype the matrices are kept in (the Llama family; ``jnp.bfloat16``
+        halves their memory; the norms and the value head stay float32). GPT-2 keeps float32.
+
+    Returns:
+      ``(model, params)``: a :class:`~purejaxppo.lm.models.adapters.FlaxLM` over a
+      :class:`~purejaxppo.lm.models.gpt2.GPT2` or :class:`~purejaxppo.lm.models.llama.Llama`
+      module, and its variables ``{"params": ...}`` with a ``value_head`` (``kernel [D, 1]``,
+      ``bias [1]``), zero unless the folder stores one.
+
+    Raises:
+      CheckpointFolderError: an unsupported ``model_type``, a missing or unreadable file, or a
+        config or tensor the family cannot take (the message names the file or field).
+    """
     folder = os.fspath(folder)
     config, family = _family(folder)
     return FAMILIES[family](folder, config, dtype, param_dtype)
@@ -122,13 +137,21 @@ def save_pretrained(
     dtype=np.float32,
     copy_from: str | os.PathLike | None = None,
 ) -> None:
-    """Write ``model`` (from :func:`load_pretrained`, a ``FlaxLM`` or its module) with
-    ``params`` as an HF causal-LM folder: ``config.json`` (the source's model_type and
-    architectures, its other keys kept) and ``model.safetensors`` in HF names, tensors in
-    ``dtype`` (float32 by default: exact for float32 and bf16 parameters alike).
-    ``value_head=True`` also stores ``value_head.*`` (HF skips them; :func:`load_pretrained`
-    reads them back). ``copy_from``: the source folder, whose tokenizer and generation files
-    (:data:`~purejaxppo.lm.checkpoints.hf_folder.TOKENIZER_FILES`) are copied beside the weights."""
+    """Write a model as a Hugging Face causal-LM folder, which :func:`load_pretrained` and
+    ``transformers``' ``AutoModelForCausalLM.from_pretrained`` read back.
+
+    Args:
+      out_dir: the folder (created); ``config.json`` and ``model.safetensors`` are written.
+      model: from :func:`load_pretrained`: a ``FlaxLM`` or its GPT-2 / Llama module.
+      params: its variables ``{"params": ...}`` (LoRA merged: ``purejaxppo.lm.merged_policy``).
+      value_head: also store ``value_head.*`` (HF skips them; :func:`load_pretrained` reads them).
+      dtype: the tensors' dtype (float32 by default: exact for float32 and bf16 parameters).
+      copy_from: the source folder, whose tokenizer and generation files
+        (:data:`~purejaxppo.lm.checkpoints.hf_folder.TOKENIZER_FILES`) are copied beside the weights.
+
+    Raises:
+      TypeError: a module with no Hugging Face layout here (neither GPT2 nor Llama).
+    """
     module = _module(model)
     if isinstance(module, Llama):
         config = llama_config_to_hf(module.config, np.dtype(dtype).name)
@@ -158,10 +181,24 @@ def classifier_architecture(model_type: str) -> str:
 
 
 def load_sequence_classifier(folder: str | os.PathLike, dtype=jnp.float32, param_dtype=jnp.float32) -> tuple[Any, dict]:
-    """``(model, params)`` of an HF ``*ForSequenceClassification`` folder with one label (a
-    reward model) of any family here: the trunk, and ``score.weight [1, D]`` as the value head
-    (bias 0), so ``model.values(params, tokens, valid)[:, t]`` is the score of the prefix
-    ending at ``t``. Call ``values`` only: the Llama family's has no LM head."""
+    """A local Hugging Face ``*ForSequenceClassification`` folder with one label (a reward
+    model) of any family here, its ``score`` head as the value head.
+
+    Args:
+      folder: the model folder.
+      dtype: the compute dtype.
+      param_dtype: the matrices' dtype (the Llama family).
+
+    Returns:
+      ``(model, params)`` as :func:`load_pretrained` gives them, with ``score.weight [1, D]``
+      as ``value_head`` (``kernel = score.weight.T``, bias 0), so ``model.values(params,
+      tokens, valid)[:, t]`` is the score of the prefix ending at ``t``. Call ``values`` only:
+      the Llama family's has no LM head.
+
+    Raises:
+      CheckpointFolderError: an unsupported family, a missing file, or a ``score`` that is not
+        one label.
+    """
     folder = os.fspath(folder)
     config, family = _family(folder)
     if family == "gpt2":
@@ -174,8 +211,18 @@ def load_sequence_classifier(folder: str | os.PathLike, dtype=jnp.float32, param
 
 
 def save_sequence_classifier(out_dir: str | os.PathLike, model, params, dtype=np.float32) -> None:
-    """Write a model's trunk and value head as an HF ``*ForSequenceClassification`` folder (one
-    label; the value head must have bias 0): the inverse of :func:`load_sequence_classifier`."""
+    """Write a model's trunk and value head as a Hugging Face ``*ForSequenceClassification``
+    folder (one label): the inverse of :func:`load_sequence_classifier`.
+
+    Args:
+      out_dir: the folder (created).
+      model: a GPT-2 or Llama-family ``FlaxLM`` or its module.
+      params: its variables; the value head becomes ``score.weight [1, D]``.
+      dtype: the tensors' dtype.
+
+    Raises:
+      ValueError: the value head's bias is not 0 (HF's score head has none).
+    """
     module = _module(model)
     if isinstance(module, GPT2):
         config = gpt2_config(module)

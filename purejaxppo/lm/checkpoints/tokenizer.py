@@ -31,9 +31,18 @@ from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TextTokenizer:
-    """Text <-> ids for one model folder. ``stop_ids`` (tuple, the EOS ids), ``pad_id`` (never a
-    stop id), ``bos_token`` / ``eos_token`` (strings, for templates), ``chat_template`` (or None),
-    ``vocab_size`` (the tokenizer's, which may be below the model's embedding rows)."""
+    """Text <-> ids for one model folder, made by :func:`load_tokenizer`.
+
+    Attributes:
+      backend: the ``tokenizers.Tokenizer`` read from ``tokenizer.json``.
+      stop_ids: tuple of int, the EOS ids (a response ends at the first of any).
+      pad_id: int, never a stop id (so padding never collides with a real ending).
+      bos_token: the BOS string (for templates), or None.
+      eos_token: the EOS string (for templates), or None.
+      chat_template: the jinja2 chat template, or None.
+      vocab_size: the tokenizer's size (added tokens included), which may be below the
+        model's embedding rows.
+    """
 
     backend: object  # tokenizers.Tokenizer
     stop_ids: tuple
@@ -44,16 +53,40 @@ class TextTokenizer:
     vocab_size: int
 
     def encode(self, text: str) -> list:
-        """``text`` -> ids, without added special tokens (a template writes its own)."""
+        """Encode text.
+
+        Args:
+          text: the string.
+
+        Returns:
+          A list of int ids, without added special tokens (a template writes its own).
+        """
         return self.backend.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        """ids -> text; the caller strips padding and stop tokens first."""
+        """Decode ids; the caller strips padding and stop tokens first (:func:`strip_special`).
+
+        Args:
+          ids: a sequence of ints (or int arrays' elements).
+
+        Returns:
+          The text, special tokens written out.
+        """
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def render_chat(self, messages: list, add_generation_prompt: bool = True) -> str:
-        """``messages`` (``[{"role": ..., "content": ...}, ...]``) through the chat template.
-        ValueError when the folder has no template or the template refuses the messages."""
+        """Render a chat through the folder's template, as Hugging Face renders it.
+
+        Args:
+          messages: ``[{"role": ..., "content": ...}, ...]``.
+          add_generation_prompt: end with the assistant's turn opened.
+
+        Returns:
+          The prompt text (encode it with :meth:`encode`).
+
+        Raises:
+          ValueError: the folder has no template, or the template refuses the messages.
+        """
         if not self.chat_template:
             raise ValueError("the model folder's tokenizer_config.json has no chat_template")
         return _template(self.chat_template).render(
@@ -100,9 +133,22 @@ def _ids(value) -> tuple:
 def load_tokenizer(
     folder: str | os.PathLike, model_vocab: Optional[int] = None, pad_id: Optional[int] = None
 ) -> TextTokenizer:
-    """The tokenizer of the local model folder. ``model_vocab``: the model's embedding rows
-    (default: the tokenizer's size), where a missing or EOS-equal pad goes (see the module).
-    :class:`CheckpointFolderError` names a missing or broken file and the fix."""
+    """The tokenizer of a local model folder (``tokenizer.json`` through the ``tokenizers``
+    package; nothing downloaded). The stop and pad ids are found as the module says.
+
+    Args:
+      folder: the model folder.
+      model_vocab: the model's embedding rows (default: the tokenizer's size); a missing or
+        EOS-equal pad becomes the highest id below it that is not a stop id.
+      pad_id: the pad id to use instead of the one found.
+
+    Returns:
+      A :class:`TextTokenizer`.
+
+    Raises:
+      CheckpointFolderError: no ``tokenizer.json`` or one the package cannot read, a broken
+        JSON file, or no EOS id anywhere (the message names the file and the fix).
+    """
     from tokenizers import Tokenizer
 
     folder = os.fspath(folder)
@@ -160,7 +206,16 @@ def _chat_template(folder: str, tok: dict) -> Optional[str]:
 
 
 def strip_special(ids: Sequence[int], stop_ids: Sequence[int], pad_id: int) -> list:
-    """A response's ids up to (not including) its first stop token, padding dropped."""
+    """A response's ids up to (not including) its first stop token, padding dropped.
+
+    Args:
+      ids: one row of ids (a list or a 1-D array).
+      stop_ids: the stop ids.
+      pad_id: the pad id.
+
+    Returns:
+      A list of Python ints, ready for :meth:`TextTokenizer.decode`.
+    """
     out = []
     for i in ids:
         i = int(i)
