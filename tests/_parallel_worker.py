@@ -161,6 +161,16 @@ def check_split_envs(part):
     return out
 
 
+def _pbt_place(cfg, members: int, devices: int):
+    """A PBT program on ``devices`` laying out ``members`` keys (the runs' check, in PBT's words)."""
+    from purejaxppo.algorithms.pbt import parse_search, search_space
+    from purejaxppo.programs.pbt_program import PBTProgram, PBTSettings
+
+    space = search_space(cfg, parse_search(["lr=loguniform:1e-4:3e-1"]))
+    prog = PBTProgram(cfg, PBTSettings(space, interval=1), num_devices=devices)
+    return prog.place(jax.random.split(jax.random.PRNGKey(0), members))
+
+
 def check_errors():
     msgs = {}
     cfg = PPOConfig(**SMALL)
@@ -171,6 +181,7 @@ def check_errors():
         "uneven_runs": lambda: shard_runs(make_ppo(cfg).train, 4)(
             jax.random.split(jax.random.PRNGKey(0), 3), stack_configs([cfg] * 3)
         ),
+        "uneven_members": lambda: _pbt_place(cfg, 3, 4),
     }.items():
         try:
             fn()

@@ -20,10 +20,15 @@ def plain_run(tmp_path_factory):
 
 
 def test_resume_pbt_refuses_a_plain_run(plain_run):
-    with pytest.raises(CheckpointError, match="is not a PBT run"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"is not a PBT run but a PPO \(run or sweep\) run; continue it with python -m purejaxppo train --resume",
+    ):
         resume_pbt(plain_run)
 
 
 def test_export_refuses_a_plain_run(plain_run):
-    with pytest.raises(ConfigError, match="export takes an rlhf run folder"):
+    with pytest.raises(
+        ConfigError, match=r"holds a PPO \(run or sweep\) run; export takes a run folder of: token-level PPO \(rlhf\)$"
+    ):
         final_policy(plain_run)

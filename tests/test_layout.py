@@ -197,24 +197,28 @@ def test_no_module_is_too_long():
 
 #: the kind names run folders record (purejaxppo/run/kinds.py's registry)
 KIND_NAMES = ("run", "sweep", "pbt", "rlhf", "reward-model")
-#: modules that belong to a kind besides those named after it (``pbt_*``, ``rlhf_*``): the
-#: plain-run kind's program (``kind_name``: its two names, once), and the CLI's table of command
-#: names (``rlhf`` is also a command)
+#: modules that may name a kind besides its own ``<kind>_kind`` module: the programs that
+#: record the name (``kind_for``; the plain-run kind's ``kind_name``: its two names, once), the
+#: reward-model kind's module (its name is no module name), and the CLI's table of commands
+#: (``rlhf`` is also a command). A front door, an exporter or a command asks the registry.
 KIND_OWN = {
     "purejaxppo.programs.program": ("run", "sweep"),
-    "purejaxppo.cli.parser": ("rlhf",),
-    "purejaxppo.cli.main": ("rlhf",),
+    "purejaxppo.programs.pbt_program": ("pbt",),
+    "purejaxppo.programs.rlhf_program": ("rlhf",),
     "purejaxppo.programs.reward_kind": ("reward-model",),
     "purejaxppo.programs.reward_program": ("reward-model",),
+    "purejaxppo.cli.commands": ("rlhf",),
+    "purejaxppo.cli.parser": ("rlhf",),
+    "purejaxppo.cli.main": ("rlhf",),
 }
 
 
 def kind_names_used(module: str, source: str) -> list:
     """``(line, name)`` of every string constant in ``source`` that IS a kind name, outside the
-    kind's own modules (named ``<kind>_*`` or listed in :data:`KIND_OWN`); docstrings and
+    kind's own modules (``<kind>_kind`` or listed in :data:`KIND_OWN`); docstrings and
     messages that merely contain one are fine."""
     base = module.rsplit(".", 1)[-1]
-    own = {k for k in KIND_NAMES if base.startswith(k + "_")} | set(KIND_OWN.get(module, ()))
+    own = {k for k in KIND_NAMES if base == k + "_kind"} | set(KIND_OWN.get(module, ()))
     return [
         (node.lineno, node.value)
         for node in ast.walk(ast.parse(source))
@@ -225,7 +229,9 @@ def kind_names_used(module: str, source: str) -> list:
 def test_kind_name_checker_can_fail():
     src = 'if info.get("kind") == "pbt":\n    x = {"kind": "rlhf"}\ny = "a pbt run"\n'
     assert kind_names_used("purejaxppo.cli.eval_cmd", src) == [(1, "pbt"), (2, "rlhf")]
-    assert kind_names_used("purejaxppo.programs.pbt_run", src) == [(2, "rlhf")]
+    assert kind_names_used("purejaxppo.programs.pbt_kind", src) == [(2, "rlhf")]
+    # a kind's other modules (its front door, its exporter) ask the registry too
+    assert kind_names_used("purejaxppo.programs.pbt_run", src) == [(1, "pbt"), (2, "rlhf")]
 
 
 def test_no_kind_name_outside_the_kinds_own_modules():

@@ -34,6 +34,11 @@ def test_clear_errors():
     assert "cannot be split over 2 devices" in r["uneven_minibatch"] and "env sequences" in r["uneven_minibatch"]
     assert "xla_force_host_platform_device_count=8" in r["too_many_devices"]
     assert "3 runs cannot be split evenly over 4 devices" in r["uneven_runs"]
+    # PBT lays its members out with the same function (sharding.place_runs), in its own words
+    assert (
+        "3 members cannot be split evenly over 4 devices; use a multiple of 4 members (e.g. 4) or a "
+        "device count dividing 3" in r["uneven_members"]
+    ), r["uneven_members"]
 
 
 def test_stack_configs_rejects_structural_differences():

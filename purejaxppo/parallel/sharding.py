@@ -50,16 +50,21 @@ def over_runs(fn: Callable) -> Callable:
     return run
 
 
-def _check_leading(args, n_dev: int):
+def place_runs(args: tuple, num_devices: int, sharding: Optional[NamedSharding] = None, what: str = "runs") -> tuple:
+    """``args`` laid out by ``sharding`` (None: one device, returned as they are), after checking
+    that every array among them has the same leading axis (``what`` it counts: runs, PBT
+    members) and that it splits evenly over ``num_devices``; else :class:`ConfigError` saying
+    what to change."""
     sizes = {x.shape[0] for x in jax.tree.leaves(args) if hasattr(x, "shape") and x.ndim}
     if len(sizes) > 1:
-        raise ConfigError(f"every argument needs the same leading (runs) axis; got sizes {sorted(sizes)}")
-    if sizes and next(iter(sizes)) % n_dev:
+        raise ConfigError(f"every argument needs the same leading ({what}) axis; got sizes {sorted(sizes)}")
+    if sizes and next(iter(sizes)) % num_devices:
         n = next(iter(sizes))
         raise ConfigError(
-            f"{n} runs cannot be split evenly over {n_dev} devices; use a multiple of {n_dev} runs "
-            f"(e.g. {((n + n_dev - 1) // n_dev) * n_dev}) or a device count dividing {n}"
+            f"{n} {what} cannot be split evenly over {num_devices} devices; use a multiple of {num_devices} "
+            f"{what} (e.g. {((n + num_devices - 1) // num_devices) * num_devices}) or a device count dividing {n}"
         )
+    return args if sharding is None else jax.device_put(args, sharding)
 
 
 class ShardedRuns:
@@ -85,8 +90,7 @@ class ShardedRuns:
             )
 
     def place(self, *args):
-        _check_leading(args, self.num_devices)
-        return args if self.sharding is None else jax.device_put(args, self.sharding)
+        return place_runs(args, self.num_devices, self.sharding)
 
     def lower(self, *args):
         return self.jitted.lower(*self.place(*args))

@@ -27,6 +27,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.parallel.sharding import place_runs
 from purejaxppo.programs.program import NAN_HINT
 from purejaxppo.run import processes
 from purejaxppo.run.chunked_program import ChunkedProgram
@@ -35,6 +36,8 @@ from purejaxppo.algorithms.pbt import SearchSpace, exploit_explore, window_score
 from purejaxppo.stages import device_rows
 from purejaxppo.step.train import PPO, RunnerState, env_steps_after, make_ppo, strong_types
 
+#: the name a PBT run's record gives its kind (registered by :mod:`purejaxppo.programs.pbt_kind`)
+KIND = "pbt"
 PBT_SALT = 0x9B7  # folded into seed key 0: the exploit/explore key, apart from every member's own keys
 
 
@@ -112,19 +115,12 @@ class PBTProgram(ChunkedProgram):
         super().__init__()
 
     def kind_for(self, members) -> str:
-        return "pbt"
+        return KIND
 
     # --- layout -------------------------------------------------------------------------
     def place(self, *args):
-        sizes = {x.shape[0] for x in jax.tree.leaves(args) if hasattr(x, "shape") and x.ndim}
-        if len(sizes) != 1:
-            raise ConfigError(f"every argument needs the same leading (members) axis; got sizes {sorted(sizes)}")
-        if next(iter(sizes)) % self.num_devices:
-            raise ConfigError(
-                f"{next(iter(sizes))} members cannot be split evenly over {self.num_devices} devices; "
-                f"use a multiple of {self.num_devices} members"
-            )
-        return args if self.mesh is None else jax.device_put(args, NamedSharding(self.mesh, P(self.axis)))
+        sharding = None if self.mesh is None else NamedSharding(self.mesh, P(self.axis))
+        return place_runs(args, self.num_devices, sharding, what="members")
 
     def init_state(self, keys: jax.Array, configs: PPOConfig) -> PBTState:
         """Pure: every member gets its own key (seed key folded with its index, so members

@@ -18,14 +18,14 @@ from typing import Optional
 import jax
 import numpy as np
 
-from purejaxppo.run import processes
+from purejaxppo.run import kinds, processes
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import CheckpointError, restore_checkpoint
 from purejaxppo.config import ConfigError, PPOConfig
 from purejaxppo.run.lineage import LINEAGE, LineageSink, ancestry, exploit_count, read_lineage
 from purejaxppo.programs.runs import RunResult, continue_chunked, train_chunked
 from purejaxppo.algorithms.pbt import SearchSpace, sample_members
-from purejaxppo.programs.pbt_program import PBT_SALT, PBTProgram, PBTSettings  # noqa: F401
+from purejaxppo.programs.pbt_program import KIND, PBT_SALT, PBTProgram, PBTSettings  # noqa: F401
 
 
 def initial_members(space: SearchSpace, num_members: int, seed: int) -> list:
@@ -75,8 +75,12 @@ def resume_pbt(run_dir: str, record=None, loggers=(), **kwargs) -> RunResult:
     ``record``: its run record when read already."""
     group = processes.current()
     record = record if record is not None else group.share(lambda: rf.load_record(run_dir))
-    if record.kind != "pbt":
-        raise CheckpointError(f"{run_dir!r} is not a PBT run; resume it with resume_run")
+    kind, pbt = kinds.kind_named(record.kind), kinds.kind_named(KIND)  # the registry knows every name of a kind
+    if kind is not pbt:
+        raise CheckpointError(
+            f"{run_dir!r} is not a {pbt.what} run but a {kind.what} run; continue it with "
+            f"{kinds.resume_hint({'kind': record.kind}, run_dir)}"
+        )
     sinks = (
         [
             LineageSink(

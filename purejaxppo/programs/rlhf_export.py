@@ -50,13 +50,15 @@ def check_exportable(settings: RLHFSettings, what: str) -> None:
 
 def final_policy(run_dir: str, run: int = 0):
     """``(settings, lm, params, update)``: run ``run``'s policy parameters (LoRA merged, host
-    arrays) at the newest checkpoint of the ``rlhf`` folder ``run_dir``. :class:`ConfigError` /
+    arrays) at the newest checkpoint of ``run_dir``, a folder whose kind holds a language-model
+    policy (it offers ``initial_policy``: token-level PPO's). :class:`ConfigError` /
     :class:`CheckpointError` name what is wrong with the folder."""
     from purejaxppo.programs import kinds
 
     kind, record = kinds.folder(run_dir)
-    if record.kind != "rlhf":
-        raise ConfigError(f"{run_dir} holds a {kind.what} run; export takes an rlhf run folder")
+    if getattr(kind, "initial_policy", None) is None:
+        able = ", ".join(k.what for k in kinds.offering("initial_policy"))
+        raise ConfigError(f"{run_dir} holds a {kind.what} run; export takes a run folder of: {able}")
     if not 0 <= run < record.num_seeds:
         raise ConfigError(f"--run {run}: the folder has runs 0..{record.num_seeds - 1}")
     if latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS)) is None:

@@ -3,7 +3,8 @@
 A run kind (plain runs and sweeps, PBT, token-level PPO, ...) is one object meeting
 :class:`RunKind`, registered once by its own module in :mod:`purejaxppo.programs` (every
 module there named ``*_kind.py`` is loaded by :mod:`purejaxppo.programs.kinds`). Commands
-never compare kind names: they look the folder's kind up here (:func:`kind_of`) and ask it.
+never compare kind names: they look the folder's kind up here (:func:`kind_of`,
+:func:`kind_named`) and ask it, or ask which kinds offer an optional method (:func:`offering`).
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ class RunKind(Protocol):
     * ``report(result, run_dir)``: the closing lines after training or a resume.
     * optional ``initial_policy(run_dir, record, run) -> (params, update, checkpoint)``: run
       ``run``'s language-model policy at the newest checkpoint, for a token-level run to start
-      from (``rlhf --init-from``); a kind without it cannot start one.
+      from (``rlhf --init-from``) and written out by ``export`` (a kind offering it also
+      gives the model as ``load(...).agent_fns.lm``). A kind without it holds no
+      language-model policy: neither command takes its folders.
     """
 
     names: Tuple[str, ...]
@@ -143,6 +146,14 @@ def kind_of(raw: dict) -> Tuple[RunKind, str]:
 
 def known() -> Dict[str, RunKind]:
     return dict(_KINDS)
+
+
+def offering(method: str) -> Tuple[RunKind, ...]:
+    """The registered kinds that offer the optional ``method`` of :class:`RunKind` (e.g.
+    ``initial_policy``), each once, in the order they were registered: what a command that
+    needs it names when it refuses a folder of another kind."""
+    found = {id(k): k for k in _KINDS.values() if callable(getattr(k, method, None))}
+    return tuple(found.values())
 
 
 def resume_hint(raw: dict, run_dir: str) -> str:
