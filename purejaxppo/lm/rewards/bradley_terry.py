@@ -19,8 +19,18 @@ import optax
 
 
 class PairBatch(NamedTuple):
-    """``prompt, prompt_valid [B, P]`` (left-padded), ``chosen, chosen_mask, rejected,
-    rejected_mask [B, T]`` (right-padded), ``margin [B]`` float (zeros: no margin)."""
+    """``B`` preference pairs as token arrays (``purejaxppo.lm.tokenize_pairs`` makes one from
+    text). NumPy or JAX arrays alike; a pytree.
+
+    Attributes:
+      prompt: ``[B, P]`` int32, LEFT-padded.
+      prompt_valid: ``[B, P]`` bool, False on padding.
+      chosen: ``[B, T]`` int32, the preferred response, RIGHT-padded.
+      chosen_mask: ``[B, T]`` bool, True on its tokens (EOS included).
+      rejected: ``[B, T]`` int32, the other response, RIGHT-padded.
+      rejected_mask: ``[B, T]`` bool.
+      margin: ``[B]`` float32, subtracted from the reward gap (zeros: no margin).
+    """
 
     prompt: jax.Array
     prompt_valid: jax.Array
@@ -32,16 +42,35 @@ class PairBatch(NamedTuple):
 
 
 def bradley_terry_loss(r_chosen, r_rejected, margin=0.0) -> tuple[jax.Array, dict]:
-    """``(loss, {"loss", "accuracy"})``: the mean of ``-log sigmoid(r_chosen - r_rejected -
-    margin)`` over the ``[B]`` pairs, and the share of pairs ranked right (``r_chosen >
-    r_rejected``, ties count wrong)."""
+    """The Bradley-Terry loss of scored pairs.
+
+    Args:
+      r_chosen: ``[B]`` rewards of the chosen responses.
+      r_rejected: ``[B]`` rewards of the rejected ones.
+      margin: a scalar or ``[B]``, subtracted from the gap (Llama 2's margin).
+
+    Returns:
+      ``(loss, {"loss": loss, "accuracy": ...})``: the mean over pairs of ``-log
+      sigmoid(r_chosen - r_rejected - margin)`` (float32 scalar), and the share of pairs
+      ranked right (``r_chosen > r_rejected``; ties count wrong).
+    """
     z = r_chosen.astype(jnp.float32) - r_rejected.astype(jnp.float32) - margin
     loss = jnp.mean(-jax.nn.log_sigmoid(z))
     return loss, {"loss": loss, "accuracy": jnp.mean((r_chosen > r_rejected).astype(jnp.float32))}
 
 
 def pair_rewards(reward_fn: Callable, params: Any, batch: PairBatch) -> tuple[jax.Array, jax.Array]:
-    """``(r_chosen [B], r_rejected [B])`` from one pass of ``reward_fn`` over the ``2B`` rows."""
+    """Score both responses of every pair in one pass over the ``2B`` rows.
+
+    Args:
+      reward_fn: ``reward_fn(params, prompt, prompt_valid, response, response_mask) -> [B]``
+        (``purejaxppo.lm.make_reward_fn``).
+      params: the reward model's parameters.
+      batch: a :class:`PairBatch`.
+
+    Returns:
+      ``(r_chosen [B], r_rejected [B])`` float32.
+    """
     b = batch.prompt.shape[0]
     twice = lambda x: jnp.concatenate([x, x], axis=0)  # noqa: E731
     scores = reward_fn(
@@ -55,12 +84,30 @@ def pair_rewards(reward_fn: Callable, params: Any, batch: PairBatch) -> tuple[ja
 
 
 def pair_loss(reward_fn: Callable, params: Any, batch: PairBatch) -> tuple[jax.Array, dict]:
-    """The Bradley-Terry loss of ``params`` on ``batch`` (with its margins) and its metrics."""
+    """The Bradley-Terry loss of a reward model on a batch of pairs (differentiable in ``params``).
+
+    Args:
+      reward_fn: as :func:`pair_rewards` takes it.
+      params: the reward model's parameters.
+      batch: a :class:`PairBatch` (its ``margin`` used).
+
+    Returns:
+      ``(loss, metrics)`` as :func:`bradley_terry_loss`.
+    """
     return bradley_terry_loss(*pair_rewards(reward_fn, params, batch), batch.margin)
 
 
 def reward_optimizer(learning_rate: float, max_grad_norm: float = 1.0, weight_decay: float = 0.0):
-    """AdamW with global gradient clipping (``max_grad_norm <= 0``: no clipping)."""
+    """The reward model's optimizer: AdamW after global gradient clipping.
+
+    Args:
+      learning_rate: a float or an optax schedule.
+      max_grad_norm: the global-norm clip (``<= 0``: no clipping).
+      weight_decay: AdamW's decoupled weight decay.
+
+    Returns:
+      An ``optax.GradientTransformation``.
+    """
     parts = [optax.clip_by_global_norm(max_grad_norm)] if max_grad_norm > 0 else []
     return optax.chain(*parts, optax.adamw(learning_rate, weight_decay=weight_decay))
 
@@ -78,9 +125,19 @@ def _frozen_bias(g):
 
 
 def reward_step(reward_fn: Callable, optimizer: optax.GradientTransformation):
-    """``step(params, opt_state, batch) -> (params, opt_state, metrics)``: one optimizer step on
-    the Bradley-Terry loss of one :class:`PairBatch` (pure; jit it or scan it). The value
-    head's bias stays where it is (see :func:`_frozen_bias`)."""
+    """One optimizer step on the Bradley-Terry loss, as a pure function to jit or scan.
+
+    The value head's bias gets no gradient: the loss is blind to it (it shifts both rewards),
+    and Adam would scale the rounding of ``+g - g`` up to learning-rate-sized steps.
+
+    Args:
+      reward_fn: as :func:`pair_rewards` takes it.
+      optimizer: e.g. :func:`reward_optimizer`'s.
+
+    Returns:
+      ``step(params, opt_state, batch) -> (params, opt_state, metrics)`` over one
+      :class:`PairBatch` (``metrics``: ``loss``, ``accuracy`` before the update).
+    """
     grad = jax.value_and_grad(lambda p, b: pair_loss(reward_fn, p, b), has_aux=True)
 
     def step(params, opt_state, batch: PairBatch):

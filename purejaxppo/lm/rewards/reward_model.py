@@ -36,9 +36,18 @@ def last_valid(valid) -> jnp.ndarray:
 
 
 def make_reward_fn(lm) -> Callable:
-    """``reward_fn(params, prompt [B, P], prompt_valid [B, P], response [B, T], response_mask
-    [B, T]) -> [B]`` float32: ``lm.values`` of ``prompt + response`` at the last valid token
-    (the response's last token; the prompt's last when the response is empty)."""
+    """Turn a model's value head into the reward token-level PPO calls.
+
+    Args:
+      lm: a :class:`~purejaxppo.lm.models.causal_lm.CausalLM` whose value head is the score
+        head (``purejaxppo.lm.load_sequence_classifier``'s).
+
+    Returns:
+      ``reward_fn(params, prompt [B, P] int32, prompt_valid [B, P] bool, response [B, T] int32,
+      response_mask [B, T] bool) -> [B]`` float32: ``lm.values`` of ``prompt + response`` at
+      the last valid token (the response's last; the prompt's last when the response is
+      empty). Pure and jittable.
+    """
 
     def reward_fn(params, prompt, prompt_valid, response, response_mask):
         tokens = jnp.concatenate([prompt, response.astype(prompt.dtype)], axis=1)
@@ -72,11 +81,21 @@ def load_reward_trunk(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Any
 
 
 def load_reward_model(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Callable, dict]:
-    """``(reward_fn, params)`` of a local HF ``*ForSequenceClassification`` folder (one label,
-    ``score`` head) of any supported family: ``reward_fn(params, prompt, prompt_valid, response,
-    response_mask) -> [B]`` (:data:`purejaxppo.lm.ppo.experience.RewardFn`).
-    :class:`CheckpointFolderError` for a folder that is not a sequence classifier (a causal LM is
-    no reward model) or an unsupported family."""
+    """A local Hugging Face ``*ForSequenceClassification`` folder (one label, ``score`` head)
+    of any supported family, as the reward token-level PPO calls.
+
+    Args:
+      folder: the model folder.
+      dtype: the compute dtype.
+
+    Returns:
+      ``(reward_fn, params)``: ``reward_fn(params, prompt, prompt_valid, response,
+      response_mask) -> [B]`` float32 (:func:`make_reward_fn`) and the model's variables.
+
+    Raises:
+      CheckpointFolderError: a folder that is not a sequence classifier (a causal LM is no
+        reward model), an unsupported family, or a missing or broken file.
+    """
     folder = os.fspath(folder)
     if not is_sequence_classifier(read_config(folder)):
         raise CheckpointFolderError(
@@ -89,10 +108,20 @@ def load_reward_model(folder: str | os.PathLike, dtype=jnp.float32) -> tuple[Cal
 
 
 def save_reward_model(folder: str | os.PathLike, lm, params, extra_config: Mapping | None = None) -> None:
-    """Write the trunk and value head as an HF ``*ForSequenceClassification`` folder
-    (:func:`~purejaxppo.lm.checkpoints.pretrained.save_sequence_classifier`: ``score.weight`` = the value
-    head's kernel transposed, one label; ``ValueError`` for a non-zero bias); ``extra_config``:
-    entries of the source model's ``config.json`` kept where the writer sets none (token ids, ...)."""
+    """Write a reward model as a Hugging Face ``*ForSequenceClassification`` folder (one label),
+    which :func:`load_reward_model` and ``transformers`` read back.
+
+    Args:
+      folder: the folder (created).
+      lm: the model (a GPT-2 or Llama-family ``FlaxLM``); its value head is the score head
+        (``score.weight`` = the kernel transposed).
+      params: its variables.
+      extra_config: entries of the source model's ``config.json`` kept where the writer sets
+        none (token ids, ...).
+
+    Raises:
+      ValueError: the value head's bias is not 0 (HF's score head has none).
+    """
     save_sequence_classifier(folder, lm, params)
     path = os.path.join(os.fspath(folder), "config.json")
     with open(path) as f:
