@@ -33,8 +33,14 @@ class PromptFileError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """One line of a prompt file: ``prompt`` (a string) or ``messages`` (chat), and ``response``
-    (SFT data only); ``where``: ``file:line``."""
+    """One line of a prompt or SFT file (:func:`read_records`).
+
+    Attributes:
+      where: ``file:line``, named by every error about it.
+      prompt: the prompt string, or None when the line is a chat.
+      messages: the chat, a tuple of ``(key, value)`` item tuples per message (sorted), or None.
+      response: the SFT response string (SFT data only), else None.
+    """
 
     where: str
     prompt: Optional[str] = None
@@ -43,8 +49,19 @@ class Record:
 
 
 def read_records(path: str, need_response: bool = False) -> list:
-    """The records of ``path`` (see the module for the formats); :class:`PromptFileError` on a
-    missing file, an unknown extension, a bad line or an empty file."""
+    """Read a prompt file (``.jsonl`` or ``.txt``) or an SFT file (``.jsonl`` with responses).
+
+    Args:
+      path: the file; the formats are in the module's docstring.
+      need_response: SFT data: every line needs a ``"response"`` string (``.jsonl`` only).
+
+    Returns:
+      A list of :class:`Record`, blank lines skipped.
+
+    Raises:
+      PromptFileError: a missing file, an unknown extension, a line that is not a valid record
+        (named ``file:line``), or a file with no prompts.
+    """
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS or (need_response and ext != ".jsonl"):
         allowed = ".jsonl" if need_response else " or ".join(FORMATS)
@@ -119,8 +136,15 @@ def render(record: Record, tokenizer, chat: bool) -> str:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PromptTable:
-    """``tokens [N, P]`` int32 LEFT-padded with ``pad_id``, ``valid [N, P]`` bool, ``texts`` the
-    rendered prompts, ``cut`` how many were cut to the budget, ``lengths [N]``."""
+    """Prompts encoded and LEFT-padded to the longest (:func:`encode_prompts`).
+
+    Attributes:
+      tokens: ``[N, P]`` int32 NumPy array, LEFT-padded with the tokenizer's ``pad_id``.
+      valid: ``[N, P]`` bool, False on padding.
+      texts: tuple of the ``N`` rendered prompt strings.
+      cut: how many prompts were cut to the budget (``truncate``).
+      prompt_len: ``P`` (a property).
+    """
 
     tokens: np.ndarray
     valid: np.ndarray
@@ -129,13 +153,30 @@ class PromptTable:
 
     @property
     def prompt_len(self) -> int:
+        """``P``, the table's width."""
         return self.tokens.shape[1]
 
 
 def encode_prompts(records: list, tokenizer, budget: int, truncate: bool, chat: bool) -> PromptTable:
-    """Render and encode ``records``; a prompt over ``budget`` tokens is refused
-    (:class:`PromptFileError` naming its line and the count of all that are too long) or, with
-    ``truncate``, cut from the left; an empty prompt (no tokens) is refused."""
+    """Render and encode records into a table of left-padded prompts.
+
+    Args:
+      records: the :class:`Record` list of :func:`read_records`.
+      tokenizer: a :class:`~purejaxppo.lm.checkpoints.tokenizer.TextTokenizer` (``encode``,
+        ``pad_id``, ``render_chat``).
+      budget: the most tokens a prompt may have.
+      truncate: cut a longer prompt from the LEFT (its end kept) and count it, instead of
+        refusing it.
+      chat: render a plain ``prompt`` as one user message through the chat template
+        (``messages`` always go through it).
+
+    Returns:
+      A :class:`PromptTable`.
+
+    Raises:
+      PromptFileError: a prompt over ``budget`` without ``truncate`` (naming its line and how
+        many are too long), a prompt that encodes to no tokens, or a template that refuses a chat.
+    """
     texts = [render(r, tokenizer, chat) for r in records]
     ids = [tokenizer.encode(t) for t in texts]
     empty = [r.where for r, x in zip(records, ids) if not x]
@@ -177,8 +218,15 @@ def encode_responses(records: list, tokenizer, max_new: int) -> tuple:
 
 
 def table_prompts(table: PromptTable):
-    """A :data:`~purejaxppo.lm.ppo.token_ppo.PromptFn`: ``batch`` rows drawn uniformly (with
-    replacement) from the device-resident table, ``(prompt [B, P], prompt_valid [B, P])``."""
+    """A table as the prompt source of token-level PPO (``make_token_ppo(..., prompts=...)``).
+
+    Args:
+      table: a :class:`PromptTable`; it is copied to the device once.
+
+    Returns:
+      ``prompts(key, batch) -> (prompt [B, P] int32, prompt_valid [B, P] bool)``: ``batch`` rows
+      drawn uniformly with replacement (jittable; ``batch`` static).
+    """
     tokens, valid, n = jnp.asarray(table.tokens), jnp.asarray(table.valid), table.tokens.shape[0]
 
     def prompts(key, batch: int):
