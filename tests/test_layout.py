@@ -239,3 +239,30 @@ def test_no_kind_name_outside_the_kinds_own_modules():
     comparing names: no kind name as a string anywhere else in the package."""
     found = {m: hits for m, p in _files().items() if (hits := kind_names_used(m, open(p).read()))}
     assert not found, f"kind names outside the kinds' own modules (ask the registry instead): {found}"
+
+
+def xla_flags_written(source: str) -> list:
+    """Lines of ``source`` that write the ``XLA_FLAGS`` environment variable (an item assigned,
+    ``setdefault``/``update``/``putenv`` naming it)."""
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Subscript) and "XLA_FLAGS" in ast.unparse(t.slice) for t in targets):
+                hits.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("setdefault", "update", "putenv") and "XLA_FLAGS" in ast.unparse(node):
+                hits.append(node.lineno)
+    return hits
+
+
+def test_xla_flags_checker_can_fail():
+    src = 'import os\nos.environ["XLA_FLAGS"] = "x"\nos.environ.setdefault("XLA_FLAGS", "y")\nf = os.environ.get("XLA_FLAGS")\n'
+    assert xla_flags_written(src) == [2, 3]
+
+
+def test_host_devices_are_forced_in_one_place():
+    """Every command that wants N host CPU devices calls ``purejaxppo.cli.devices.set_devices``
+    (a count the user already forced wins), so none writes ``XLA_FLAGS`` itself."""
+    found = {m: hits for m, p in _files().items() if (hits := xla_flags_written(open(p).read()))}
+    assert set(found) == {"purejaxppo.cli.devices"}, found

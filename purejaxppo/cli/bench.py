@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 
+from purejaxppo.cli.devices import set_devices
 from purejaxppo.cli.flags import strict_int
 
 
@@ -140,10 +141,7 @@ def _limits(args, cfg, ppo, keys) -> dict:
 
 def main(argv=None):
     args = _parse(argv)
-    if args.devices > 1:
-        os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.devices}"
-        )
+    set_devices(args.devices)  # before JAX starts: it reads XLA_FLAGS once
 
     import jax
     import numpy as np
