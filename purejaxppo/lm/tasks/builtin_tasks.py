@@ -9,55 +9,23 @@ array method is pure and jittable. Token ids share one layout: ``PAD = 0``, ``EO
   ungrammatically) and the interesting metric is the KL / grammaticality trade-off.
 * :class:`ReverseTask` (``"reverse"``): a skill with an exact-match reward: reverse the digits.
 
-Get one by name with :func:`make_task`.
+Get one by name with :func:`make_task`. Both meet
+:class:`~purejaxppo.lm.tasks.task_protocol.Task` (the protocol, re-exported here).
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from purejaxppo.lm.tasks.task_protocol import Task  # noqa: F401  (the face imports it from here)
+
 PAD, EOS, SEP = 0, 1, 2
 FIRST_CONTENT = 3
-
-
-class Task(Protocol):
-    """What SFT, evaluation and token-level PPO need of a task.
-
-    Attributes: ``name``; ``vocab_size``; ``pad_id``; ``stop_ids`` (tuple of ids that end a
-    response: EOS); ``prompt_len`` (``P``: prompts are LEFT-padded to it); ``max_new``
-    (``T``: the response budget).
-
-    * ``prompts(key, batch) -> (prompt [B, P] int32, prompt_valid [B, P] bool)``.
-    * ``demonstrations(key, batch) -> (prompt, prompt_valid, response [B, T] int32,
-      response_mask [B, T] bool)``: a good response including its EOS, RIGHT-padded with
-      ``pad_id``; the prompts follow the same law as ``prompts`` (same key, same prompts).
-    * ``score(prompt, prompt_valid, response, response_mask) -> [B] float32``: the task's
-      reward. The response is the tokens where ``response_mask`` is True (a generated
-      response: up to and including the first stop token). No missing-EOS penalty here
-      (the PPO configuration adds it).
-    * ``diagnostics(prompt, prompt_valid, response, response_mask) -> {name: scalar}``:
-      task-specific metrics, means over the batch.
-    * ``decode(tokens) -> str``: host-side, a 1-D token sequence for printing; pads skipped.
-    """
-
-    name: str
-    vocab_size: int
-    pad_id: int
-    stop_ids: tuple
-    prompt_len: int
-    max_new: int
-
-    def prompts(self, key, batch: int): ...
-    def demonstrations(self, key, batch: int): ...
-    def score(self, prompt, prompt_valid, response, response_mask): ...
-    def diagnostics(self, prompt, prompt_valid, response, response_mask): ...
-    def decode(self, tokens) -> str: ...
 
 
 # --- shared layout helpers -----------------------------------------------------------------
@@ -108,7 +76,17 @@ class GrammarTask:
     Score = the number of ``target`` tokens in the response (hackable on purpose).
     Diagnostics: ``grammatical`` (fraction of content->content transitions in the responses
     that the grammar allows, the first from the last prompt token across SEP),
-    ``target_count``, ``eos_rate``, ``response_len``."""
+    ``target_count``, ``eos_rate``, ``response_len``. ``ValueError`` for sizes that do not fit.
+
+    Attributes:
+      seed: the grammar's seed (the draws of experiments/rlhf_toy.py's grammar).
+      n_content: content tokens ``C`` (``vocab_size = 3 + C``).
+      n_successors: allowed successors per token, ``1 <= n_successors < C``.
+      prompt_min, prompt_max: chain tokens per prompt (``prompt_len = prompt_max + 1``).
+      resp_min, resp_max: chain tokens per demonstration, ``resp_max < max_new``.
+      max_new: ``T``, the response budget.
+      target: the content token id the score counts.
+    """
 
     seed: int = 0
     n_content: int = 8
@@ -197,7 +175,14 @@ class GrammarTask:
 class ReverseTask:
     """Reverse a digit string. Prompt = ``L`` digits (``L`` uniform in ``min_len..max_len``,
     digits uniform in ``0..n_digits-1``, token ``FIRST_CONTENT + digit``) + SEP; the correct
-    response is the digits reversed + EOS (``L + 1`` tokens).
+    response is the digits reversed + EOS (``L + 1`` tokens). ``ValueError`` unless
+    ``1 <= min_len <= max_len < max_new`` and ``n_digits >= 2``.
+
+    Attributes:
+      n_digits: the alphabet (``vocab_size = 3 + n_digits``).
+      min_len, max_len: the digits per prompt (``prompt_len = max_len + 1``).
+      max_new: ``T``, the response budget (room for EOS and for an overrun to be seen).
+      partial_credit: score the share of correct positions instead of the exact match.
 
     Score: 1.0 for an exact match (the ``L`` reversed digits, EOS right after them, nothing
     else in the mask), else 0. With ``partial_credit`` the score is instead the number of
@@ -301,7 +286,19 @@ TASKS = {"grammar": GrammarTask, "reverse": ReverseTask}
 
 
 def make_task(name: str, **overrides):
-    """The built-in task ``name`` with dataclass fields overridden; ValueError if unknown."""
+    """A built-in task by name.
+
+    Args:
+      name: ``"grammar"`` or ``"reverse"`` (:data:`TASKS`).
+      **overrides: dataclass fields of the task (e.g. ``max_len=6``).
+
+    Returns:
+      The :class:`GrammarTask` or :class:`ReverseTask` (frozen, hashable).
+
+    Raises:
+      ValueError: an unknown name, or fields that do not fit the task.
+      TypeError: a field the task does not have.
+    """
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(sorted(TASKS))}")
     return TASKS[name](**overrides)
