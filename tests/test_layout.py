@@ -208,8 +208,6 @@ KIND_OWN = {
     "purejaxppo.programs.reward_kind": ("reward-model",),
     "purejaxppo.programs.reward_program": ("reward-model",),
     "purejaxppo.cli.commands": ("rlhf",),
-    "purejaxppo.cli.parser": ("rlhf",),
-    "purejaxppo.cli.main": ("rlhf",),
 }
 
 

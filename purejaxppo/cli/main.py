@@ -1,13 +1,14 @@
-"""Command line: ``python -m purejaxppo train|eval|rlhf|plot|envs|bench ...``: parses, dispatches, reports errors.
+"""Command line: ``python -m purejaxppo COMMAND ...``: parses, dispatches, reports errors.
+
+The commands, each with its flags and handler, are one table,
+:data:`~purejaxppo.cli.commands.COMMANDS`; :func:`main` parses ``argv`` with the parser built
+from it (:mod:`~purejaxppo.cli.parser`) and runs the command's handler, or passes a command
+that parses its own flags (``bench``) its arguments as they are.
 
 User errors (bad flags, invalid config, unknown env, missing or mismatched run folder)
 print the problem and the fix and exit with status 2, without a traceback. A training
 that is interrupted (Ctrl-C, SIGTERM) saves a checkpoint and says how to resume (exit
 130); one that produces non-finite numbers stops with the update and metric (exit 1).
-
-One module per command: :mod:`~purejaxppo.cli.parser` (the flags), :mod:`~purejaxppo.cli.train_cmd`
-(train, resume; shared checks in :mod:`~purejaxppo.cli.train_setup`), :mod:`~purejaxppo.cli.eval_cmd`,
-:mod:`~purejaxppo.cli.rlhf_cmd`, :mod:`~purejaxppo.cli.plot_cmd`, :mod:`~purejaxppo.cli.envs_cmd`, :mod:`~purejaxppo.cli.bench`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
+from purejaxppo.cli.commands import COMMANDS
 from purejaxppo.cli.errors import UserError
 from purejaxppo.cli.flags import config_from_args
 from purejaxppo.cli.parser import build_parser, repeated_flags
@@ -24,9 +26,10 @@ __all__ = ["main", "build_parser", "config_from_args", "UserError"]
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    bench = argv[:1] == ["bench"]  # its own flags, passed on as they are (argparse.REMAINDER drops leading options)
-    args = None if bench else build_parser().parse_args(argv)
-    code = _main(args, bench, argv)
+    # a command with its own flags gets them as they are (argparse.REMAINDER drops leading options)
+    raw = bool(argv) and argv[0] in COMMANDS and COMMANDS[argv[0]].flags is None
+    args = None if raw else build_parser().parse_args(argv)
+    code = _main(args, argv)
     if "purejaxppo.run.processes" in sys.modules:  # the run had several processes: leave them in order
         from purejaxppo.run import processes
 
@@ -36,19 +39,16 @@ def main(argv=None) -> int:
     return code
 
 
-def _main(args, bench: bool, argv: list) -> int:
+def _main(args, argv: list) -> int:
     from purejaxppo.run.checkpoint import CheckpointError
     from purejaxppo.config import ConfigError
     from purejaxppo.run.guards import NonFiniteError, RunFolderWriteError, TrainingInterrupted
 
     try:
-        if bench:
-            from purejaxppo.cli.bench import main as bench_main
-
-            bench_main(argv[1:])
-            return 0
+        if args is None:
+            return COMMANDS[argv[0]].run(argv[1:])
         _check_args(args)
-        return _command(args.command)(args)
+        return COMMANDS[args.command].run(args)
     except (ConfigError, UserError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -100,37 +100,6 @@ def _check_args(args) -> None:
             )
             flag = {"--env-name": "--env", "--out": "-o/--out"}.get(flag, flag)
             raise UserError(f"{flag} is empty; pass a value (see python -m purejaxppo {args.command} --help)")
-
-
-def _command(name: str):
-    """The function of one sub-command (imported when used: ``envs`` needs no JAX)."""
-    if name == "train":
-        from purejaxppo.cli.train_cmd import cmd_train
-
-        return cmd_train
-    if name == "eval":
-        from purejaxppo.cli.eval_cmd import cmd_eval
-
-        return cmd_eval
-    if name == "rlhf":
-        from purejaxppo.cli.rlhf_cmd import cmd_rlhf
-
-        return cmd_rlhf
-    if name == "export":
-        from purejaxppo.cli.export_cmd import cmd_export
-
-        return cmd_export
-    if name == "reward":
-        from purejaxppo.cli.reward_cmd import cmd_reward
-
-        return cmd_reward
-    if name == "plot":
-        from purejaxppo.cli.plot_cmd import cmd_plot
-
-        return cmd_plot
-    from purejaxppo.cli.envs_cmd import cmd_envs
-
-    return cmd_envs
 
 
 if __name__ == "__main__":

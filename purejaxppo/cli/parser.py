@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from purejaxppo.cli.commands import COMMANDS, DESCRIPTION
 from purejaxppo.cli.distributed import add_process_flags
 from purejaxppo.cli.flags import add_config_flags, strict_int
 from purejaxppo.cli.pbt_cli import add_pbt_flags
@@ -34,62 +35,58 @@ def _strict(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="purejaxppo", description="Functional PPO in JAX on gymnax environments.")
+    """One sub-parser per command of :data:`~purejaxppo.cli.commands.COMMANDS`, in its order."""
+    p = argparse.ArgumentParser(prog="purejaxppo", description=DESCRIPTION)
     sub = p.add_subparsers(dest="command", required=True)
+    for name, command in COMMANDS.items():
+        if command.flags is None:  # it parses its own flags: passed on as they are
+            sub.add_parser(name, help=command.help).add_argument("rest", nargs=argparse.REMAINDER)
+        else:
+            command.add_flags(_strict(sub.add_parser(name, help=command.help)))
+    return p
 
-    _add_train(_strict(sub.add_parser("train", help="train PPO agents (N seeds at once)")))
-    _add_eval(_strict(sub.add_parser("eval", help="evaluate a trained run's policy (all seeds)")))
-    pl = _strict(sub.add_parser("plot", help="learning curves of one or more runs"))
-    pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    pl.add_argument("-o", "--out", default="curves.png", help="output image (png/pdf/svg)")
-    pl.add_argument(
+
+def add_plot(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("-o", "--out", default="curves.png", help="output image (png/pdf/svg)")
+    p.add_argument(
         "--metric",
         default=None,
         metavar="A,B,...",
         help="metrics.csv columns to draw, one panel each (default: episode_return; a token-level run's score,kl)",
     )
-    pl.add_argument(
+    p.add_argument(
         "--smooth",
         type=strict_int,
         default=1,
         metavar="N",
         help="smooth each seed's curve over N updates, the raw curve faint behind (default 1: none)",
     )
-    pl.add_argument(
+    p.add_argument(
         "--smoother",
         choices=("ema", "window"),
         default="ema",
         help="with --smooth: ema (span N, default) or window (trailing mean of N updates)",
     )
-    pl.add_argument(
+    p.add_argument(
         "--x",
         choices=("env_steps", "updates", "time"),
         default=None,
         help="x axis (default env_steps, or updates for runs that count no env steps); time: "
         "seconds of training at the speed in the run's summary.json",
     )
-    pl.add_argument(
+    p.add_argument(
         "--iqm",
         action="store_true",
         help="across seeds the interquartile mean with a 95%% bootstrap interval (default: the mean, band min..max)",
     )
-    ev = _strict(sub.add_parser("envs", help="list the environment suites (and which extra installs each)"))
-    ev.add_argument("--suite", default=None, help="list the env names of one suite (gymnax, brax, playground, ...)")
-    from purejaxppo.cli.rlhf_cmd import add_rlhf
-
-    add_rlhf(_strict(sub.add_parser("rlhf", help="token-level PPO for a language model on a built-in task")))
-    from purejaxppo.cli.export_cmd import add_export
-    from purejaxppo.cli.reward_cmd import add_reward
-
-    add_export(_strict(sub.add_parser("export", help="write an rlhf run's policy in Hugging Face layout")))
-
-    add_reward(_strict(sub.add_parser("reward", help="train a reward model on preference pairs (Bradley-Terry)")))
-    b = sub.add_parser("bench", help="throughput benchmark (see benchmarks/throughput.py)")
-    b.add_argument("rest", nargs=argparse.REMAINDER)
-    return p
 
 
-def _add_train(t: argparse.ArgumentParser) -> None:
+def add_envs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--suite", default=None, help="list the env names of one suite (gymnax, brax, playground, ...)")
+
+
+def add_train(t: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--seeds", type=strict_int, default=None, help="number of seeds trained together (vmapped); default 1"
     )
@@ -192,7 +189,7 @@ def _add_train(t: argparse.ArgumentParser) -> None:
     add_config_flags(t)
 
 
-def _add_eval(e: argparse.ArgumentParser) -> None:
+def add_eval(e: argparse.ArgumentParser) -> None:
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("--episodes", type=strict_int, default=None, help="episodes per seed (run in parallel); default 100")
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
