@@ -172,6 +172,28 @@ def test_doc_checker_catches_planted():
     assert doc_problems("AXIS", "data", "- `OTHER` a name") and not doc_problems("AXIS", "data", "- `AXIS`: a name")
 
 
+def api_page_problems(page: str, face) -> list[str]:
+    """docs/api.md against the face: each name given one line ``- `NAME`: ...``, no other."""
+    listed = re.findall(r"^- `(\w+)`", page, re.M)
+    twice = sorted({n for n in listed if listed.count(n) > 1})
+    return (
+        [f"docs/api.md has no line for {n}" for n in sorted(set(face) - set(listed))]
+        + [f"docs/api.md lists {n}, which purejaxppo.lm.__all__ does not" for n in sorted(set(listed) - set(face))]
+        + [f"docs/api.md lists {n} twice" for n in twice]
+    )
+
+
+def test_api_page_lists_the_face():
+    problems = api_page_problems(_api_page(), FACE)
+    assert not problems, "\n".join(problems)
+
+
+def test_api_page_checker_catches_planted():
+    page = "# face\n\n- `a`: one.\n- `b`: two.\n- `b`: again.\n- `c`: three.\n"
+    assert len(api_page_problems(page, {"a", "b", "d"})) == 3  # d missing, c extra, b twice
+    assert api_page_problems("- `a`: one.\n", {"a"}) == []
+
+
 # --- imports of the users --------------------------------------------------------------------
 def _check_from(module: str, names: list, where: str) -> list[str]:
     if module.startswith("purejaxppo.lm."):
