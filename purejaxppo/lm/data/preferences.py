@@ -32,7 +32,19 @@ class Cuts(NamedTuple):
 
 
 def read_pairs(path: str) -> list[dict]:
-    """The rows of a ``.jsonl`` pairs file; :class:`PairsFileError` naming the first bad line."""
+    """Read a preference-pairs file.
+
+    Args:
+      path: a ``.jsonl`` file, one ``{"prompt", "chosen", "rejected"}`` object of strings per
+        line with an optional finite numeric ``"margin"``; blank lines skipped.
+
+    Returns:
+      The rows, a list of dicts.
+
+    Raises:
+      PairsFileError: a missing file, a line that is not JSON or lacks a field (naming the
+        line), a bad margin, or fewer than 2 pairs (some are held out).
+    """
     if not os.path.isfile(path):
         raise PairsFileError(f"--pairs {path}: no such file (give a .jsonl file of prompt/chosen/rejected rows)")
     rows = []
@@ -78,9 +90,22 @@ def _right(ids: list, n: int, pad: int) -> tuple[np.ndarray, np.ndarray]:
 def tokenize_pairs(
     rows: list[dict], encode, *, max_prompt: int, max_response: int, eos_id: Optional[int], pad_id: int = 0
 ) -> tuple[PairBatch, Cuts]:
-    """``(PairBatch of numpy arrays, Cuts)``: ``encode(text) -> list[int]`` (no special tokens);
-    ``P`` / ``T`` are the longest prompt / response (EOS included) up to ``max_prompt`` /
-    ``max_response``."""
+    """Tokenize and pad pairs into a :class:`~purejaxppo.lm.rewards.bradley_terry.PairBatch`.
+
+    Args:
+      rows: :func:`read_pairs`' rows.
+      encode: ``encode(text) -> list[int]``, without special tokens.
+      max_prompt: the most prompt tokens ``P``; a longer prompt keeps its LAST ``P``.
+      max_response: the most response tokens ``T`` (EOS included); a longer one is cut.
+      eos_id: appended to every response (as a sampled one ends), or None.
+      pad_id: the padding id.
+
+    Returns:
+      ``(PairBatch, Cuts)``: NumPy arrays, ``prompt, prompt_valid [N, P]`` LEFT-padded and
+      ``chosen, chosen_mask, rejected, rejected_mask [N, T]`` RIGHT-padded (int32 / bool),
+      ``margin [N]`` float32, with ``P`` / ``T`` the longest prompt / response up to the
+      maxima; and how many prompts and responses were cut.
+    """
     prompts = [encode(r["prompt"]) for r in rows]
     tail = [] if eos_id is None else [eos_id]
     chosen = [encode(r["chosen"]) + tail for r in rows]
@@ -96,8 +121,16 @@ def tokenize_pairs(
 
 
 def split_pairs(batch: PairBatch, held_out: float, seed: int) -> tuple[PairBatch, PairBatch]:
-    """``(train, held_out)``: a seeded shuffle, the last ``held_out`` share (at least one pair,
-    at most all but one) held out."""
+    """Split pairs into training and held-out sets by a seeded shuffle.
+
+    Args:
+      batch: a :class:`~purejaxppo.lm.rewards.bradley_terry.PairBatch` of ``N >= 2`` pairs.
+      held_out: the share held out (at least one pair, at most all but one).
+      seed: the shuffle's seed.
+
+    Returns:
+      ``(train, held_out)``, two :class:`~purejaxppo.lm.rewards.bradley_terry.PairBatch`.
+    """
     n = batch.prompt.shape[0]
     order = np.random.default_rng(seed).permutation(n)
     k = min(n - 1, max(1, int(round(n * held_out))))
