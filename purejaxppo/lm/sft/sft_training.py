@@ -28,9 +28,19 @@ from purejaxppo.lm.tasks.builtin_tasks import make_task
 def sft_loss(lm, params, prompt, prompt_valid, response, response_mask):
     """Mean next-token NLL over the response tokens (EOS included), one teacher-forced pass.
 
-    ``prompt, prompt_valid [B, P]`` (left-padded), ``response, response_mask [B, T]``
-    (right-padded). Prompt tokens and padding are not predicted: every valid response token
-    of the batch counts once (a token mean). Returns a float32 scalar.
+    Prompt tokens and padding are not predicted: every valid response token of the batch
+    counts once (a token mean). Differentiable in ``params``.
+
+    Args:
+      lm: a :class:`~purejaxppo.lm.models.causal_lm.CausalLM`.
+      params: its parameters.
+      prompt: ``[B, P]`` int32, LEFT-padded.
+      prompt_valid: ``[B, P]`` bool.
+      response: ``[B, T]`` int32, RIGHT-padded.
+      response_mask: ``[B, T]`` bool, True on the response's tokens.
+
+    Returns:
+      A float32 scalar.
     """
     toks = jnp.concatenate([prompt, response], axis=1)
     valid = jnp.concatenate([prompt_valid.astype(bool), response_mask.astype(bool)], axis=1)
@@ -54,12 +64,21 @@ def _train(lm, params, task, key, learning_rate, *, steps: int, batch: int):
 
 
 def train_sft(lm, params, task, key, *, steps: int, batch: int, learning_rate=3e-3):
-    """``steps`` Adam steps on fresh ``task.demonstrations`` (``batch`` per step, step ``i``
-    drawn with ``split(key, steps)[i]``) as ONE jitted ``lax.scan``.
+    """Supervised fine-tuning: ``steps`` Adam steps on fresh ``task.demonstrations`` as ONE
+    jitted ``lax.scan``. Pure: the same inputs give the same compiled program, hence
+    bit-identical parameters.
 
-    ``lm`` and ``task`` are static (hashable), ``learning_rate`` is traced. Pure: the same
-    inputs give the same compiled program, hence bit-identical parameters.
-    Returns ``(params, losses [steps])`` (the loss before each step's update).
+    Args:
+      lm: a :class:`~purejaxppo.lm.models.causal_lm.CausalLM` (static, hashable).
+      params: the starting parameters.
+      task: a :class:`~purejaxppo.lm.tasks.task_protocol.Task` (static, hashable).
+      key: a PRNG key; step ``i`` draws its batch with ``split(key, steps)[i]``.
+      steps: optimizer steps (static; ``<= 0``: ``params`` back unchanged).
+      batch: demonstrations per step (static).
+      learning_rate: Adam's rate (traced: changing it does not recompile).
+
+    Returns:
+      ``(params, losses [steps] float32)``, each loss :func:`sft_loss` before its step's update.
     """
     if steps <= 0:
         return params, jnp.zeros((0,), jnp.float32)
@@ -67,8 +86,22 @@ def train_sft(lm, params, task, key, *, steps: int, batch: int, learning_rate=3e
 
 
 def init_tiny_lm(task, key, d_model: int = 32, n_layers: int = 2, n_heads: int = 2, dtype=jnp.float32):
-    """``(FlaxLM(TinyLM), params)`` sized for ``task``: its vocabulary, and position rows for
-    ``prompt_len + max_new`` tokens (the longest prompt plus a full response)."""
+    """A freshly initialised :class:`~purejaxppo.lm.models.tiny_lm.TinyLM` sized for a task: its
+    vocabulary, and position rows for ``prompt_len + max_new`` tokens (the longest prompt plus
+    a full response).
+
+    Args:
+      task: a :class:`~purejaxppo.lm.tasks.task_protocol.Task` (``vocab_size``, ``prompt_len``,
+        ``max_new``).
+      key: the PRNG key of the init.
+      d_model: the hidden width (a multiple of ``n_heads``).
+      n_layers: transformer blocks.
+      n_heads: attention heads.
+      dtype: the compute dtype (parameters are float32).
+
+    Returns:
+      ``(FlaxLM(TinyLM), params)``, the variables ``{"params": ...}``.
+    """
     total = task.prompt_len + task.max_new
     model = TinyLM(task.vocab_size, d_model, n_layers, n_heads, max_len=total, dtype=dtype)
     # jitted: an eager init dispatches op by op, several times slower than compiling it
@@ -98,11 +131,24 @@ def _evaluate(lm, params, task, key, temperature, *, batch: int, greedy: bool):
 
 
 def evaluate_policy(lm, params, task, key, batch: int, temperature=1.0, greedy: bool = False):
-    """Sample one response per prompt of ``task.prompts(k, batch)`` with
-    :func:`purejaxppo.lm.models.sampling.sample_response` (``greedy``: top-1, i.e. argmax) and return
-    ``{"score": mean score, **task.diagnostics}`` as 0-d arrays. Jitted (``lm``, ``task``,
-    ``batch``, ``greedy`` static; ``temperature`` traced); the prompt key is
-    ``split(key)[0]``, so one key gives the same prompts whatever the settings."""
+    """Score a policy by sampling one response per prompt, jitted.
+
+    The prompts are ``task.prompts(split(key)[0], batch)`` (a text task's fixed
+    ``evaluation_prompts(batch)`` when it has them), so one key gives the same prompts whatever
+    the settings; responses come from :func:`~purejaxppo.lm.models.sampling.sample_response`.
+
+    Args:
+      lm: a :class:`~purejaxppo.lm.models.causal_lm.CausalLM` (static).
+      params: its parameters.
+      task: a :class:`~purejaxppo.lm.tasks.task_protocol.Task` (static).
+      key: a PRNG key.
+      batch: prompts ``B`` (static).
+      temperature: the sampling temperature (traced).
+      greedy: top-1, i.e. argmax, sampling (static).
+
+    Returns:
+      ``{"score": mean score, **task.diagnostics(...)}``, 0-d arrays.
+    """
     return _evaluate(lm, params, task, key, jnp.asarray(temperature, jnp.float32), batch=batch, greedy=greedy)
 
 
