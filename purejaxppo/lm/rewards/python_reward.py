@@ -42,8 +42,19 @@ class RewardSpecError(ValueError):
 
 
 def load_reward_function(spec: str) -> Callable:
-    """``"path/to/file.py:name"`` or ``"package.module:name"`` -> the function (checked callable
-    with two positional parameters). :class:`RewardSpecError` otherwise."""
+    """Import the Python reward function a spec names.
+
+    Args:
+      spec: ``"path/to/file.py:name"`` or ``"package.module:name"``.
+
+    Returns:
+      The function, checked callable with two positional parameters
+      ``fn(prompts: list[str], responses: list[str]) -> list[float]``.
+
+    Raises:
+      RewardSpecError: a malformed spec, a missing file, a module that fails to import (its
+        error named), no such function, or one that does not take ``(prompts, responses)``.
+    """
     where, sep, name = spec.rpartition(":")
     if not sep or not where or not name:
         raise RewardSpecError(f"{spec!r} must be FILE.py:FUNCTION or module:FUNCTION (e.g. reward.py:score)")
@@ -80,8 +91,26 @@ class RewardFunctionError(ValueError):
 
 
 class TextReward:
-    """``reward(prompt, prompt_valid, response, response_mask) -> [..., B] float32`` (jittable,
-    vmappable) calling ``fn`` on the decoded rows; ``name`` is how errors name ``fn``."""
+    """A Python function on text as a token-level reward, called through
+    ``jax.pure_callback`` from inside the compiled iteration (see the module).
+
+    ``reward(prompt [..., B, P] int32, prompt_valid [..., B, P] bool, response [..., B, T]
+    int32, response_mask [..., B, T] bool) -> [..., B] float32``: jittable and vmappable
+    (every leading axis in one host call). A failing function does not raise inside XLA: its
+    scores come back NaN and :attr:`error` says why (:meth:`raise_if_failed` raises it).
+
+    Args:
+      fn: ``fn(prompts: list[str], responses: list[str]) -> list[float]``, one finite number
+        per row (:func:`load_reward_function`).
+      name: how errors name ``fn``.
+      tokenizer: a :class:`~purejaxppo.lm.checkpoints.tokenizer.TextTokenizer` (``decode``,
+        ``stop_ids``, ``pad_id``).
+
+    Attributes:
+      fn, name, tokenizer: as given.
+      error: the first failure's message (naming the function and the row), or None.
+      seconds: the host time spent so far (decoding and the function).
+    """
 
     def __init__(self, fn: Callable, name: str, tokenizer):
         self.fn, self.name, self.tokenizer = fn, name, tokenizer
