@@ -1,5 +1,5 @@
 """The user's own data as a task: a model folder's tokenizer, a prompt file, a text reward (or a
-reward model), optional SFT pairs. :class:`TextTask` meets :class:`purejaxppo.lm.tasks.builtin_tasks.Task`, so
+reward model), optional SFT pairs. :class:`TextTask` meets :class:`purejaxppo.lm.tasks.task_protocol.Task`, so
 SFT, the evaluation and token-level PPO take it as they take the built-in tasks.
 
 ``make_text_task`` reads every file and checks every size BEFORE any compiled work: the
@@ -75,11 +75,28 @@ class BoundReward:
 
 
 class TextTask:
-    """Prompts drawn from a table, responses of up to ``max_new`` tokens scored by ``reward``
-    (``(prompt, prompt_valid, response, mask) -> [B]``, jittable: a
-    :class:`~purejaxppo.lm.rewards.python_reward.TextReward` or a bound reward model). Hashable by identity
-    (a static argument under ``jit``). ``eval_table``: the fixed evaluation prompts
-    (:meth:`evaluation_prompts`); ``sft``: ``(prompts, response [N, T], mask [N, T])`` or None."""
+    """The user's own data as a :class:`~purejaxppo.lm.tasks.task_protocol.Task`: prompts drawn
+    from a table, responses of up to ``max_new`` tokens scored by ``reward``. Hashable by
+    identity (a static argument under ``jit``). Made by :func:`make_text_task`.
+
+    Args:
+      tokenizer: the model folder's :class:`~purejaxppo.lm.checkpoints.tokenizer.TextTokenizer`
+        (its ``pad_id`` and ``stop_ids`` become the task's).
+      table: the training prompts, a :class:`~purejaxppo.lm.data.prompts.PromptTable`.
+      eval_table: the fixed evaluation prompts (:meth:`evaluation_prompts`).
+      max_new: ``T``, the response budget.
+      vocab_size: the model's vocabulary ``V``.
+      reward: ``reward(prompt, prompt_valid, response, mask) -> [B]`` float32, jittable: a
+        :class:`~purejaxppo.lm.rewards.python_reward.TextReward` or a bound reward model.
+      sft: ``(PromptTable, response [N, T] int32, mask [N, T] bool)`` of SFT pairs, or None.
+
+    Attributes:
+      name: ``"text"``.
+      prompt_len: ``P``, the widest of the tables.
+      pad_id, stop_ids: the tokenizer's.
+      prompts: ``prompts(key, batch) -> (prompt [B, P], prompt_valid [B, P])`` over ``table``.
+      tokenizer, table, eval_table, max_new, vocab_size, reward, sft: as given.
+    """
 
     name = "text"
 
@@ -187,9 +204,32 @@ def make_text_task(
     truncate: bool = False,
     chat: bool = False,
 ) -> tuple:
-    """``(TextTask, TextData)`` of the model folder ``model`` and the files. ``reward_for(tokenizer)``
-    gives the reward. ``max_prompt_tokens`` 0: the model's positions minus ``max_new``.
-    Raises :class:`CheckpointFolderError` or :class:`~purejaxppo.lm.data.prompts.PromptFileError`."""
+    """The user's model folder and files as a task; every file is read and every size checked
+    (prompts and responses against the model's positions, ids against its vocabulary) BEFORE
+    any compiled work.
+
+    Args:
+      model: the local model folder (its ``config.json`` and tokenizer are read).
+      prompts: the training prompt file (``.jsonl`` or ``.txt``).
+      reward_for: ``reward_for(tokenizer) -> reward``, the task's score.
+      max_new: ``T``, the response budget.
+      eval_prompts: a file of fixed evaluation prompts (default: ``prompts``).
+      sft_data: a ``.jsonl`` file of prompt/response pairs (``TextTask.demonstrations``).
+      max_prompt_tokens: the prompt budget; 0: the model's positions minus ``max_new``
+        (1024 when ``config.json`` names no positions).
+      truncate: cut a prompt over the budget from the left instead of refusing it.
+      chat: render plain prompts as one user message through the chat template.
+
+    Returns:
+      ``(TextTask, TextData)``: the task, and what was read for the run's record (prompts
+      cut per file, hashes of the files and of the folder's weights and tokenizer).
+
+    Raises:
+      CheckpointFolderError: a model folder without a usable ``config.json`` or tokenizer,
+        or a tokenizer larger than the model's vocabulary.
+      PromptFileError: a bad prompt or SFT file, or budgets that do not fit the model's
+        positions (the message names the flag and ``file:line``).
+    """
     vocab, positions = model_shape(model)
     tokenizer = load_tokenizer(model, model_vocab=vocab)
     if tokenizer.vocab_size > vocab:
