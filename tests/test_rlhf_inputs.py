@@ -24,15 +24,17 @@ def parser():
 
 
 def test_every_config_field_has_a_flag_whose_default_is_the_configs():
-    from purejaxppo.cli.rlhf_flags import NOT_FLAGS, config_flag, token_config
+    from purejaxppo.cli.flags import show_default
+    from purejaxppo.cli.rlhf_flags import config_flag, token_config
 
     p = parser()
     actions = {a.option_strings[0]: a for a in p._actions if a.option_strings}
-    fields = [f for f in dataclasses.fields(TokenPPOConfig) if f.name not in NOT_FLAGS]
+    fields = [f for f in dataclasses.fields(TokenPPOConfig) if f.metadata["cli"]]
     assert len(fields) > 25
-    for f in fields:
+    for f in fields:  # the flag's help is the field's declaration: its sentence and its default
         action = actions[config_flag(f.name)]
-        assert action.dest == f"cfg_{f.name}" and action.help == f"default: {f.default}", f.name
+        assert action.dest == f"cfg_{f.name}" and action.help.startswith(f.metadata["help"].replace("%", "%%"))
+        assert f"default: {show_default(f.default)}" in action.help, f.name
     # a text run takes the config's defaults, a built-in task its preset (written out here)
     args = p.parse_args([])
     assert token_config(args, text=True) == TokenPPOConfig()

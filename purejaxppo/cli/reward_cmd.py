@@ -11,56 +11,78 @@ model in the ``*ForSequenceClassification`` layout, for ``rlhf --reward-model`` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import time
+from typing import Optional
 
-from purejaxppo.cli.errors import UserError, check_seed
+from purejaxppo.cli.errors import MAX_SEED, UserError
+from purejaxppo.cli.flags import add_field_flags, field_flag, given_fields, one_line_errors, record_of
 from purejaxppo.cli.train_setup import add_sink_flags, check_sinks, sinks_for
+from purejaxppo.config.fields import setting
 
-# flag -> (RewardConfig field, type, help)
-CONFIG_FLAGS = {
-    "--epochs": ("epochs", int, "epochs over the training pairs (default 3)"),
-    "--minibatch": ("minibatch", int, "pairs per optimizer step (default 16)"),
-    "--lr": ("learning_rate", float, "AdamW learning rate (default 1e-5)"),
-    "--weight-decay": ("weight_decay", float, "AdamW weight decay (default 0)"),
-    "--max-grad-norm": ("max_grad_norm", float, "global gradient clip; 0 = off (default 1)"),
-    "--held-out": ("held_out", float, "share of pairs held out for the accuracy (default 0.1)"),
-    "--max-prompt": ("max_prompt", int, "prompt tokens kept (the last ones; longer prompts are cut, counted)"),
-    "--max-response": ("max_response", int, "response tokens kept (longer responses are cut, counted)"),
-}
+
+@dataclasses.dataclass(frozen=True)
+class RewardCommand:
+    """How one ``reward`` session runs, besides the training config (``RewardConfig``): the
+    fields' declarations are the flags'."""
+
+    model: Optional[str] = setting(
+        None,
+        "a local model folder (config.json, model.safetensors, tokenizer.json): a causal LM to start from, or "
+        "a reward model to train further",
+        metavar="DIR",
+    )
+    pairs: Optional[str] = setting(
+        None, ".jsonl preference pairs: prompt, chosen, rejected and an optional margin per line", metavar="FILE"
+    )
+    seed: int = setting(
+        0,
+        "the random seed of the held-out split and the runs (each of --seeds draws its own keys from it)",
+        lo=0,
+        hi=MAX_SEED,
+        why="JAX's random keys hold 32 bits of a seed: a larger or negative one would repeat another seed's numbers",
+    )
+    seeds: int = setting(1, "independent runs trained at once, all from the same model", lo=1)
+    run_dir: Optional[str] = setting(None, "the run folder (default runs/reward-<time>)", metavar="DIR")
+    resume: Optional[str] = setting(
+        None, "continue this run folder with its own settings (no --model, --pairs or config flags)", metavar="RUN_DIR"
+    )
+    chunk: int = setting(1, "epochs per compiled chunk (a progress report and a checkpoint after each)", lo=1)
+    quiet: bool = setting(False, "no progress bar and no report at the end", switch=True)
 
 
 def add_reward(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="local model folder (config.json, model.safetensors, tokenizer.json)")
-    p.add_argument("--pairs", default=None, help=".jsonl preference pairs: prompt, chosen, rejected (margin)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--seeds", type=int, default=1, help="independent runs trained at once (default 1)")
-    p.add_argument("--run-dir", default=None, help="run folder (default runs/reward-<time>)")
-    p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue this run folder (no other flags)")
-    p.add_argument("--chunk", type=int, default=1, help="epochs per compiled chunk (default 1)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    """The command's flags, each generated from its field's declaration (:class:`RewardCommand`,
+    ``RewardConfig``): help, range (checked as argparse parses) and default."""
+    from purejaxppo.programs.reward_program import RewardConfig
+
+    one_line_errors(p)
+    add_field_flags(p, RewardCommand)
     add_sink_flags(p)
-    for flag, (dest, typ, text) in CONFIG_FLAGS.items():
-        p.add_argument(flag, dest=f"rm_{dest}", type=typ, default=None, help=text, metavar=flag[2:].upper())
+    add_field_flags(p.add_argument_group("training (defaults: RewardConfig's)"), RewardConfig, dest_prefix="rm_")
+
+
+def _config_flag(name: str) -> str:
+    from purejaxppo.programs.reward_program import RewardConfig
+
+    return field_flag(next(f for f in dataclasses.fields(RewardConfig) if f.name == name))
 
 
 def cmd_reward(args) -> int:
     from purejaxppo.programs.reward_program import RewardConfig
 
-    given = [f for f, (d, _, _) in CONFIG_FLAGS.items() if getattr(args, f"rm_{d}") is not None]
-    given += [f for f in ("--model", "--pairs") if getattr(args, f[2:]) is not None]
+    cmd = record_of(RewardCommand, args)  # this session's own settings, the defaults declared there
+    changes = given_fields(RewardConfig, args, "rm_")
+    given = [_config_flag(name) for name in changes]
+    given += [flag for flag in ("--model", "--pairs", "--seed", "--seeds") if getattr(args, flag[2:]) is not None]
     if args.resume and given:
         raise UserError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
-    check_seed("--seed", args.seed)
-    if args.seeds < 1 or args.chunk < 1:
-        raise UserError(f"--seeds={args.seeds} and --chunk={args.chunk} must be >= 1")
     if not args.resume:
         for flag in ("--model", "--pairs"):
             if getattr(args, flag[2:]) is None:
                 raise UserError(f"{flag} is required (python -m purejaxppo reward --model DIR --pairs FILE.jsonl)")
-        config = RewardConfig(
-            **{d: getattr(args, f"rm_{d}") for d, _, _ in CONFIG_FLAGS.values() if getattr(args, f"rm_{d}") is not None}
-        ).validate()
+        config = RewardConfig(**changes).validate(_config_flag)
     check_sinks(args)
     from purejaxppo.programs.reward_run import resume_reward, train_reward
     from purejaxppo.run.progress import progress_bar
@@ -92,10 +114,10 @@ def cmd_reward(args) -> int:
                 config,
                 args.model,
                 args.pairs,
-                seed=args.seed,
-                num_seeds=args.seeds,
+                seed=cmd.seed,
+                num_seeds=cmd.seeds,
                 run_dir=run_dir,
-                chunk_updates=args.chunk,
+                chunk_updates=cmd.chunk,
                 on_chunk=on_chunk,
                 on_cuts=cuts,
                 loggers=sinks_for(args, run_dir, config, 1),

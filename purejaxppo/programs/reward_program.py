@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.config import ConfigError
+from purejaxppo.config.fields import check_fields, setting
 from purejaxppo.lm.rewards.bradley_terry import PairBatch, pair_loss, reward_optimizer, reward_step
 from purejaxppo.lm.rewards.reward_model import make_reward_fn
 from purejaxppo.run.chunked_program import ChunkedProgram
@@ -29,18 +30,22 @@ from purejaxppo.run.guards import tree_finite
 class RewardConfig:
     """``epochs`` over ``train_pairs`` (set from the data) in minibatches of ``minibatch`` pairs
     (the last partial one dropped), AdamW at ``learning_rate`` with ``weight_decay``,
-    ``max_grad_norm`` (<= 0: no clipping); ``held_out``: the share of pairs evaluated, not
+    ``max_grad_norm`` (0: no clipping); ``held_out``: the share of pairs evaluated, not
     trained on; ``max_prompt`` / ``max_response``: token budgets (longer ones are cut, counted)."""
 
-    epochs: int = 3
-    minibatch: int = 16
-    learning_rate: float = 1e-5
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    held_out: float = 0.1
-    max_prompt: int = 256
-    max_response: int = 256
-    train_pairs: int = 0
+    # Each field declares its default, what it does and its range: the reward command's flags
+    # (help, parse-time checks) are generated from these declarations, and validate checks the same.
+    epochs: int = setting(3, "epochs over the training pairs", lo=1)
+    minibatch: int = setting(16, "pairs per optimizer step (the last partial minibatch is dropped)", lo=1)
+    learning_rate: float = setting(1e-5, "AdamW learning rate", lo=0, lo_open=True, flag="--lr")
+    weight_decay: float = setting(0.0, "AdamW weight decay", lo=0)
+    max_grad_norm: float = setting(1.0, "global gradient clip norm (0 = off)", lo=0)
+    held_out: float = setting(
+        0.1, "share of the pairs held out for the evaluation loss and accuracy", lo=0, hi=1, lo_open=True, hi_open=True
+    )
+    max_prompt: int = setting(256, "prompt tokens kept (the last ones; longer prompts are cut, counted)", lo=1)
+    max_response: int = setting(256, "response tokens kept (longer responses are cut, counted)", lo=1)
+    train_pairs: int = setting(0, "training pairs (set from the data)", cli=False)
 
     @property
     def num_updates(self) -> int:
@@ -61,17 +66,10 @@ class RewardConfig:
             raise ConfigError(f"unknown reward config field(s) {unknown}; valid fields: {sorted(names)}")
         return cls(**d)
 
-    def validate(self) -> "RewardConfig":
-        for name in ("epochs", "minibatch", "max_prompt", "max_response"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{name}={v!r} must be a positive integer")
-        if not self.learning_rate > 0 or self.weight_decay < 0:
-            raise ConfigError(
-                f"learning_rate={self.learning_rate} must be > 0 and weight_decay={self.weight_decay} >= 0"
-            )
-        if not 0.0 < self.held_out < 1.0:
-            raise ConfigError(f"held_out={self.held_out} must be a share in (0, 1) of the pairs")
+    def validate(self, flag_of=None) -> "RewardConfig":
+        """``self``, every field in its declared range; :class:`ConfigError` naming the first that
+        is not (as the flag ``flag_of`` gives it, for a command's user)."""
+        check_fields(self, flag_of)
         return self
 
 

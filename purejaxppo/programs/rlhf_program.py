@@ -19,10 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.config import ConfigError
+from purejaxppo.config.fields import setting
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.lm.ppo.data_parallel import data_parallel
 from purejaxppo.lm.sft.sft_training import init_tiny_lm
-from purejaxppo.lm.tasks.builtin_tasks import make_task
+from purejaxppo.lm.tasks.builtin_tasks import TASKS, make_task
 from purejaxppo.lm.rewards.python_reward import TextReward
 from purejaxppo.lm.tasks.text_task import BoundReward
 from purejaxppo.lm.ppo.token_ppo import make_token_ppo
@@ -53,29 +54,72 @@ class RLHFSettings:
     ``hashes``: ``((name, sha256), ...)`` of the model's weights and tokenizer and of the data
     files, recorded when the run starts and checked on a resume."""
 
-    task: str = "reverse"
-    task_options: tuple = ()  # ((field, value), ...): hashable
-    d_model: int = 32
-    n_layers: int = 2
-    n_heads: int = 2
-    dtype: str = "float32"
-    init: Optional[str] = None
-    sft_steps: int = 100
-    sft_batch: int = 64
-    sft_lr: float = 3e-3
-    eval_every: int = 0  # 0 = no evaluation during training
-    eval_batch: int = 256
-    model_dir: Optional[str] = None
-    prompts: Optional[str] = None
-    eval_prompts: Optional[str] = None
-    sft_data: Optional[str] = None
-    reward: Optional[str] = None
-    reward_model: Optional[str] = None
-    chat_template: bool = False
-    max_new_tokens: int = 16
-    max_prompt_tokens: int = 0
-    truncate_prompts: bool = False
-    hashes: tuple = ()
+    # Each field declares its default, what it does and its range: the rlhf command's flags
+    # (help, choices, parse-time checks) are generated from these declarations.
+    task: str = setting(
+        "reverse",
+        "the built-in task: reverse = write a digit string backwards (exact match); grammar = a tiny "
+        "grammar's sentences (not with --model, whose task is your data)",
+        choices=tuple(sorted(TASKS)),
+    )
+    task_options: tuple = setting(
+        (),
+        "a field of the built-in task, e.g. max_len=6 or partial_credit=true",
+        flag="--task-option",
+        repeat=True,
+        metavar="FIELD=VALUE",
+    )  # ((field, value), ...): hashable
+    d_model: int = setting(32, "the built-in task's TinyLM width (a multiple of --heads)", lo=1)
+    n_layers: int = setting(2, "the built-in task's TinyLM layers", lo=1, flag="--layers")
+    n_heads: int = setting(2, "the built-in task's TinyLM attention heads", lo=1, flag="--heads")
+    dtype: str = setting("float32", "the compute dtype (parameters stay float32)", choices=tuple(DTYPES), cli=False)
+    init: Optional[str] = setting(
+        None,
+        "start a built-in task from a local GPT-2 folder (config.json + model.safetensors) instead of a TinyLM",
+        metavar="DIR",
+    )
+    sft_steps: int = setting(100, "supervised (SFT) steps before PPO", lo=0)
+    sft_batch: int = setting(64, "demonstrations per SFT step", lo=1)
+    sft_lr: float = setting(3e-3, "the SFT stage's Adam learning rate", lo=0, lo_open=True)
+    eval_every: int = setting(
+        10, "greedy evaluation of fixed prompts every N iterations, into metrics.csv and samples.txt (0 = off)", lo=0
+    )
+    eval_batch: int = setting(256, "prompts of each greedy evaluation", lo=1, cli=False)
+    model_dir: Optional[str] = setting(
+        None,
+        "a local Hugging Face model folder (config.json, *.safetensors, tokenizer.json): the initial policy "
+        "and the frozen reference",
+        flag="--model",
+        metavar="DIR",
+    )
+    prompts: Optional[str] = setting(
+        None, 'training prompts: .jsonl ({"prompt": ...} or {"messages": [...]}) or .txt (one per line)', metavar="FILE"
+    )
+    eval_prompts: Optional[str] = setting(
+        None, "the greedy evaluation's prompts (default: the first of --prompts)", metavar="FILE"
+    )
+    sft_data: Optional[str] = setting(
+        None, '.jsonl of {"prompt" or "messages", "response"}: a supervised stage before PPO', metavar="FILE"
+    )
+    reward: Optional[str] = setting(
+        None, "FILE.py:FUNCTION or module:FUNCTION, fn(prompts, responses) -> a list of floats", metavar="SPEC"
+    )
+    reward_model: Optional[str] = setting(
+        None, "a local *ForSequenceClassification folder scoring prompt + response", metavar="DIR"
+    )
+    chat_template: bool = setting(
+        False,
+        "render plain prompts as a user message through the model's chat template (messages always are)",
+        switch=True,
+    )
+    max_new_tokens: int = setting(16, "the response budget in tokens", lo=1)
+    max_prompt_tokens: int = setting(
+        0, "the prompt budget in tokens (0: the model's positions minus --max-new-tokens)", lo=0
+    )
+    truncate_prompts: bool = setting(
+        False, "cut prompts over the budget from the left (counted) instead of refusing them", switch=True
+    )
+    hashes: tuple = setting((), "sha256 of the model's files and the data files, checked on a resume", cli=False)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -90,13 +134,21 @@ class RLHFSettings:
         return cls(**d)
 
     def make_task(self):
+        """The task of these settings, built once per process: every stage (the command's checks,
+        SFT, the program) shares the one object (a text task's reward keeps its failure there)."""
         if self.model_dir:
-            return _text_task(dataclasses.replace(self, hashes=()))[0]
-        return make_task(self.task, **dict(self.task_options))
+            return _text_task(self._data_only())[0]
+        return _builtin_task(self.task, self.task_options)
 
     def text_data(self):
         """What the text task read (:class:`~purejaxppo.lm.tasks.text_task.TextData`: prompts cut, hashes)."""
-        return _text_task(dataclasses.replace(self, hashes=()))[1]
+        return _text_task(self._data_only())[1]
+
+    def _data_only(self) -> "RLHFSettings":
+        """These settings with the fields a text task does not read at their defaults: the key
+        under which the task is read once (the hashes, the SFT stage, the evaluation's schedule)."""
+        unread = ("hashes", "eval_batch", "eval_every", "sft_steps", "sft_batch", "sft_lr")
+        return dataclasses.replace(self, **{name: getattr(RLHFSettings, name) for name in unread})
 
     def model(self, key):
         """``(lm, params)``: the TinyLM of these sizes (initialised from ``key``), the GPT-2 in
@@ -107,10 +159,9 @@ class RLHFSettings:
         if self.model_dir:
             return _load_model(self.model_dir, self.dtype)
         if self.init:
-            from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
             from purejaxppo.lm.models.adapters import FlaxLM
 
-            module, params = load_gpt2(self.init, dtype=DTYPES[self.dtype])
+            module, params = _load_gpt2(self.init, self.dtype)
             if module.vocab_size < task.vocab_size:
                 raise ConfigError(
                     f"--init {self.init}: its vocabulary ({module.vocab_size}) is smaller than the "
@@ -124,6 +175,19 @@ class RLHFSettings:
                 )
             return FlaxLM(module), params
         return init_tiny_lm(task, key, self.d_model, self.n_layers, self.n_heads, DTYPES[self.dtype])
+
+
+@functools.lru_cache(maxsize=8)
+def _builtin_task(name: str, options: tuple):
+    return make_task(name, **dict(options))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_gpt2(folder: str, dtype: str):
+    """One load per GPT-2 folder and dtype in a process (the command checks it, SFT then uses it)."""
+    from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
+
+    return load_gpt2(folder, dtype=DTYPES[dtype])
 
 
 @functools.lru_cache(maxsize=4)

@@ -10,12 +10,14 @@ sweep over ``beta``, say) compiles once.
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
+from typing import Callable, Optional
+
 from flax import struct
 
 from purejaxppo.config import ConfigError
-from purejaxppo.config.ppo_config import fields_from_dict, fields_to_dict, static
+from purejaxppo.config.fields import check_fields, setting, spelled
+from purejaxppo.config.ppo_config import fields_from_dict, fields_to_dict
 
 CRITICS = ("separate", "value_head")
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
@@ -27,59 +29,153 @@ KL_IN = ("reward", "loss")
 
 @struct.dataclass
 class TokenPPOConfig:
+    # Each field declares its default, what it does, its choices or range and (where the rlhf
+    # command names it otherwise) its flag: the command's flags, --help and parse-time checks are
+    # generated from these declarations, and validate_token_config checks the same bounds.
     # --- structural (static) --------------------------------------------------------------
-    batch_size: int = static(64)  # responses per iteration: batch_size / group_size prompts, each group_size times
-    # responses sampled per prompt: rows [g*G, (g+1)*G) answer one prompt (each row its own key)
-    group_size: int = static(1)
-    # gae: the critic's GAE | grpo: (r - group mean) / group std | rloo: r - the others' mean (no critic)
-    advantage: str = static("gae")
-    kl_in: str = static("reward")  # reward: beta * KL per token in the rewards | loss: beta * KL as a loss term
-    num_iterations: int = static(100)
-    update_epochs: int = static(4)
-    num_minibatches: int = static(4)  # over sequences; batch_size must divide evenly
-    micro_batches: int = static(1)  # gradient accumulation: each minibatch in this many passes
-    max_new_tokens: int = static(16)  # response budget T
-    stop_ids: tuple = static((1,))  # a response ends after the first of these (its EOS)
-    pad_id: int = static(0)
-    top_k: int = static(0)  # 0 = off
-    top_p: float = static(1.0)  # 1.0 = off (static: sorting the vocabulary is a code path)
-    kl_estimator: str = static("k1")  # the per-token KL (in the rewards or the loss): k1 | k2 | k3 | abs
-    aggregation: str = static("token-mean")  # token-mean | seq-mean
-    # gae's critic (grpo / rloo have none): separate: its own model and params; value_head: on the policy's trunk
-    critic: str = static("separate")
-    whiten_advantages: bool = static(True)  # gae's, over the whole batch's valid tokens (micro-batching stays exact)
-    clip_value: bool = static(True)
-    adaptive_kl: bool = static(False)  # Ziegler et al.'s controller drives beta towards kl_target
+    batch_size: int = setting(
+        64,
+        "responses sampled per iteration: batch / group-size prompts, each answered group-size times",
+        lo=1,
+        flag="--batch",
+        static=True,
+    )
+    group_size: int = setting(
+        1,
+        "responses sampled per prompt (rows [g*G, (g+1)*G) answer one prompt, each with its own key); "
+        "grpo and rloo need 2 or more",
+        lo=1,
+        static=True,
+    )
+    advantage: str = setting(
+        "gae",
+        "how a response's advantage is estimated: gae = the critic's GAE per token; grpo = (score - "
+        "group mean) / group std; rloo = score - the mean of the group's other responses (no critic)",
+        choices=ADVANTAGES,
+        static=True,
+    )
+    kl_in: str = setting(
+        "reward",
+        "where the KL penalty to the reference goes: reward = -beta * KL per token in the rewards; "
+        "loss = beta * KL as a term of the policy loss",
+        choices=KL_IN,
+        static=True,
+    )
+    num_iterations: int = setting(
+        100, "PPO iterations (each samples --batch responses)", lo=1, flag="--iterations", static=True
+    )
+    update_epochs: int = setting(4, "passes over each iteration's batch", lo=1, flag="--epochs", static=True)
+    num_minibatches: int = setting(
+        4, "minibatches per epoch, over sequences (must divide --batch)", lo=1, flag="--minibatches", static=True
+    )
+    micro_batches: int = setting(
+        1, "gradient accumulation: each minibatch in this many passes (less memory, the same update)", lo=1, static=True
+    )
+    max_new_tokens: int = setting(16, "response budget in tokens", lo=1, cli=False, static=True)
+    stop_ids: tuple = setting(
+        (1,), "a response ends after the first of these token ids (its EOS)", cli=False, static=True
+    )
+    pad_id: int = setting(0, "the padding token id (never sampled)", lo=0, cli=False, static=True)
+    top_k: int = setting(0, "sample from the k likeliest tokens only (0 = off)", lo=0, static=True)
+    # static: sorting the vocabulary is a code path
+    top_p: float = setting(
+        1.0,
+        "nucleus sampling: the smallest set of tokens holding this probability (1 = off)",
+        lo=0,
+        lo_open=True,
+        hi=1,
+        static=True,
+    )
+    kl_estimator: str = setting(
+        "k1",
+        "the per-token KL estimate: k1 = log ratio; k2 = half its square; k3 = exp(-log ratio) - 1 + log "
+        "ratio (unbiased, >= 0); abs = |log ratio|",
+        choices=KL_ESTIMATORS,
+        static=True,
+    )
+    aggregation: str = setting(
+        "token-mean",
+        "how token losses are averaged: token-mean = over all valid tokens; seq-mean = per sequence, then "
+        "over sequences",
+        choices=AGGREGATIONS,
+        static=True,
+    )
+    critic: str = setting(
+        "separate",
+        "gae's critic (grpo and rloo have none): separate = its own model and parameters; value_head = a "
+        "head on the policy's trunk",
+        choices=CRITICS,
+        static=True,
+    )
+    # over the whole batch's valid tokens (micro-batching stays exact)
+    whiten_advantages: bool = setting(True, "normalise gae's advantages over the batch's valid tokens", static=True)
+    clip_value: bool = setting(
+        True, "clip the critic's value updates to --vf-clip-eps (PPO's value clipping)", static=True
+    )
+    adaptive_kl: bool = setting(
+        False,
+        "Ziegler et al.'s controller drives beta towards kl_target (set by giving --kl-target)",
+        cli=False,
+        static=True,
+    )
     # the smallest response width the teacher-forced passes and the update run at: the batch is cut
     # to the first rung of 16, 32, 64, ... (up to max_new_tokens) that holds its longest response
     # (purejaxppo.lm.models.length_buckets), and the rungs the sampler's KV cache grows by
     # (sampling.sample_response's rungs); 0 = always the whole budget. Without stop_ids no response
     # can end early: the passes and the update then run at the budget alone (smallest_width)
-    length_buckets: int = static(16)
-    ptx: bool = static(False)  # add ptx_coef * NLL of a supplied pretraining batch to the policy loss
+    length_buckets: int = setting(
+        16,
+        "the smallest response width the passes run at: the batch is cut to the first of 16, 32, 64, ... "
+        "tokens that holds its longest response (0 = always the whole budget)",
+        lo=0,
+        static=True,
+    )
+    ptx: bool = setting(
+        False, "add ptx_coef * NLL of a supplied pretraining batch to the policy loss", cli=False, static=True
+    )
     # LoRA (purejaxppo.lm.models.lora): rank > 0 trains low-rank adapters (and the value head) on a frozen base,
     # which is also the reference; alpha is static (the scale alpha/rank is part of the adapters' structure)
-    lora_rank: int = static(0)  # 0 = off: full fine-tuning
-    lora_alpha: float = static(16.0)
-    lora_targets: tuple = static(())  # module names (path suffixes); () = lora.DEFAULT_TARGETS
-    lora_base_dtype: str = static("float32")  # the frozen base's storage: float32 | bfloat16
+    lora_rank: int = setting(
+        0,
+        "LoRA: train rank-r adapters (and the value head) on a frozen base, which is also the reference "
+        "(0 = full fine-tuning)",
+        lo=0,
+        static=True,
+    )
+    lora_alpha: float = setting(16.0, "LoRA: the adapters' scale is alpha / rank", lo=0, lo_open=True, static=True)
+    lora_targets: tuple = setting(
+        (),
+        "LoRA: the modules adapted, comma-separated name suffixes like q_proj,v_proj (none: the model "
+        "family's attention and MLP projections)",
+        static=True,
+    )
+    lora_base_dtype: str = setting(
+        "float32", "LoRA: the frozen base's storage (bfloat16 halves its memory)", choices=BASE_DTYPES, static=True
+    )
     # --- numeric (traced) -----------------------------------------------------------------
-    actor_lr: float = 1e-4
-    critic_lr: float = 1e-4
-    max_grad_norm: float = 1.0  # each network's gradient clipped apart
-    adam_eps: float = 1e-8
-    clip_eps: float = 0.2
-    vf_clip_eps: float = 0.2
-    vf_coef: float = 0.5
-    ent_coef: float = 0.0
-    gamma: float = 1.0
-    gae_lambda: float = 0.95
-    beta: float = 0.05  # KL coefficient (the initial one under adaptive_kl)
-    kl_target: float = 1.0  # adaptive_kl: the target KL per sequence
-    kl_horizon: float = 10_000.0  # adaptive_kl: the controller's horizon, in sequences
-    temperature: float = 1.0
-    missing_eos_penalty: float = 1.0  # subtracted from the score of a response with no stop token
-    ptx_coef: float = 0.0
+    actor_lr: float = setting(1e-4, "the policy's Adam learning rate", lo=0, lo_open=True)
+    critic_lr: float = setting(1e-4, "the critic's Adam learning rate", lo=0, lo_open=True)
+    max_grad_norm: float = setting(
+        1.0, "each network's gradient is clipped apart to this global norm", lo=0, lo_open=True
+    )
+    adam_eps: float = setting(1e-8, "Adam's epsilon", lo=0)
+    clip_eps: float = setting(0.2, "PPO's clip range of the probability ratio", lo=0, lo_open=True)
+    vf_clip_eps: float = setting(0.2, "the clip range of the critic's value updates (with --clip-value)", lo=0)
+    vf_coef: float = setting(0.5, "weight of the value loss (a value_head critic shares the policy's loss)", lo=0)
+    ent_coef: float = setting(0.0, "weight of the entropy bonus", lo=0)
+    gamma: float = setting(1.0, "discount over response tokens", lo=0, hi=1)
+    gae_lambda: float = setting(0.95, "GAE's lambda", lo=0, hi=1)
+    beta: float = setting(0.05, "KL coefficient to the reference (the initial one with --kl-target)", lo=0)
+    kl_target: float = setting(
+        1.0,
+        "adapt beta towards this KL per sequence (Ziegler et al.'s controller; giving it turns it on)",
+        lo=0,
+        lo_open=True,
+    )
+    kl_horizon: float = setting(10_000.0, "the adaptive-KL controller's horizon, in sequences", lo=0, lo_open=True)
+    temperature: float = setting(1.0, "sampling temperature", lo=0, lo_open=True)
+    missing_eos_penalty: float = setting(1.0, "subtracted from the score of a response with no stop token", lo=0)
+    ptx_coef: float = setting(0.0, "weight of the pretraining NLL (with ptx)", lo=0, cli=False)
 
     @property
     def minibatch_size(self) -> int:
@@ -98,86 +194,35 @@ class TokenPPOConfig:
         return fields_from_dict(cls, d, "token-PPO config")
 
 
-def _positive_int(cfg, name):
-    v = getattr(cfg, name)
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-        raise ConfigError(f"{name}={v!r} must be a positive integer")
+def validate_token_config(cfg: TokenPPOConfig, flag_of: Optional[Callable[[str], str]] = None) -> TokenPPOConfig:
+    """Raise :class:`ConfigError` naming the field and the fix; return ``cfg``. Each field's own
+    choices and bounds are its declaration's (:func:`~purejaxppo.config.fields.check_fields`);
+    the checks between fields follow. Numeric fields are checked when concrete (a traced or
+    stacked value is the caller's). ``flag_of``: the message names fields as these flags
+    (``--batch 10`` instead of ``batch_size=10``), for a command whose user typed flags."""
+    check_fields(cfg, flag_of)
 
+    def say(name, *value):
+        return spelled(name, *value, flag_of=flag_of)
 
-def validate_token_config(cfg: TokenPPOConfig) -> TokenPPOConfig:
-    """Raise :class:`ConfigError` naming the field and the fix; return ``cfg``. Numeric
-    fields are checked when concrete (a traced or stacked value is the caller's)."""
-    for name in (
-        "batch_size",
-        "group_size",
-        "num_iterations",
-        "update_epochs",
-        "num_minibatches",
-        "micro_batches",
-        "max_new_tokens",
-    ):
-        _positive_int(cfg, name)
     if cfg.batch_size % cfg.num_minibatches:
-        raise ConfigError(f"batch_size={cfg.batch_size} must be divisible by num_minibatches={cfg.num_minibatches}")
+        raise ConfigError(
+            f"{say('batch_size', cfg.batch_size)} must be divisible by {say('num_minibatches', cfg.num_minibatches)}"
+        )
     if cfg.minibatch_size % cfg.micro_batches:
         raise ConfigError(
-            f"the minibatch of {cfg.minibatch_size} sequences must be divisible by micro_batches={cfg.micro_batches}"
+            f"the minibatch of {cfg.minibatch_size} sequences must be divisible by "
+            f"{say('micro_batches', cfg.micro_batches)}"
         )
-    choices = {
-        "kl_estimator": KL_ESTIMATORS,
-        "aggregation": AGGREGATIONS,
-        "critic": CRITICS,
-        "advantage": ADVANTAGES,
-        "kl_in": KL_IN,
-    }
-    for name, allowed in choices.items():
-        if getattr(cfg, name) not in allowed:
-            raise ConfigError(f"{name}={getattr(cfg, name)!r} must be one of {allowed}")
-    _check_groups(cfg)
-    if (
-        isinstance(cfg.length_buckets, bool)
-        or not isinstance(cfg.length_buckets, numbers.Integral)
-        or cfg.length_buckets < 0
-    ):
-        raise ConfigError(
-            f"length_buckets={cfg.length_buckets!r} must be an integer >= 0 (the smallest response width; 0 = off)"
-        )
-    if isinstance(cfg.top_k, bool) or not isinstance(cfg.top_k, numbers.Integral) or cfg.top_k < 0:
-        raise ConfigError(f"top_k={cfg.top_k!r} must be an integer >= 0 (0 = off)")
-    if not 0.0 < float(cfg.top_p) <= 1.0:
-        raise ConfigError(f"top_p={cfg.top_p!r} must be in (0, 1] (1 = off)")
+    _check_groups(cfg, say)
     if not all(isinstance(i, numbers.Integral) for i in cfg.stop_ids):
-        raise ConfigError(f"stop_ids={cfg.stop_ids!r} must be token ids (ints)")
+        raise ConfigError(f"{say('stop_ids', cfg.stop_ids)} must be token ids (ints)")
     if cfg.pad_id in cfg.stop_ids:  # the sampler never draws pad_id: a stop equal to it could never be sampled
         raise ConfigError(
             f"pad_id={cfg.pad_id} is also a stop id {cfg.stop_ids}: the sampler never draws the pad id, "
             "so no response could stop; give padding an id of its own (e.g. an unused token, not EOS)"
         )
-    for f in dataclasses.fields(cfg):  # NaN passes every `v < lo` test; inf trains to NaN after a compile
-        v = getattr(cfg, f.name)
-        if isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isfinite(v):
-            raise ConfigError(f"{f.name}={v!r} must be a finite number")
-    _check_lora(cfg)
-    for name, lo in (
-        ("actor_lr", 0.0),
-        ("critic_lr", 0.0),
-        ("max_grad_norm", 0.0),
-        ("clip_eps", 0.0),
-        ("temperature", 0.0),
-        ("kl_target", 0.0),
-        ("kl_horizon", 0.0),
-    ):
-        v = getattr(cfg, name)
-        if isinstance(v, numbers.Real) and not v > lo:
-            raise ConfigError(f"{name}={v!r} must be > {lo}")
-    for name in ("beta", "vf_coef", "ent_coef", "missing_eos_penalty", "ptx_coef", "vf_clip_eps", "adam_eps"):
-        v = getattr(cfg, name)
-        if isinstance(v, numbers.Real) and not v >= 0:
-            raise ConfigError(f"{name}={v!r} must be >= 0")
-    for name in ("gamma", "gae_lambda"):
-        v = getattr(cfg, name)
-        if isinstance(v, numbers.Real) and not 0.0 <= v <= 1.0:
-            raise ConfigError(f"{name}={v!r} must be in [0, 1]")
+    _check_lora(cfg, say)
     return cfg
 
 
@@ -186,31 +231,29 @@ def needs_critic(cfg: TokenPPOConfig) -> bool:
     return cfg.advantage == "gae"
 
 
-def _check_groups(cfg: TokenPPOConfig) -> None:
+def _check_groups(cfg: TokenPPOConfig, say) -> None:
     if cfg.batch_size % cfg.group_size:
         raise ConfigError(
-            f"batch_size={cfg.batch_size} responses must split into groups of group_size={cfg.group_size} "
-            "(batch_size / group_size prompts per iteration); make batch_size a multiple of group_size"
+            f"{say('batch_size', cfg.batch_size)} responses must split into groups of "
+            f"{say('group_size', cfg.group_size)} ({say('batch_size')} / {say('group_size')} prompts per "
+            f"iteration); make {say('batch_size')} a multiple of {say('group_size')}"
         )
     if cfg.advantage != "gae" and cfg.group_size < 2:
         raise ConfigError(
-            f"advantage={cfg.advantage!r} takes its baseline from the other responses to the same prompt: "
-            f"group_size={cfg.group_size} must be >= 2 (or use advantage='gae', the critic's baseline)"
+            f"{say('advantage', cfg.advantage)} takes its baseline from the other responses to the same prompt: "
+            f"{say('group_size', cfg.group_size)} must be >= 2 (or use {say('advantage', 'gae')}, the critic's "
+            "baseline)"
         )
 
 
-def _check_lora(cfg: TokenPPOConfig) -> None:
-    rank = cfg.lora_rank
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 0:
-        raise ConfigError(f"lora_rank={rank!r} must be an integer >= 0 (0 = full fine-tuning)")
-    if not isinstance(cfg.lora_alpha, numbers.Real) or not cfg.lora_alpha > 0:
-        raise ConfigError(f"lora_alpha={cfg.lora_alpha!r} must be > 0 (the adapters' scale is alpha / rank)")
+def _check_lora(cfg: TokenPPOConfig, say) -> None:
     if not all(isinstance(t, str) and t for t in cfg.lora_targets):
-        raise ConfigError(f"lora_targets={cfg.lora_targets!r} must be module names (e.g. ('q_proj', 'v_proj'))")
-    if cfg.lora_base_dtype not in BASE_DTYPES:
-        raise ConfigError(f"lora_base_dtype={cfg.lora_base_dtype!r} must be one of {BASE_DTYPES}")
-    if not rank and (cfg.lora_base_dtype != "float32" or cfg.lora_targets):
-        raise ConfigError("lora_targets / lora_base_dtype apply to LoRA only; set lora_rank > 0 (or drop them)")
+        raise ConfigError(f"{say('lora_targets', cfg.lora_targets)} must be module names (e.g. ('q_proj', 'v_proj'))")
+    if not cfg.lora_rank and (cfg.lora_base_dtype != "float32" or cfg.lora_targets):
+        raise ConfigError(
+            f"{say('lora_targets')} / {say('lora_base_dtype')} apply to LoRA only; set {say('lora_rank')} > 0 "
+            "(or drop them)"
+        )
 
 
 def replace(cfg: TokenPPOConfig, **changes) -> TokenPPOConfig:

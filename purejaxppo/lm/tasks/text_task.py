@@ -156,28 +156,40 @@ class TextTask:
         return self.tokenizer.decode(np.asarray(tokens)[np.asarray(valid, bool)].tolist())
 
 
+class RewardModelError(CheckpointFolderError):
+    """The ``--reward-model`` folder cannot score the policy's responses (unreadable, another
+    vocabulary or tokenizer, no score head): the message names the folder and the fix."""
+
+
 def load_bound_reward_model(folder: str, policy_folder: str, dtype) -> BoundReward:
     """The reward model in ``folder`` (:func:`purejaxppo.lm.rewards.reward_model.load_reward_trunk`), refused
-    (:class:`CheckpointFolderError`) unless it reads the policy's token ids: the same vocabulary
+    (:class:`RewardModelError`) unless it reads the policy's token ids: the same vocabulary
     size and, when both folders hold one, the same tokenizer.json. (Re-tokenising through text is
     not done: the reward model scores the policy's ids as they are.)"""
     from purejaxppo.lm.rewards.reward_model import load_reward_trunk, make_reward_fn
 
-    mine, theirs = model_shape(policy_folder)[0], model_shape(folder)[0]
+    mine = model_shape(policy_folder)[0]
+    try:
+        theirs = model_shape(folder)[0]
+    except CheckpointFolderError as e:
+        raise RewardModelError(f"--reward-model {folder}: {e}") from None
     if mine != theirs:
-        raise CheckpointFolderError(
+        raise RewardModelError(
             f"--reward-model {folder}: its vocabulary ({theirs}) differs from the policy's "
             f"({mine}); give a reward model trained on the policy's tokenizer"
         )
     toks = [os.path.join(f, "tokenizer.json") for f in (policy_folder, folder)]
     if all(os.path.isfile(t) for t in toks) and file_hash(toks[0]) != file_hash(toks[1]):
-        raise CheckpointFolderError(
+        raise RewardModelError(
             f"--reward-model {folder}: its tokenizer.json differs from the policy's; give a "
             "reward model trained on the policy's tokenizer (ids are not re-tokenised)"
         )
-    lm, params, has_head = load_reward_trunk(folder, dtype)
+    try:
+        lm, params, has_head = load_reward_trunk(folder, dtype)
+    except CheckpointFolderError as e:
+        raise RewardModelError(f"--reward-model {folder}: {e}") from None
     if not has_head:
-        raise CheckpointFolderError(
+        raise RewardModelError(
             f"--reward-model {folder} holds no score head: it is not a reward model (train "
             "one with python -m purejaxppo reward --model DIR --pairs FILE.jsonl)"
         )
