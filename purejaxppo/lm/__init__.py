@@ -14,7 +14,7 @@ implementation and may move. They are, bottom to top (each imports only the ones
 * ``rewards``: reward models, the Bradley-Terry loss and step, rewards written as Python
   functions on text.
 * ``data``: prompt files and preference pairs.
-* ``tasks``: the built-in tasks and the user's own data as a task.
+* ``tasks``: the task protocol (:class:`Task`), the built-in tasks and the user's own data as a task.
 * ``sft``: supervised fine-tuning and evaluation by sampling.
 
 Shapes: a batch is ``tokens [B, L]`` with ``valid [B, L]`` (False on padding); prompts are
@@ -26,11 +26,15 @@ A whole iteration::
     import jax, purejaxppo.lm as lm
 
     task = lm.make_task("reverse")
-    model, params = lm.init_tiny_lm(task, jax.random.PRNGKey(0))
-    cfg = lm.TokenPPOConfig(batch_size=32, max_new_tokens=task.max_new)
-    ppo = lm.make_token_ppo(cfg, model, task.reward, prompts=task.prompts)
-    state = ppo.init(jax.random.PRNGKey(1), params)
+    policy, params = lm.init_tiny_lm(task, jax.random.PRNGKey(0))  # FlaxLM(TinyLM), {"params": ...}
+    reward = lambda reward_params, *batch: task.score(*batch)  # (prompt, valid, response, mask) -> [B]
+    cfg = lm.TokenPPOConfig(batch_size=32, max_new_tokens=task.max_new, stop_ids=task.stop_ids)
+    ppo = lm.make_token_ppo(cfg, policy, reward, prompts=task.prompts)
+    state = ppo.init(jax.random.PRNGKey(1), params, params)  # policy, frozen reference
     state, metrics = jax.jit(ppo.iteration)(state)
+
+Every name by group, with its shapes, and the same iteration composed from its phases:
+docs/api.md. Each name's Args / Returns / Raises: ``help(lm.NAME)``.
 """
 
 from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2, save_gpt2
