@@ -265,9 +265,9 @@ def test_nothing_mentions_the_planning_folder():
 
 def test_module_map_names_every_module():
     text = open(os.path.join(ROOT, "docs", "architecture.md")).read()
-    modules = sorted(
+    modules = sorted(  # every folder's modules, subpackages' too (purejaxppo/lm/models/...)
         os.path.relpath(p, ROOT)
-        for p in glob.glob(os.path.join(ROOT, "purejaxppo", "*", "*.py"))
+        for p in glob.glob(os.path.join(ROOT, "purejaxppo", "*", "**", "*.py"), recursive=True)
         if not p.endswith("__init__.py")
     )
     missing = [m for m in modules if f"`{m}`" not in text]
