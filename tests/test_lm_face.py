@@ -4,7 +4,8 @@
   with parameters has an ``Args:`` section, one that returns something a ``Returns:`` (or
   ``Yields:``) section; a class documents what it holds (``Attributes:``, or ``Args:`` for one
   built by calling it); a Protocol documents each of its methods as a function; an exception
-  class says when it is raised (any docstring).
+  class says when it is raised (any docstring). Every dotted ``purejaxppo.*`` path a docstring
+  names exists (none left behind by a move), and docs/api.md gives every name one line.
 * ``benchmarks/``, ``experiments/`` and ``docs/`` use the face only: no import of a submodule
   of ``purejaxppo.lm`` (``.py`` files through ``ast``; ``.md`` files by regex over import lines,
   fenced or inline), and ``from purejaxppo.lm import NAME`` names only what ``__all__`` lists.
@@ -15,6 +16,7 @@ Each checker is also run on a planted violation, so a test that passes has check
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import os
 import re
@@ -170,6 +172,48 @@ def test_doc_checker_catches_planted():
     assert doc_problems("Record", Record) and not doc_problems("Held", Held)
     assert doc_problems("nodoc", lambda: 0)
     assert doc_problems("AXIS", "data", "- `OTHER` a name") and not doc_problems("AXIS", "data", "- `AXIS`: a name")
+
+
+def _resolves(ref: str) -> bool:
+    """Whether a dotted ``purejaxppo.<module>[.<attribute>...]`` names something that exists."""
+    parts = ref.rstrip(".").split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def stale_references(name: str, obj) -> list[str]:
+    """Dotted ``purejaxppo.*`` paths in the docstrings of ``obj`` (and of a class's methods)
+    that name nothing (a module moved, a name renamed)."""
+    docs = [inspect.getdoc(obj) or ""]
+    if inspect.isclass(obj):
+        docs += [inspect.getdoc(f) or "" for k, f in vars(obj).items() if inspect.isfunction(f)]
+    refs = {m.group(0) for d in docs for m in re.finditer(r"purejaxppo(?:\.\w+)+", d)}
+    return [f"{name}: its docstring names {r}, which does not exist" for r in sorted(refs) if not _resolves(r)]
+
+
+@pytest.mark.parametrize("name", lm.__all__)
+def test_face_docstrings_name_what_exists(name):
+    problems = stale_references(name, getattr(lm, name))
+    assert not problems, "\n".join(problems)
+
+
+def test_stale_reference_checker_catches_planted():
+    def moved():
+        """See :func:`purejaxppo.lm.model.sample_response` and :class:`purejaxppo.lm.models.kv_cache.KVCache`."""
+
+    assert stale_references("moved", moved) == [
+        "moved: its docstring names purejaxppo.lm.model.sample_response, which does not exist"
+    ]
 
 
 def api_page_problems(page: str, face) -> list[str]:
