@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 
 from purejaxppo.cli.errors import UserError
-from purejaxppo.cli.flags import strict_int
+from purejaxppo.cli.flags import ranged, strict_int
+from purejaxppo.config.fields import Bounds
 
 
 def add_process_flags(t: argparse.ArgumentParser) -> None:
@@ -29,8 +30,20 @@ def add_process_flags(t: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="process 0's address, with --num-processes and --process-id (instead of --distributed)",
     )
-    g.add_argument("--num-processes", type=strict_int, default=None, metavar="N", help="processes in the run")
-    g.add_argument("--process-id", type=strict_int, default=None, metavar="I", help="this process, 0..N-1")
+    g.add_argument(
+        "--num-processes",
+        type=ranged(strict_int, Bounds(lo=1)),
+        default=None,
+        metavar="N",
+        help="processes in the run (>= 1)",
+    )
+    g.add_argument(
+        "--process-id",
+        type=ranged(strict_int, Bounds(lo=0)),
+        default=None,
+        metavar="I",
+        help="this process, 0..N-1 (>= 0)",
+    )
 
 
 def join(args):

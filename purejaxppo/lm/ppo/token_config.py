@@ -158,13 +158,17 @@ class TokenPPOConfig:
     max_grad_norm: float = setting(
         1.0, "each network's gradient is clipped apart to this global norm", lo=0, lo_open=True
     )
-    adam_eps: float = setting(1e-8, "Adam's epsilon", lo=0)
+    adam_eps: float = setting(1e-8, "Adam's epsilon, added to the root of the second moment (numerical safety)", lo=0)
     clip_eps: float = setting(0.2, "PPO's clip range of the probability ratio", lo=0, lo_open=True)
     vf_clip_eps: float = setting(0.2, "the clip range of the critic's value updates (with --clip-value)", lo=0)
     vf_coef: float = setting(0.5, "weight of the value loss (a value_head critic shares the policy's loss)", lo=0)
     ent_coef: float = setting(0.0, "weight of the entropy bonus", lo=0)
-    gamma: float = setting(1.0, "discount over response tokens", lo=0, hi=1)
-    gae_lambda: float = setting(0.95, "GAE's lambda", lo=0, hi=1)
+    gamma: float = setting(
+        1.0, "the discount per response token (1 = the final score counts fully at every token)", lo=0, hi=1
+    )
+    gae_lambda: float = setting(
+        0.95, "GAE's lambda: 1 = Monte Carlo returns, lower leans on the critic (less variance, more bias)", lo=0, hi=1
+    )
     beta: float = setting(0.05, "KL coefficient to the reference (the initial one with --kl-target)", lo=0)
     kl_target: float = setting(
         1.0,
@@ -173,7 +177,9 @@ class TokenPPOConfig:
         lo_open=True,
     )
     kl_horizon: float = setting(10_000.0, "the adaptive-KL controller's horizon, in sequences", lo=0, lo_open=True)
-    temperature: float = setting(1.0, "sampling temperature", lo=0, lo_open=True)
+    temperature: float = setting(
+        1.0, "the sampling temperature of the responses (1 = the policy's own distribution)", lo=0, lo_open=True
+    )
     missing_eos_penalty: float = setting(1.0, "subtracted from the score of a response with no stop token", lo=0)
     ptx_coef: float = setting(0.0, "weight of the pretraining NLL (with ptx)", lo=0, cli=False)
 
