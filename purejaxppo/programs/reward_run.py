@@ -6,13 +6,17 @@ causal LM, whose value head becomes the scalar head, or a reward model to train 
 ``tokenizer.json``, the pairs file (its SHA-256 recorded; a resume refuses a changed file).
 When the run finishes, run 0's model is written into ``RUN_DIR/model`` in Hugging Face's
 ``*ForSequenceClassification`` layout with the tokenizer files beside it, which
-``rlhf --reward-model`` and ``transformers`` load.
+``rlhf --reward-model`` and ``transformers`` load. That folder appears whole or not at all; a
+Ctrl-C or SIGTERM while it is written stops with :class:`TrainingInterrupted` naming the final
+checkpoint, and ``--resume`` writes it (a resume of a finished run computes nothing else).
+Training itself is the chunk loop's: a signal there keeps a checkpoint to resume from.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from typing import Callable, Optional, Sequence
 
 import jax
@@ -24,6 +28,8 @@ from purejaxppo.lm.checkpoints.pretrained import read_config
 from purejaxppo.lm.rewards.reward_model import load_reward_trunk, save_reward_model
 from purejaxppo.programs.reward_program import RewardConfig, RewardProgram, RewardSettings, first_run_params
 from purejaxppo.run import run_folder as rf
+from purejaxppo.run.checkpoint import latest_checkpoint
+from purejaxppo.run.guards import TrainingInterrupted, interrupts_deferred
 from purejaxppo.run.loop import RunResult, run_chunks
 from purejaxppo.run.record import RunRecord
 
@@ -149,15 +155,24 @@ def train_reward(
         on_note=on_note,
     )
     if run_dir and result.finished:
-        export_reward_model(run_dir, settings["model"], lm, first_run_params(result.runner_state))
+        try:
+            export_reward_model(run_dir, settings["model"], lm, first_run_params(result.runner_state))
+        except KeyboardInterrupt as e:  # the training is saved whole: a resume writes the model, nothing else
+            path = latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS))
+            raise TrainingInterrupted(path, result.updates_done, str(e) or "interrupted") from None
     return result
 
 
 def export_reward_model(run_dir: str, source: str, lm, params) -> str:
-    """Write ``params`` to ``RUN_DIR/model`` in the HF layout, the source's tokenizer files beside."""
-    out = os.path.join(run_dir, MODEL)
-    save_reward_model(out, lm, params, read_config(source))
-    copy_tokenizer_files(source, out)
+    """Write ``params`` to ``RUN_DIR/model`` in the HF layout, the source's tokenizer files beside
+    (written aside, then put in place: whole or not at all, an earlier one replaced)."""
+    out, tmp = os.path.join(run_dir, MODEL), os.path.join(run_dir, f".{MODEL}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_reward_model(tmp, lm, params, read_config(source))
+    copy_tokenizer_files(source, tmp)
+    with interrupts_deferred():
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
     return out
 
 

@@ -5,11 +5,18 @@ iterations each run answers the same ``batch`` prompts greedily (keys apart from
 so the training numbers do not change); ``metrics.csv`` gets ``eval_score`` and
 ``eval_<diagnostic>`` columns (NaN at the other iterations), and ``samples.txt`` in the run
 folder gets a few of run 0's prompts and answers (decoded text for a text task).
+
+``samples.txt`` holds one block per iteration it shows, in order, each under a
+``# iteration N, run 0, greedy`` line: every evaluation's, and the final iteration's
+(:func:`final_samples`, also without an evaluation there). A block is written whole (a
+signal waits for it), and an evaluation redone after a resume replaces the blocks from its
+iteration on, so the file never shows an iteration twice.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Optional
 
 import jax
@@ -19,6 +26,7 @@ import numpy as np
 from purejaxppo.lm.models.sampling import sample_response
 from purejaxppo.lm.ppo.token_ppo import policy_params
 from purejaxppo.run.compile_once import signature
+from purejaxppo.run.guards import interrupts_deferred
 from purejaxppo.run.periodic_eval import PeriodicEvaluator
 
 EVAL_KEY = 0x5EED  # the evaluation prompts' key: the same prompts at every evaluation and every run
@@ -72,8 +80,7 @@ class RLHFEvaluator(PeriodicEvaluator):
         if before is None:  # a text reward that failed on these answers (not a training failure already kept)
             getattr(self.task, "check_reward", lambda _: None)(before)
         if self.samples_path:
-            with open(self.samples_path, "a") as f:
-                f.write("\n".join([f"# iteration {done}, run 0, greedy"] + samples) + "\n")
+            write_samples(self.samples_path, done, samples)
         return stats
 
     def _sample(self, prompt, valid, response) -> str:
@@ -83,3 +90,49 @@ class RLHFEvaluator(PeriodicEvaluator):
             return f"{self.task.decode(prompt)}  ->  {self.task.decode(response)}"
         text = lambda s: json.dumps(s, ensure_ascii=False)  # noqa: E731
         return f"prompt: {text(self.task.decode_prompt(prompt, valid))}\nresponse: {text(self.task.decode(response))}"
+
+
+def _header(update: int) -> str:
+    return f"# iteration {update}, run 0, greedy"
+
+
+def shown_iterations(path: str) -> list:
+    """The iterations ``samples.txt`` shows, in order ([] without the file)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [int(line.split(",")[0].split()[-1]) for line in f if line.startswith("# iteration ")]
+
+
+def write_samples(path: str, update: int, samples: list) -> None:
+    """``samples`` as the block of iteration ``update``, after the blocks of earlier iterations
+    (later ones, from a session a resume went back over, are dropped); atomic."""
+    kept = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("# iteration ") and int(line.split(",")[0].split()[-1]) >= update:
+                    break
+                kept.append(line)
+    tmp = path + ".tmp"
+    with interrupts_deferred():  # whole or not at all
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write("".join(kept) + "\n".join([_header(update)] + samples) + "\n")
+        os.replace(tmp, path)
+
+
+def final_samples(path: str, update: int, evaluator: RLHFEvaluator, runner, group) -> bool:
+    """Write the final iteration's block (run 0's greedy answers with ``runner``'s policy, the
+    state after ``update`` iterations) unless ``samples.txt`` shows it already; True when it
+    was written. Every process calls it (the state is gathered to host arrays, process 0
+    evaluates and writes)."""
+    if group.share(lambda: update in shown_iterations(path)):
+        return False
+    params = group.gather(policy_params(runner))
+    if group.writer:
+        before = getattr(evaluator.task, "reward_error", lambda: None)()
+        _, samples = evaluator.evaluate(params)
+        if before is None:  # a text reward that failed on these answers
+            getattr(evaluator.task, "check_reward", lambda _: None)(before)
+        write_samples(path, update, samples)
+    return True

@@ -118,7 +118,8 @@ class TokenRuns:
 
 
 def report_token_run(run_dir: str) -> None:
-    """The SFT baseline, the first and last iterations' score and KL, the latest evaluation."""
+    """The SFT baseline, the first and last iterations' score and KL, the latest evaluation, and
+    the files the folder holds (only those that exist)."""
     with open(os.path.join(run_dir, rf.METRICS)) as f:
         rows = list(csv.DictReader(f))
     with open(os.path.join(run_dir, rf.CONFIG)) as f:
@@ -139,10 +140,8 @@ def report_token_run(run_dir: str) -> None:
         evaluated = [u for u in updates if "eval_score" in rows[0] and np.isfinite(mean("eval_score", u))]
     if evaluated:
         print(f"greedy score at iteration {evaluated[-1] + 1}: {mean('eval_score', evaluated[-1]):.3f}")
-    print(
-        f"wrote {run_dir} (metrics.csv, samples.txt, checkpoints); continue with "
-        f"python -m purejaxppo rlhf --resume {run_dir}"
-    )
+    held = [n for n in (rf.METRICS, "samples.txt", rf.CHECKPOINTS) if os.path.exists(os.path.join(run_dir, n))]
+    print(f"wrote {run_dir} ({', '.join(held)}); continue with python -m purejaxppo rlhf --resume {run_dir}")
 
 
 kinds.register(TokenRuns())

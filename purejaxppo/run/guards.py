@@ -9,8 +9,8 @@
   beyond sane bounds for several updates in a row (finite, but training has blown up);
 * :class:`RunFolderWriteError`: the run folder could not be written (full disk,
   permissions); the loop raises it with what is kept and where to resume from;
-* :func:`sigterm_as_interrupt` turns SIGTERM into KeyboardInterrupt (as Ctrl-C), which the
-  loop turns into :class:`TrainingInterrupted` after saving a checkpoint;
+* :class:`TrainingInterrupted`: Ctrl-C or SIGTERM (as KeyboardInterrupt, see
+  :mod:`purejaxppo.run.signals`) stopped the loop after it saved a checkpoint;
 * :func:`interrupts_deferred` holds SIGINT/SIGTERM while a checkpoint is written, so a save
   is never cut in half (orbax's writer threads would be left mid-file).
 
@@ -59,28 +59,50 @@ class RunFolderWriteError(RuntimeError):
 
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped training; ``checkpoint`` (or None) holds the state after
-    ``updates_done`` updates (continue with :func:`resume_run`)."""
+    ``updates_done`` updates (continue with :func:`resume_run`). ``hint`` (or None): what was
+    kept and what to run next, where a checkpoint does not say it (e.g. a stage before the
+    run folder exists: nothing is kept, the command starts over)."""
 
-    def __init__(self, checkpoint: Optional[str], updates_done: int, reason: str = "interrupted"):
+    def __init__(
+        self, checkpoint: Optional[str], updates_done: int, reason: str = "interrupted", hint: Optional[str] = None
+    ):
         super().__init__(reason)
-        self.checkpoint, self.updates_done, self.reason = checkpoint, updates_done, reason
+        self.checkpoint, self.updates_done, self.reason, self.hint = checkpoint, updates_done, reason, hint
 
 
-def first_non_finite(metrics: dict, finite: np.ndarray, first_update: int, describe: Callable[[int], str]):
-    """The earliest non-finite loss/diagnostic (or parameter) of a chunk, described, else None.
+IN_METRICS = "of metrics.csv"  # in a NaN stop's message: the row it names is written, for the user to read
 
-    ``metrics``: name -> ``[R, n]``; ``finite``: ``[R]`` bools after the chunk."""
-    worst = None  # (update, run, name, value)
+
+def _worst(metrics: dict, skip: tuple = ()):
+    """``(update in the chunk, run, name, value)`` of the earliest non-finite metric, or None."""
+    worst = None
     for name in sorted(set(metrics) - set(MAY_BE_NAN)):
+        if skip and name.startswith(skip):
+            continue
         a = np.asarray(metrics[name], np.float64)
         bad = np.argwhere(~np.isfinite(a))
         if len(bad):
             r, u = bad[np.argmin(bad[:, 1])]
             if worst is None or u < worst[0]:
                 worst = (int(u), int(r), name, a[r, u])
+    return worst
+
+
+def first_bad_update(metrics: dict, skip: tuple = ()) -> Optional[int]:
+    """The chunk's first update (0-based) with a non-finite metric (names starting with
+    ``skip`` and those NaN by design left out), or None."""
+    worst = _worst(metrics, skip)
+    return None if worst is None else worst[0]
+
+
+def first_non_finite(metrics: dict, finite: np.ndarray, first_update: int, describe: Callable[[int], str]):
+    """The earliest non-finite loss/diagnostic (or parameter) of a chunk, described, else None.
+
+    ``metrics``: name -> ``[R, n]``; ``finite``: ``[R]`` bools after the chunk."""
+    worst = _worst(metrics)
     if worst is not None:
         u, r, name, v = worst
-        return f"non-finite {name} ({v}) at update {first_update + u} of metrics.csv ({describe(r)})"
+        return f"non-finite {name} ({v}) at update {first_update + u} {IN_METRICS} ({describe(r)})"
     if not np.all(finite):
         r, n = int(np.argmin(finite)), np.asarray(next(iter(metrics.values()))).shape[1]
         return (
@@ -126,27 +148,10 @@ class DivergenceWatch:
 
 
 @contextmanager
-def sigterm_as_interrupt():
-    """Within the block SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so the loop can save a checkpoint."""
-    old = None
-    if threading.current_thread() is threading.main_thread():
-
-        def handler(signum, frame):
-            raise KeyboardInterrupt("SIGTERM")
-
-        old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        if old is not None:
-            signal.signal(signal.SIGTERM, old)
-
-
-@contextmanager
 def interrupts_deferred():
     """Within the block SIGINT and SIGTERM are recorded, not acted on; when the block ends the
     previous handlers are back and the first signal received is raised again, so it acts as
-    it would have (KeyboardInterrupt under Ctrl-C or :func:`sigterm_as_interrupt`). For a
+    it would have (KeyboardInterrupt under Ctrl-C or :mod:`purejaxppo.run.signals`). For a
     short block that must finish whole: a checkpoint save. Outside the main thread (where
     Python delivers no signals) it does nothing."""
     if threading.current_thread() is not threading.main_thread():

@@ -15,48 +15,28 @@ import contextlib
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from purejaxppo.config import ConfigError, PPOConfig
+from purejaxppo.config import ConfigError
 from purejaxppo.run import processes
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import preload
-from purejaxppo.run.guards import DivergenceWatch, NonFiniteError, TrainingInterrupted, sigterm_as_interrupt
+from purejaxppo.run import signals
+from purejaxppo.run.guards import (
+    IN_METRICS,
+    DivergenceWatch,
+    NonFiniteError,
+    RunFolderWriteError,
+    TrainingInterrupted,
+    first_bad_update,
+)
 from purejaxppo.run.protocol import Evaluator, RunProgram
 from purejaxppo.run.record import RunRecord
+from purejaxppo.run.results import RunResult, chunk_size, describe_run  # noqa: F401  (their home before)
 from purejaxppo.run.run_storage import RunStorage
 from purejaxppo.run.sinks import CSVLogger
-
-
-@dataclass
-class RunResult:
-    config: PPOConfig
-    run_dir: Optional[str]
-    runner_state: object  # the program's state [R, ...]
-    metrics: dict  # name -> [R, U] over the whole run (earlier sessions re-read from metrics.csv)
-    compile_s: float
-    run_s: float
-    env_steps: int  # total over runs, this session
-    final_return: np.ndarray  # [R]: the program's headline metric at the end (episode return, token score)
-    extra: dict = field(default_factory=dict)
-    updates_done: int = 0
-    finished: bool = True  # False when stopped early by ``stop_after``
-    members: Optional[list] = None  # the runs' members ({field: value} each); None for one config
-
-    @property
-    def steps_per_s(self) -> float:
-        return self.env_steps / max(self.run_s, 1e-9)
-
-
-def chunk_size(num_updates: int, target: int) -> int:
-    """The largest divisor of ``num_updates`` not above ``target`` when that is at least
-    ``target/2`` (one compile), else ``target`` (the remainder then compiles once more)."""
-    target = max(1, min(target, num_updates))
-    best = max(d for d in range(1, target + 1) if num_updates % d == 0)
-    return best if best * 2 >= target else target
 
 
 def run_chunks(
@@ -83,9 +63,12 @@ def run_chunks(
     every chunk: ``on_chunk(progress)``, the metrics ``{name: [R, n]}`` to ``metrics.csv`` and
     each of ``sinks``, the finite check, every ``checkpoint_every`` chunks a checkpoint. A
     checkpoint is also saved at the end, at ``stop_after`` (then ``finished=False``), on
-    Ctrl-C/SIGTERM (raised as :class:`TrainingInterrupted`) and on any error (which then
+    Ctrl-C/SIGTERM (raised as :class:`TrainingInterrupted`; from the first compile on, so a
+    run folder always holds a checkpoint to continue from) and on any error (which then
     propagates); non-finite numbers raise :class:`NonFiniteError` after saving the last
-    finite state. ``resume=True`` continues ``run_dir`` from its newest usable checkpoint.
+    finite state. ``metrics.csv`` gets rows of finished updates only (:meth:`_Session.record`);
+    a signal inside a host callback waits for the chunk (:mod:`purejaxppo.run.signals`).
+    ``resume=True`` continues ``run_dir`` from its newest usable checkpoint.
     ``start_from(state) -> state`` replaces the state at update 0 (a warm start).
 
     The run folder is locked while training (:mod:`purejaxppo.run.run_lock`), a new run
@@ -124,14 +107,6 @@ def run_chunks(
         return session.run()
 
 
-def describe_run(r: int, num_seeds: int, members: Optional[list]) -> str:
-    """Run ``r`` in words: its seed, and its member's values when there are members."""
-    if members is None:
-        return f"seed {r}"
-    values = ", ".join(f"{k}={v:g}" for k, v in members[r // num_seeds].items())
-    return f"member {r // num_seeds} ({values}), seed {r % num_seeds}"
-
-
 class _Session:
     """One call of :func:`run_chunks`: its state between chunks, and the steps of the loop."""
 
@@ -155,7 +130,7 @@ class _Session:
         self.config, self.members, self.num_seeds = prog.config, record.members, record.num_seeds
         self.describe = lambda r: describe_run(r, self.num_seeds, self.members)
         self.run_dir = storage.run_dir
-        self.sinks, self.chunks = [], []
+        self.sinks, self.chunks, self.good, self.started = [], [], None, False
         self.compile_s = self.run_s = self.eval_s = 0.0
 
     # --- start: inputs, state (fresh, restored or warm-started), the first compile, sinks ----
@@ -236,9 +211,10 @@ class _Session:
                 evaluated = ev(self.keys, at, self.prog.training_state(new_state)) if evaluating else None
                 self.eval_s += time.perf_counter() - t
                 metrics.update(ev.columns(evaluated, self.runs, n))
-                if evaluating and more:
-                    pending = self.launch(new_state, at)
-            self.record(metrics, np.asarray(finite), watch)
+            caught = signals.take()  # Ctrl-C/SIGTERM inside a host callback of this chunk or evaluation
+            if caught is None and evaluating and more:
+                pending = self.launch(new_state, at)
+            self.record(metrics, np.asarray(finite), watch, caught, evaluated)
             self.state, self.done, since = new_state, at, since + 1
             # wall time of the loop so far, less compiles and evaluations: the host's work is
             # inside it where it did not overlap a chunk
@@ -247,24 +223,45 @@ class _Session:
             if since >= self.run_record.checkpoint_every and self.done < self.stop_at:
                 self.checkpoint(self.state, self.done)
                 since = 0
+            if caught is not None:  # this chunk is kept whole: the checkpoint on the way out holds it
+                raise caught
             if self.on_chunk is not None:
                 self.on_chunk(self.progress(metrics, evaluated))
         self.checkpoint(self.state, self.done)
 
-    def record(self, metrics: dict, finite: np.ndarray, watch: DivergenceWatch) -> None:
-        """The chunk's metrics to every sink, then the NaN stop and the divergence warning."""
-        for sink in self.sinks:
-            sink.write(metrics, self.done)
+    def record(self, metrics: dict, finite: np.ndarray, watch: DivergenceWatch, caught=None, evaluated=None) -> None:
+        """The chunk's metrics to every sink, then the NaN stop and the divergence warning.
+
+        A chunk that is not sound (non-finite, or its evaluation is, after a signal ``caught``
+        inside a host callback cut it short) writes only its rows before the first bad
+        update, and that row too when the NaN stop's message points to it in metrics.csv;
+        then ``caught`` is raised, or :class:`NonFiniteError`."""
         problem = self.prog.check_finite(metrics, finite, self.done, self.describe)
-        if problem is not None:
+        n = np.shape(next(iter(metrics.values())))[1]
+        unsound = caught is not None and any(not np.all(np.isfinite(v)) for v in (evaluated or {}).values())
+        if problem is None and not unsound:
+            self.write(metrics)
+        else:
+            bad = first_bad_update(metrics, getattr(self.prog, "nan_by_design", ()))
+            bad = n - 1 if bad is None and problem is None else (bad or 0)  # only the evaluation (at its end)
+            keep = bad + 1 if caught is None and IN_METRICS in problem else bad
+            self.write({k: v[:, :keep] for k, v in metrics.items()} if keep < n else metrics)
+            if caught is not None:  # the signal cut this chunk short: stop as the signal says
+                raise caught
             path = self.checkpoint(*self.good)
             where = f"; the last finite checkpoint is {path} (update {self.good[1]})" if path else ""
             hint = " (or drop that member)" if self.members is not None else ""
-            raise NonFiniteError(f"{problem}; training stopped{where}. {self.prog.nan_hint}{hint}", path, self.good[1])
+            advice = self.prog.nan_hint.replace("RUN_DIR", self.run_dir) if self.run_dir else self.prog.nan_hint
+            raise NonFiniteError(f"{problem}; training stopped{where}. {advice}{hint}", path, self.good[1])
         warning = watch.check(metrics, self.done, self.describe)
         if warning:
             self.note(warning)
         self.chunks.append(metrics)
+
+    def write(self, metrics: dict) -> None:
+        if np.shape(next(iter(metrics.values())))[1]:
+            for sink in self.sinks:
+                sink.write(metrics, self.done)
 
     def progress(self, metrics: dict, evaluated: Optional[dict]) -> dict:
         """``on_chunk``'s argument: counters, timings, the chunk's ``metrics`` and ``evaluated`` (or None)."""
@@ -286,22 +283,25 @@ class _Session:
     # --- the whole session, with what every way out keeps ----------------------------------
     def run(self) -> RunResult:
         try:
-            self.start()
-        except OSError as e:
-            raise self.storage.write_error(e) from None
-        self.runs = len(self.keys)
-        try:
-            with sigterm_as_interrupt():
+            with signals.interrupts_at_safe_points():  # from the start: a signal during the first compile saves
+                try:
+                    self.start()
+                except OSError as e:
+                    raise self.storage.write_error(e) from None
+                self.runs, self.started = len(self.keys), True
                 self.loop()
-        except NonFiniteError:
+        except (NonFiniteError, RunFolderWriteError):
             raise
         except KeyboardInterrupt as e:
-            raise TrainingInterrupted(self.save_quietly(), self.good[1], str(e) or "interrupted") from None
+            path = self.save_quietly()
+            done = self.good[1] if self.good else self.storage.saved_update(path)
+            raise TrainingInterrupted(path, done, str(e) or "interrupted") from None
         except OSError as e:  # full disk, permissions: keep what can be kept, say how to go on
             self.save_quietly()
             raise self.storage.write_error(e) from None
         except BaseException:
-            self.save_quietly()
+            if self.started:  # an error before the loop (a bad input, a compile) keeps the folder as it was
+                self.save_quietly()
             raise
         finally:
             for sink in self.sinks:
@@ -312,7 +312,7 @@ class _Session:
         return self.finish()
 
     def save_quietly(self) -> Optional[str]:
-        return self.storage.save_quietly(*self.good)
+        return self.storage.save_quietly(*self.good) if self.good else self.storage.latest()
 
     def finish(self) -> RunResult:
         chunks, prev, done, runs = self.chunks, self.prev, self.done, self.runs

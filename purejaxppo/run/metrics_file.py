@@ -26,6 +26,7 @@ import numpy as np
 
 from purejaxppo.config import PPOConfig
 from purejaxppo.run.checkpoint import CheckpointError
+from purejaxppo.run.guards import interrupts_deferred
 
 
 def format_number(x) -> str:
@@ -300,21 +301,25 @@ class MetricsWriter:
         self._append(buf.getvalue().encode())
 
     def _append(self, data: bytes) -> None:
-        data, fd = memoryview(data), os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        try:  # the chunk's rows unbuffered; on failure (full disk) no partial row stays
-            size = os.fstat(fd).st_size
+        # the chunk's rows unbuffered and whole: a signal waits for the (short) write, and on a
+        # failure (full disk) no partial row stays
+        data = memoryview(data)
+        with interrupts_deferred():
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
             try:
-                while data:
-                    data = data[os.write(fd, data) :]
-                os.fsync(fd)
-            except OSError:
+                size = os.fstat(fd).st_size
                 try:
-                    os.ftruncate(fd, size)
-                except OSError:
-                    pass  # a partial last line is dropped by the next resume (load_rows)
-                raise
-        finally:
-            os.close(fd)
+                    while data:
+                        data = data[os.write(fd, data) :]
+                    os.fsync(fd)
+                except BaseException:
+                    try:
+                        os.ftruncate(fd, size)
+                    except OSError:
+                        pass  # a partial last line is dropped by the next resume (load_rows)
+                    raise
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
         pass

@@ -144,7 +144,7 @@ def check_resumable(run_dir: str, record: RunRecord) -> None:
         )
     check_same_setup(saved, record, path)
     metrics, ckpts = os.path.join(run_dir, METRICS), list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
-    if ckpts and not os.path.exists(metrics):
+    if ckpts and ckpts[-1][0] > 0 and not os.path.exists(metrics):  # update 0 has no rows yet
         raise CheckpointError(
             f"{metrics} is missing, but the run has checkpoints up to update {ckpts[-1][0]}; "
             "put metrics.csv back (e.g. from a backup) to resume, or start a new run folder"
@@ -201,7 +201,7 @@ def read_latest(run_dir: str, template, record: RunRecord):
     ckpts = list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
     metrics_path, runs = os.path.join(run_dir, METRICS), template_runs(template)
     if ckpts and not os.path.exists(metrics_path):
-        check_resumable(run_dir, record)  # raises: metrics.csv is missing
+        check_resumable(run_dir, record)  # raises unless the newest checkpoint is update 0 (no rows yet)
     complete = complete_updates(metrics_path, runs, record.num_seeds) if os.path.exists(metrics_path) else 0
     usable = [(u, p) for u, p in ckpts if u <= complete]
     runner, done, note = template, 0, None

@@ -106,6 +106,11 @@ class RunStorage:
         except BaseException:  # a failing save must not hide the original error
             return self.latest()
 
+    @staticmethod
+    def saved_update(path: Optional[str]) -> int:
+        """The update a checkpoint path (``.../update_<U>``) holds; 0 for None."""
+        return int(os.path.basename(path).split("_")[-1]) if path else 0
+
     def latest(self) -> Optional[str]:
         return latest_checkpoint(self.ckpt_root) if self.ckpt_root else None
 
@@ -117,7 +122,7 @@ class RunStorage:
         """What to tell the user when the run folder cannot be written: why, what is kept, how to continue."""
         reason = str(e) if isinstance(e, SaveError) else f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}"
         path = latest_checkpoint(self.ckpt_root) if self.ckpt_root and os.path.isdir(self.ckpt_root) else None
-        update = int(os.path.basename(path).split("_")[-1]) if path else 0
+        update = self.saved_update(path)
         kept = (
             f"checkpoint {path} (update {update}) and the metrics.csv rows before it; later rows are recomputed"
             if path

@@ -6,6 +6,11 @@ Each line is ``{"prompt": str, "chosen": str, "rejected": str}`` with an optiona
 the end is what the response answers), each response RIGHT-padded to ``T`` with the EOS id
 appended when one is known (as a sampled response ends), a longer one cut; the cuts are
 counted and returned, never silent.
+
+A pair that cannot teach a preference is refused, naming it: an empty (or blank) chosen or
+rejected response, the same text on both sides, or two responses that become the same tokens
+once cut to the budget (the loss of such a pair is constant: it only adds noise to the
+accuracy).
 """
 
 from __future__ import annotations
@@ -66,6 +71,17 @@ def read_pairs(path: str) -> list[dict]:
                 or not np.isfinite(row["margin"])
             ):
                 raise PairsFileError(f"--pairs {path}, line {i}: margin must be a finite number")
+            empty = [k for k in ("chosen", "rejected") if not row[k].strip()]
+            if empty:
+                raise PairsFileError(
+                    f"--pairs {path}, line {i}: {' and '.join(empty)} is empty; a pair needs two responses to "
+                    "compare (fix the line or drop it)"
+                )
+            if row["chosen"] == row["rejected"]:
+                raise PairsFileError(
+                    f"--pairs {path}, line {i}: chosen and rejected are the same text, so the pair teaches no "
+                    "preference; fix the line or drop it"
+                )
             rows.append(row)
     if len(rows) < 2:
         raise PairsFileError(f"--pairs {path}: {len(rows)} pair(s); need at least 2 (some are held out)")
@@ -116,6 +132,13 @@ def tokenize_pairs(
     pr, pv = zip(*(_left(x, p, pad_id) for x in prompts))
     ch, cm = zip(*(_right(x, t, pad_id) for x in chosen))
     rj, rm = zip(*(_right(x, t, pad_id) for x in rejected))
+    for i in range(len(rows)):
+        if np.array_equal(ch[i], rj[i]) and np.array_equal(cm[i], rm[i]):
+            raise PairsFileError(
+                f"pair {i + 1} (non-blank line {i + 1}): chosen and rejected are the same {t} tokens once cut to "
+                f"max_response={max_response} (--max-response), so the pair teaches no preference; raise "
+                "--max-response or drop the pair"
+            )
     margin = np.asarray([float(r.get("margin", 0.0)) for r in rows], np.float32)
     return PairBatch(*(np.stack(x) for x in (pr, pv, ch, cm, rj, rm)), margin), cuts
 

@@ -16,7 +16,9 @@ A function that raises, returns the wrong number of values or a non-finite one d
 inside XLA (a traceback through the runtime): the first such failure is kept in
 :attr:`TextReward.error` (naming the function and the row) and the scores come back NaN,
 which stops the run at that iteration with the last finite checkpoint kept; the caller turns
-:attr:`error` into its message.
+:attr:`error` into its message. A Ctrl-C or SIGTERM must not be raised in here either: the
+caller's signal handling keeps it until the chunk is back (:mod:`purejaxppo.run.signals`)
+and sets :attr:`TextReward.skip`, so the calls left in the chunk return NaN at once.
 """
 
 from __future__ import annotations
@@ -116,6 +118,9 @@ class TextReward:
         self.fn, self.name, self.tokenizer = fn, name, tokenizer
         self.error: Optional[str] = None
         self.seconds = 0.0
+        # True while the run is stopping (a signal arrived during a call): the remaining calls of
+        # the chunk skip the function; the caller discards what they scored
+        self.skip: Callable[[], bool] = lambda: False
 
     def texts(self, prompt, prompt_valid, response, response_mask) -> tuple:
         """Host side: the decoded prompts and responses of ``[N, P]`` / ``[N, T]`` rows."""
@@ -135,7 +140,7 @@ class TextReward:
     def _host(self, prompt, prompt_valid, response, response_mask):
         lead = prompt.shape[:-1]
         rows = int(np.prod(lead))
-        if self.error is not None:  # the run is stopping: no more calls
+        if self.error is not None or self.skip():  # the run is stopping: no more calls
             return np.full(lead, np.nan, np.float32)
         t0 = time.perf_counter()
         try:
