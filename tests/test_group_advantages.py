@@ -1,4 +1,4 @@
-"""GRPO / RLOO group advantages (purejaxppo/lm/group_advantages.py) against hand-computed numbers."""
+"""GRPO / RLOO group advantages (purejaxppo/lm/ppo/group_advantages.py) against hand-computed numbers."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Scoring and the update over the batch's actual response length (purejaxppo/lm/length_buckets.py)
+"""Scoring and the update over the batch's actual response length (purejaxppo/lm/models/length_buckets.py)
 equal the iteration over the whole budget.
 
 References: the ladder and the rung by hand / NumPy; the bucketed iteration against the same

@@ -1,4 +1,4 @@
-"""The Llama trunk under ``scan_layers`` (purejaxppo/lm/llama.py: the layers as one ``lax.scan``
+"""The Llama trunk under ``scan_layers`` (purejaxppo/lm/models/llama.py: the layers as one ``lax.scan``
 over their stacked parameters; the parameter tree is the unrolled one's) against the unrolled
 trunk and against tests/_llama_reference.py's NumPy forward, per family:
 

@@ -1,4 +1,4 @@
-"""GPT-2 from HF-layout safetensors (purejaxppo/lm/gpt2.py, purejaxppo/lm/hf_files.py).
+"""GPT-2 from HF-layout safetensors (purejaxppo/lm/models/gpt2.py, purejaxppo/lm/checkpoints/hf_folder.py).
 
 * The forward pass against a plain NumPy GPT-2 written here from the HF weight dict (float64):
   logits and the value head, unpadded and left-padded (padding changes no valid position).

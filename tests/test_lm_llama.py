@@ -1,4 +1,4 @@
-"""The Llama family (purejaxppo/lm/llama.py, llama_config.py, llama_hf.py, hf_files.py,
+"""The Llama family (purejaxppo/lm/models/llama.py, llama_config.py, llama_hf.py, hf_files.py,
 pretrained.py) against independent references (tests/_llama_reference.py: a NumPy forward
 written from transformers' modeling files, HF tensor names listed by hand).
 

@@ -1,4 +1,4 @@
-"""Token-level PPO (purejaxppo/lm/token_ppo.py) with a tiny Llama-family model as policy,
+"""Token-level PPO (purejaxppo/lm/ppo/token_ppo.py) with a tiny Llama-family model as policy,
 reference and critic: one iteration runs, the reference stays bit-for-bit frozen while the
 policy and critic move, and every metric is finite; over 2 devices (the prompts split, or the
 parameters FSDP-sharded) the numbers are one device's."""

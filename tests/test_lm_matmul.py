@@ -1,4 +1,4 @@
-"""purejaxppo/lm/matmul.py: the bf16 projections' matmul, forward and backward.
+"""purejaxppo/lm/models/matmul.py: the bf16 projections' matmul, forward and backward.
 
 Independent reference: NumPy float64 products of the same bf16-rounded operands (the only
 other rounding is the result's to bf16: 8 mantissa bits, ~4e-3 relative); and the program's

@@ -1,4 +1,4 @@
-"""The tiny LM's KV cache and the sampling controls (purejaxppo/lm/model.py, purejaxppo/lm/sampling.py).
+"""The tiny LM's KV cache and the sampling controls (purejaxppo/lm/models/tiny_lm.py, purejaxppo/lm/models/sampling.py).
 
 * The cached decode (FlaxLM) against the full recompute (FullRecompute over the teacher-forced
   pass) on ragged left-padded prompts: same tokens with the

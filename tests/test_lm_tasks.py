@@ -1,4 +1,4 @@
-"""Built-in LM tasks (purejaxppo/lm/tasks.py) and supervised pretraining (purejaxppo/lm/sft.py).
+"""Built-in LM tasks (purejaxppo/lm/tasks/builtin_tasks.py) and supervised pretraining (purejaxppo/lm/sft/sft_training.py).
 
 Data, scores and diagnostics are checked against plain-Python references (loops over rows);
 the SFT loss against a per-row pass over the UNPADDED sequence (so prompt, padding and the

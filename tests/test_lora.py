@@ -1,4 +1,4 @@
-"""LoRA as a parameter transform (purejaxppo/lm/lora.py) and in token-level PPO (token_ppo.py).
+"""LoRA as a parameter transform (purejaxppo/lm/models/lora.py) and in token-level PPO (token_ppo.py).
 
 Independent references: the base model's own logits (fresh adapters, B = 0, must give them
 bit for bit); a NumPy GPT-2 (tests/test_lm_gpt2.py's, float64) whose adapted linears compute

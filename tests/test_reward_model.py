@@ -1,4 +1,4 @@
-"""Reward models (purejaxppo/lm/reward_model.py) and their training loss (reward_loss.py).
+"""Reward models (purejaxppo/lm/rewards/reward_model.py) and their training loss (reward_loss.py).
 
 Independent references: the Bradley-Terry loss and its gradient written out in NumPy
 (float64); the last valid token found by a plain Python loop over ragged left-padded rows; a

@@ -1,4 +1,4 @@
-"""Token-level PPO composed (purejaxppo/lm/token_ppo.py, experience.py, data_parallel.py).
+"""Token-level PPO composed (purejaxppo/lm/ppo/token_ppo.py, experience.py, data_parallel.py).
 
 Independent references: a scripted policy whose responses (and stop tokens) are known in
 advance, with the returns written out by hand in NumPy; a plain ``value_and_grad`` of the
@@ -105,21 +105,21 @@ def test_pad_is_never_sampled_and_every_log_prob_renormalises_without_it(tiny):
             models, {"policy": boosted, "critic": boosted}, params, None, jax.random.split(k, B), prompt, valid, cfg
         )
     )(jax.random.PRNGKey(9))
-    toks, mask = np.asarray(exp["tokens"]), np.asarray(exp["mask"])
-    pol = np.asarray(lm.logits(boosted, exp["tokens"], exp["valid"]))
+    toks, mask = np.asarray(exp.tokens), np.asarray(exp.mask)
+    pol = np.asarray(lm.logits(boosted, exp.tokens, exp.valid))
     p_pad = jax.nn.softmax(pol[:, :-1] / 0.8)[..., 0][mask[:, 1:]]
     assert float(p_pad.mean()) > 0.3  # the scenario: without the cut, about a third of the tokens would be pad
     assert mask.sum() > 10 and not (toks[mask] == 0).any()
-    ref = np.asarray(lm.logits(params, exp["tokens"], exp["valid"]))
+    ref = np.asarray(lm.logits(params, exp.tokens, exp.valid))
     for name, logits in (("logp_old", pol), ("logp_ref", ref)):
         np.testing.assert_allclose(
-            np.where(mask, exp[name], 0),
+            np.where(mask, getattr(exp, name), 0),
             np.where(mask, _np_logp_without(logits, toks, 0.8, 0), 0),
             atol=1e-5,
             err_msg=name,
         )
     # the sampler's own log-probs are the same law's (TOL: the cache's decode against the recompute)
-    np.testing.assert_allclose(np.where(mask, exp["logp_sampled"], 0), np.where(mask, exp["logp_old"], 0), atol=1e-4)
+    np.testing.assert_allclose(np.where(mask, exp.logp_sampled, 0), np.where(mask, exp.logp_old, 0), atol=1e-4)
 
 
 def test_scoring_in_row_chunks_equals_one_pass(tiny, monkeypatch):
@@ -140,8 +140,8 @@ def test_scoring_in_row_chunks_equals_one_pass(tiny, monkeypatch):
     assert experience.pass_rows(B, P + T, experience.PASS_SLOTS) == 2  # 4 passes of 2 rows
     chunked = run()
     for k in ("logp_old", "logp_ref", "values_old"):
-        assert np.abs(np.asarray(one[k])).max() > 0.1, k
-        np.testing.assert_allclose(chunked[k], one[k], atol=1e-5, rtol=1e-5, err_msg=k)
+        assert np.abs(np.asarray(getattr(one, k))).max() > 0.1, k
+        np.testing.assert_allclose(getattr(chunked, k), getattr(one, k), atol=1e-5, rtol=1e-5, err_msg=k)
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,7 @@ def test_first_minibatch_is_on_policy(tiny, top_k, top_p, temperature):
         prompt, valid = prompts(jax.random.PRNGKey(3), B)
         exp = experience.collect(models, state.train.params, params, None, jax.random.split(key, B), prompt, valid, cfg)
         data, stats = experience.finish(exp, state.beta, cfg)
-        loss, m = tp.loss(state.train.params, data, {"units": jnp.sum(data["mask"], dtype=jnp.float32)})
+        loss, m = tp.loss(state.train.params, data, {"units": jnp.sum(data.mask, dtype=jnp.float32)})
         return m, stats, exp
 
     m, stats, exp = first(jax.random.PRNGKey(5))
@@ -170,11 +170,11 @@ def test_first_minibatch_is_on_policy(tiny, top_k, top_p, temperature):
     # the sampler's own log-probs (KV-cache decode) agree with the teacher-forced pass of the
     # distribution sampled from: two programs, measured ~1e-6 apart
     assert float(stats["logp_mismatch"]) < 1e-4, float(stats["logp_mismatch"])
-    mask = np.asarray(exp["mask"])
+    mask = np.asarray(exp.mask)
     assert mask.any() and not mask[:, :P].any()  # prompts are never actions
     if top_k:  # every sampled token is among the top-k of the policy's logits at its step, pad (0) cut
-        logits = np.asarray(lm.logits(params, exp["tokens"], exp["valid"]))[:, :-1]
-        toks = np.asarray(exp["tokens"])[:, 1:]
+        logits = np.asarray(lm.logits(params, exp.tokens, exp.valid))[:, :-1]
+        toks = np.asarray(exp.tokens)[:, 1:]
         rank = (logits[..., 1:] > np.take_along_axis(logits, toks[..., None], -1)).sum(-1)
         assert (rank[mask[:, 1:]] < top_k).all()
 
@@ -201,7 +201,7 @@ def test_the_reference_is_frozen_and_gets_no_gradient(tiny):
             models, state.train.params, ref, None, jax.random.split(jax.random.PRNGKey(4), B), prompt, valid, cfg
         )
         data, _ = experience.finish(exp, 0.1, cfg)
-        return tp.loss(state.train.params, data, {"units": jnp.sum(data["mask"], dtype=jnp.float32)})[0]
+        return tp.loss(state.train.params, data, {"units": jnp.sum(data.mask, dtype=jnp.float32)})[0]
 
     g = jax.jit(jax.grad(loss_through_the_rollout))(state.reference)
     assert all(float(jnp.max(jnp.abs(x))) == 0.0 for x in jax.tree.leaves(g))
@@ -246,8 +246,8 @@ def test_score_sits_on_the_last_valid_response_token_and_the_eos_penalty_where_n
     )
     data, stats = experience.finish(exp, 0.0, cfg)
     np.testing.assert_array_equal(
-        np.asarray(exp["tokens"])[:, P:] * np.asarray(exp["mask"])[:, P:],
-        np.where(np.asarray(exp["mask"])[:, P:], resp, 0),
+        np.asarray(exp.tokens)[:, P:] * np.asarray(exp.mask)[:, P:],
+        np.where(np.asarray(exp.mask)[:, P:], resp, 0),
     )
     # by hand: the response is valid up to and including the first stop; total = sum - penalty if none
     returns = np.zeros((4, P + T))
@@ -257,8 +257,8 @@ def test_score_sits_on_the_last_valid_response_token_and_the_eos_penalty_where_n
         total = resp[b, : last + 1].sum() - (0 if stop else penalty)
         for t in range(last + 1):
             returns[b, P + t] = gamma ** (last - t) * total  # values are 0: the return is the discounted score
-    np.testing.assert_allclose(np.asarray(data["returns"]), returns, rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(exp["has_stop"]), [True, True, False, True])
+    np.testing.assert_allclose(np.asarray(data.returns), returns, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(exp.has_stop), [True, True, False, True])
     assert float(stats["eos_rate"]) == 0.75
 
 
@@ -277,17 +277,17 @@ def test_micro_batches_sum_to_the_one_pass_gradient(tiny):
     )
 
     def direct(p):  # the library's loss on the whole minibatch, with no shares at all
-        logits, values = experience.heads(models, p, data["tokens"], data["valid"])
-        logp, ent = experience.filtered_logprobs(logits, data["tokens"], cfg)
+        logits, values = experience.heads(models, p, data.tokens, data.valid)
+        logp, ent = experience.filtered_logprobs(logits, data.tokens, cfg)
         return tk.token_ppo_loss(
             logp,
             ent,
             values,
-            data["logp_old"],
-            data["values_old"],
-            data["advantages"],
-            data["returns"],
-            data["mask"],
+            data.logp_old,
+            data.values_old,
+            data.advantages,
+            data.returns,
+            data.mask,
             clip_eps=0.2,
             vf_coef=0.5,
             ent_coef=0.0,
@@ -297,7 +297,7 @@ def test_micro_batches_sum_to_the_one_pass_gradient(tiny):
     # a perturbed point, so the ratio is not 1 and the clipping matters
     point = jax.tree.map(lambda x: x + 0.05 * jnp.sin(jnp.arange(x.size).reshape(x.shape)), both)
     want_loss, want = jax.value_and_grad(direct)(point)
-    totals = {"units": jnp.sum(data["mask"], dtype=jnp.float32)}
+    totals = {"units": jnp.sum(data.mask, dtype=jnp.float32)}
     for k in (1, 2, 4):
         (loss, _), got = jax.jit(accumulate_gradients(tp.loss, k))(point, data, totals)
         np.testing.assert_allclose(float(loss), float(want_loss), rtol=1e-5)
