@@ -27,14 +27,28 @@ AXIS = "data"
 
 
 def prompt_mesh(num_devices: int) -> Mesh:
-    """A 1-D mesh (axis ``"data"``) over the first ``num_devices`` devices."""
+    """A 1-D mesh (axis ``"data"``) over the first ``num_devices`` devices.
+
+    Args:
+      num_devices: how many of ``jax.devices()`` (from the first).
+    Returns:
+      A :class:`jax.sharding.Mesh` of shape ``{"data": num_devices}``.
+    """
     return device_mesh(num_devices, AXIS)
 
 
 def data_parallel(build: Callable[..., TokenPPO], num_devices: int) -> TokenPPO:
-    """``build(axis_name=, num_devices=) -> TokenPPO`` (e.g. a ``functools.partial`` of
-    ``make_token_ppo``) run over ``num_devices``: ``iteration``/``run``/``train``/``update`` are
-    ``shard_map``-ped with every input and output replicated; ``init`` is the plain one."""
+    """Token-level PPO run over several devices, each sampling and scoring ``B / D`` rows.
+
+    Args:
+      build: ``build(axis_name=, num_devices=) -> TokenPPO`` (e.g. a ``functools.partial`` of
+        ``make_token_ppo``).
+      num_devices: ``D``; 1 gives ``build``'s one-device program unchanged.
+    Returns:
+      A :class:`~purejaxppo.lm.ppo.token_ppo.TokenPPO` whose ``iteration``/``run``/``train``/
+      ``update`` are ``shard_map``-ped with every input and output replicated; ``init`` is the
+      plain one.
+    """
     if num_devices == 1:
         return build(axis_name=None, num_devices=1)
     inner = build(axis_name=AXIS, num_devices=num_devices)
@@ -59,7 +73,14 @@ def fsdp_sharding(tree, mesh: Mesh, axis: str = AXIS, min_size: int = 1024):
     least ``min_size`` elements split along its largest dimension divisible by the mesh
     axis, the rest replicated. ``jax.device_put(tree, fsdp_sharding(tree, mesh))`` lays it
     out; ``jit`` then partitions the computation around it (gathering a layer's weights where
-    it is used: FSDP's memory, XLA's schedule)."""
+    it is used: FSDP's memory, XLA's schedule).
+
+    Args:
+      tree: a pytree of arrays (or shape-bearing leaves); mesh: the mesh; axis: its axis to
+        split over; min_size: leaves smaller than this stay replicated.
+    Returns:
+      A pytree of :class:`jax.sharding.NamedSharding` with ``tree``'s structure.
+    """
     n = mesh.shape[axis]
 
     def one(x):

@@ -3,10 +3,12 @@
 :func:`collect` is the token world's rollout, in two steps. Given left-padded prompts,
 :func:`sample` draws responses with the policy's KV cache
 (:func:`purejaxppo.lm.models.sampling.sample_response`, one key per row); :func:`score` re-reads the
-whole sequences teacher-forced (policy, reference, critic), scores them, folds
-the per-token KL into the rewards and puts the score on the LAST valid response token (the
-stop token when one was generated; never a prompt or pad slot). The advantages (GAE and
-whitening, or a group baseline: :func:`advantages`) are :func:`finish`'s, applied to the whole
+whole sequences teacher-forced (policy, reference, critic) and scores them: an
+:class:`~purejaxppo.lm.ppo.token_records.Experience`. :func:`finish` folds the per-token KL into
+the rewards and puts the score on the LAST valid response token (the stop token when one was
+generated; never a prompt or pad slot), giving the update's
+:class:`~purejaxppo.lm.ppo.token_records.TokenBatch`. The advantages (GAE and
+whitening, or a group baseline: :func:`advantages`) are computed over the whole
 batch (over every device's rows, see :mod:`purejaxppo.lm.ppo.token_phases`).
 
 Old log-probs. The policy being trained is the distribution responses are sampled FROM: the
@@ -29,19 +31,26 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
+from purejaxppo.lm.models.sampling import filter_logits, sample_response
 from purejaxppo.lm.ppo import group_advantages as group
 from purejaxppo.lm.ppo import token_stages as tk
-from purejaxppo.lm.models.sampling import filter_logits, sample_response
+from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
 
 #: ``reward(reward_params, prompt [B, P], prompt_valid [B, P], response [B, T], mask [B, T]) -> [B]``
 RewardFn = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 
 
 class Models(NamedTuple):
-    """The three roles: ``policy`` (a :class:`~purejaxppo.lm.models.causal_lm.CausalLM`, the actor),
-    ``reference`` (scores the KL; frozen), ``critic`` (its ``values``; None when the values
-    come from the policy's own value head) and the ``reward``. ``values`` False: no critic at
-    all (a group baseline): no value is computed, the values read 0."""
+    """The models of the iteration's roles.
+
+    Fields:
+      policy: the actor, a :class:`~purejaxppo.lm.models.causal_lm.CausalLM`.
+      reference: scores the KL; frozen.
+      critic: its ``values(params, tokens [B, L], valid [B, L]) -> [B, L]``; None when the
+        values come from the policy's own value head.
+      reward: a :data:`RewardFn`, ``-> [B]``.
+      values: False: no critic at all (a group baseline): no value is computed, values read 0.
+    """
 
     policy: Any
     reference: Any
@@ -66,13 +75,22 @@ def picked_logprobs(logp_all, tokens, first: int = 0):
 
 
 def filtered_logprobs(logits, tokens, cfg, first: int = 0):
-    """``(logp [B, L], entropy [B, L])`` of the sampled-from distribution (the pad id cut,
-    as the sampler does), aligned to tokens (:func:`purejaxppo.lm.ppo.token_stages.token_logprobs`), from
-    ``logits [B, L - first, V]`` of positions ``first..L-1`` (slots ``0..first`` read 0: with
-    ``first = P - 1`` the prompt's positions, which predict no response token, are never
-    computed). One ``log_softmax`` serves both. Tokens cut by top-k / top-p or as pad have
-    probability 0: their entropy terms are 0, never NaN (a pad in the PROMPT gets ``logp =
-    -inf``; it is outside the mask)."""
+    """Log-probs and entropies of the sampled-from distribution (the pad id cut, as the sampler
+    does), aligned to tokens (:func:`purejaxppo.lm.ppo.token_stages.token_logprobs`'s layout).
+
+    One ``log_softmax`` serves both. Tokens cut by top-k / top-p or as pad have probability 0:
+    their entropy terms are 0, never NaN (a pad in the PROMPT gets ``logp = -inf``; it is
+    outside the mask).
+
+    Args:
+      logits: ``[B, L - first, V]``, the logits of positions ``first..L-1``.
+      tokens: ``[B, L]`` int.
+      cfg: its ``temperature``, ``top_k``, ``top_p`` and ``pad_id`` are read.
+      first: static; with ``first = P - 1`` the prompt's positions, which predict no response
+        token, are never computed.
+    Returns:
+      ``(logp [B, L], entropy [B, L])`` float32; slots ``0..first`` read 0.
+    """
     x = filter_logits(logits, cfg.temperature, cfg.top_k, cfg.top_p, cfg.pad_id)
     logp_all = jax.nn.log_softmax(x, axis=-1)
     finite = jnp.isfinite(logp_all)
@@ -135,10 +153,22 @@ def in_row_chunks(fn, rows: int, *arrays):
 
 
 def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
-    """Responses to ``prompt [B, P]``: ``(response [B, T], logp_sampled [B, T], mask [B, T])``,
-    row ``i`` drawn with ``row_keys[i]``; the KV cache grows in ``cfg.length_buckets`` rungs
-    (:func:`~purejaxppo.lm.models.sampling.sample_response`'s ``rungs``; kept without stop ids too:
-    early decode steps then attend over fewer slots)."""
+    """Responses of the policy to the prompts, with its KV cache
+    (:func:`~purejaxppo.lm.models.sampling.sample_response`, ``per_row``).
+
+    The cache grows in ``cfg.length_buckets`` rungs (``sample_response``'s ``rungs``; kept
+    without stop ids too: early decode steps then attend over fewer slots).
+
+    Args:
+      models: the :class:`Models`; the policy samples.
+      params: ``{"policy", "critic"}`` as the models run them (LoRA merged or attached).
+      row_keys: ``[B]`` keys; row ``i`` is drawn with ``row_keys[i]`` alone.
+      prompt, prompt_valid: ``[B, P]`` int / bool, left-padded.
+      cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig` (its sampling fields).
+    Returns:
+      ``(response [B, T] int, logp_sampled [B, T] float32, mask [B, T] bool)`` with ``T =
+      cfg.max_new_tokens``, right-padded (``pad_id``, 0, False after a row's stop token).
+    """
     return sample_response(
         models.policy,
         params["policy"],
@@ -157,7 +187,14 @@ def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
 
 
 def collect(models: Models, params: dict, reference_params, reward_params, row_keys, prompt, prompt_valid, cfg):
-    """The rows' experience before GAE: :func:`score` of :func:`sample`'s responses."""
+    """The rows' experience before the advantages: :func:`score` of :func:`sample`'s responses.
+
+    Args:
+      models, params, row_keys, prompt, prompt_valid, cfg: as :func:`sample`.
+      reference_params: the reference's parameters; reward_params: the reward's.
+    Returns:
+      The :class:`~purejaxppo.lm.ppo.token_records.Experience` of the ``B`` rows, ``[B, P + T]``.
+    """
     return score(
         models,
         params,
@@ -184,13 +221,23 @@ def score(
     scores=None,
 ):
     """Sampled responses read back teacher-forced (policy, reference, critic) and scored by the
-    reward: a dict of ``[B, ...]`` arrays.
+    reward.
 
-    Takes :func:`sample`'s ``response, logp_sampled, rmask [B, T]``. Returns ``tokens, valid,
-    mask [B, P+T]`` (``mask``: the response tokens, the actions), ``logp_old, logp_ref,
-    values_old [B, P+T]`` (aligned), ``score [B]`` (the reward's), ``has_stop [B]``,
-    ``logp_sampled [B, P+T]`` (the sampler's own, for ``logp_mismatch``). ``scores [B]``: the
-    reward's, when the caller computed them already (then ``reward_params`` is not read)."""
+    The passes run ``pass_rows`` rows at a time (:data:`PASS_SLOTS`); the policy's logits are
+    computed from the last prompt position on.
+
+    Args:
+      models, params, cfg: as :func:`sample`.
+      reference_params, reward_params: the reference's and the reward's parameters.
+      prompt, prompt_valid: ``[B, P]``, left-padded.
+      response, logp_sampled, rmask: :func:`sample`'s ``[B, W]`` outputs (``W <= T``: cut to
+        a width that holds every response).
+      scores: ``[B]``, the reward's, when the caller computed them already (then
+        ``reward_params`` is not read); None: the reward is called here.
+    Returns:
+      The :class:`~purejaxppo.lm.ppo.token_records.Experience` of the rows, ``[B, P + W]``
+      (``score``, ``has_stop`` ``[B]``).
+    """
     prompt_valid = prompt_valid.astype(bool)
     tokens = jnp.concatenate([prompt, response.astype(prompt.dtype)], axis=1)
     valid = jnp.concatenate([prompt_valid, rmask], axis=1)
@@ -211,17 +258,11 @@ def score(
     stops = jnp.asarray(cfg.stop_ids, response.dtype).reshape(-1)
     has_stop = jnp.any(rmask & jnp.any(response[..., None] == stops, axis=-1), axis=1)
     zeros = jnp.zeros_like(logp_old[:, : prompt.shape[1]])
-    return dict(
-        tokens=tokens,
-        valid=valid,
-        mask=mask,
-        logp_old=jnp.where(mask, logp_old, 0.0),
-        logp_ref=jnp.where(mask, logp_ref, 0.0),
-        values_old=jnp.where(mask, values, 0.0),
-        score=scores,
-        has_stop=has_stop,
-        logp_sampled=jnp.concatenate([zeros, logp_sampled], axis=1),
-    )
+    # computed in this order, the order the program has always computed them in
+    logp_old, logp_ref = jnp.where(mask, logp_old, 0.0), jnp.where(mask, logp_ref, 0.0)
+    values_old = jnp.where(mask, values, 0.0)
+    logp_sampled = jnp.concatenate([zeros, logp_sampled], axis=1)
+    return Experience(has_stop, logp_old, logp_ref, logp_sampled, mask, scores, tokens, valid, values_old)
 
 
 def advantages(total, kl, values, mask, beta, cfg) -> tuple[jax.Array, jax.Array]:
@@ -246,31 +287,50 @@ def advantages(total, kl, values, mask, beta, cfg) -> tuple[jax.Array, jax.Array
     return adv, jnp.zeros_like(adv)
 
 
-def finish(exp: dict, beta, cfg) -> tuple[dict, dict]:
-    """Advantages over the whole batch (:func:`advantages`): ``(data, stats)``. ``data``: what
-    the update reads (``tokens, valid, mask, logp_old, values_old, advantages, returns``, and
-    ``logp_ref`` under ``kl_in == "loss"``); ``stats``: the
-    batch's means (score, the KL per sequence, non-score reward, response length, EOS rate,
-    ``logp_mismatch``: the largest ``|logp_sampled - logp_old|``)."""
-    mask = exp["mask"]
-    total = exp["score"] - cfg.missing_eos_penalty * (~exp["has_stop"])
-    kl = tk.kl_penalty(exp["logp_old"], exp["logp_ref"], cfg.kl_estimator, mask)
-    adv, ret = advantages(total, kl, exp["values_old"], mask, beta, cfg)
-    data = {k: exp[k] for k in ("tokens", "valid", "mask", "logp_old", "values_old")}
-    data.update(advantages=adv, returns=ret)
-    if cfg.kl_in == "loss":
-        data["logp_ref"] = exp["logp_ref"]
-    k1 = tk.sequence_kl(tk.kl_penalty(exp["logp_old"], exp["logp_ref"], "k1", mask), mask)
+def finish(exp: Experience, beta, cfg) -> tuple[TokenBatch, dict]:
+    """The advantages of the whole batch (:func:`advantages`) and its statistics.
+
+    Args:
+      exp: every row's :class:`~purejaxppo.lm.ppo.token_records.Experience` (``[B, L]``; rows
+        ``[g*G, (g+1)*G)`` one prompt's under a group baseline).
+      beta: the KL coefficient (scalar, may be traced).
+      cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig`.
+    Returns:
+      ``(data, stats)``: ``data`` the :class:`~purejaxppo.lm.ppo.token_records.TokenBatch`
+      the update reads (``[B, L]``, gradients stopped; ``logp_ref`` under ``kl_in == "loss"``,
+      the ptx fields None); ``stats`` a dict of float32 scalars, the batch's means: ``score``,
+      ``score_with_penalty``, ``kl`` (per sequence, ``cfg.kl_estimator``), ``kl_k1``,
+      ``non_score_reward``, ``response_length``, ``eos_rate``, ``logp_mismatch`` (the largest
+      ``|logp_sampled - logp_old|``) and ``beta``.
+    """
+    mask = exp.mask
+    total = exp.score - cfg.missing_eos_penalty * (~exp.has_stop)
+    kl = tk.kl_penalty(exp.logp_old, exp.logp_ref, cfg.kl_estimator, mask)
+    adv, ret = advantages(total, kl, exp.values_old, mask, beta, cfg)
+    data = TokenBatch(
+        advantages=adv,
+        logp_old=exp.logp_old,
+        logp_ref=exp.logp_ref if cfg.kl_in == "loss" else None,
+        mask=mask,
+        ptx_mask=None,
+        ptx_tokens=None,
+        ptx_valid=None,
+        returns=ret,
+        tokens=exp.tokens,
+        valid=exp.valid,
+        values_old=exp.values_old,
+    )
+    k1 = tk.sequence_kl(tk.kl_penalty(exp.logp_old, exp.logp_ref, "k1", mask), mask)
     seq_kl = tk.sequence_kl(kl, mask)
     stats = dict(
-        score=jnp.mean(exp["score"]),
+        score=jnp.mean(exp.score),
         score_with_penalty=jnp.mean(total),
         kl=jnp.mean(seq_kl),
         kl_k1=jnp.mean(k1),
         non_score_reward=jnp.mean(-beta * seq_kl) if cfg.kl_in == "reward" else jnp.float32(0.0),
         response_length=jnp.mean(jnp.sum(mask, axis=1)),
-        eos_rate=jnp.mean(exp["has_stop"]),
-        logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp["logp_sampled"] - exp["logp_old"]), 0.0)),
+        eos_rate=jnp.mean(exp.has_stop),
+        logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp.logp_sampled - exp.logp_old), 0.0)),
         beta=jnp.asarray(beta, jnp.float32),
     )
     return jax.lax.stop_gradient(data), stats

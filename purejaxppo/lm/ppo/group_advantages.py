@@ -32,7 +32,17 @@ def _groups(rewards: jax.Array, group_size: int) -> jax.Array:
 
 
 def group_advantages(rewards: jax.Array, group_size: int, method: str = "grpo", eps: float = 1e-4) -> jax.Array:
-    """``[B]`` advantages of the sequence ``rewards [B]`` (rows grouped as the module says)."""
+    """The advantages of sequences against their group's baseline.
+
+    Args:
+      rewards: ``[B]`` sequence rewards, rows ``[g*G, (g+1)*G)`` one prompt's.
+      group_size: ``G`` (static, >= 2, divides ``B``).
+      method: one of :data:`METHODS`; eps: added to GRPO's standard deviation.
+    Returns:
+      ``[B]`` float32, exactly 0 for every row of a group whose rewards are all equal.
+    Raises:
+      ValueError: an unknown ``method``, ``rewards`` not ``[B]``, or groups that do not fit.
+    """
     if method not in METHODS:
         raise ValueError(f"method={method!r}: choose one of {METHODS}")
     r = _groups(rewards, group_size)
@@ -49,19 +59,37 @@ def group_advantages(rewards: jax.Array, group_size: int, method: str = "grpo", 
 
 
 def token_advantages(seq_advantages: jax.Array, mask: jax.Array) -> jax.Array:
-    """``[B, L]``: each row's sequence advantage on its valid response tokens, 0 elsewhere."""
+    """A sequence advantage spread over its response.
+
+    Args:
+      seq_advantages: ``[B]``; mask: ``[B, L]`` bool, the response tokens.
+    Returns:
+      ``[B, L]``: each row's advantage on its valid response tokens, 0 elsewhere.
+    """
     return jnp.where(mask, seq_advantages[:, None], 0.0)
 
 
 def repeat_prompts(prompt: jax.Array, prompt_valid: jax.Array, group_size: int) -> tuple[jax.Array, jax.Array]:
-    """``[n, P] -> [n * G, P]``: each prompt ``G`` times in a row (rows ``[g*G, (g+1)*G)``)."""
+    """Each prompt ``G`` times in a row, so rows ``[g*G, (g+1)*G)`` answer prompt ``g``.
+
+    Args:
+      prompt, prompt_valid: ``[n, P]``; group_size: ``G``.
+    Returns:
+      ``(prompt, prompt_valid)``, ``[n * G, P]`` each.
+    """
     return jnp.repeat(prompt, group_size, axis=0), jnp.repeat(prompt_valid, group_size, axis=0)
 
 
 def k3_kl(logp: jax.Array, logp_ref: jax.Array) -> jax.Array:
     """Schulman's k3 estimator of KL(policy || reference) per token, ``exp(d) - d - 1`` with
     ``d = logp_ref - logp``: unbiased, never negative; GRPO's KL loss term (its gradient flows
-    through ``logp``)."""
+    through ``logp``).
+
+    Args:
+      logp, logp_ref: ``[B, L]``, the policy's and the reference's log-probs of the tokens.
+    Returns:
+      ``[B, L]``.
+    """
     d = logp_ref - logp
     return jnp.exp(d) - d - 1.0
 

@@ -16,8 +16,14 @@ from purejaxppo.lm.ppo.token_ppo import TokenPPOState, policy_params
 
 
 def merged_policy(state: TokenPPOState) -> Any:
-    """The policy's parameters of ONE run's ``state`` as host arrays, LoRA merged (no leading
-    runs axis: index a ``[S, ...]`` state first)."""
+    """The policy's parameters of one run, LoRA merged.
+
+    Args:
+      state: ONE run's :class:`~purejaxppo.lm.ppo.token_ppo.TokenPPOState` (no leading runs
+        axis: index a ``[S, ...]`` state first).
+    Returns:
+      The policy's parameter tree as NumPy (host) arrays.
+    """
     return jax.tree.map(np.asarray, jax.jit(policy_params)(state))
 
 

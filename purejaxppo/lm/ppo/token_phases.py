@@ -5,12 +5,15 @@
 1. :func:`prompt_phase`: the iteration's prompts, each ``group_size`` times in a row;
 2. :func:`sample_phase`: this device's rows' responses (the policy's KV cache, one key per
    row) and their scores by the reward;
-3. :func:`score_phase`: the sequences read back teacher-forced (policy, reference and, for GAE,
-   the critic) at the batch's response width (:mod:`purejaxppo.lm.models.length_buckets`);
-4. :func:`finish_phase`: every device's rows gathered, the KL, the advantages (GAE or a group
+3. :func:`width_phase`: the rung of response widths that holds the longest response
+   (:mod:`purejaxppo.lm.models.length_buckets`); the next three phases run at that width;
+4. :func:`score_phase`: the sequences read back teacher-forced (policy, reference and, for GAE,
+   the critic);
+5. :func:`finish_phase`: every device's rows gathered, the KL, the advantages (GAE or a group
    baseline) and the batch statistics (:func:`purejaxppo.lm.ppo.experience.finish`);
-5. :func:`~purejaxppo.lm.ppo.token_update.update_phase`: the epochs of minibatch steps;
-6. :func:`beta_phase`: the adaptive KL controller moves ``beta``.
+6. :func:`~purejaxppo.lm.ppo.token_update.update_phase`: the epochs of minibatch steps;
+7. :func:`diagnostics_phase` (a task's metrics of the responses) and :func:`beta_phase`: the
+   adaptive KL controller moves ``beta``.
 
 Shapes: ``B = batch_size`` rows (responses), ``B / G`` prompts of ``P`` slots, ``T =
 max_new_tokens``; on ``D`` devices each holds ``b = B / D`` rows (rows ``[d*b, (d+1)*b)``, with
@@ -25,10 +28,12 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.config.ppo_config import ConfigError
+from purejaxppo.lm.models import length_buckets
 from purejaxppo.lm.ppo import experience
 from purejaxppo.lm.ppo import token_stages as tk
-from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.lm.ppo.group_advantages import repeat_prompts
+from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
 from purejaxppo.lm.ppo.token_update import Devices
 from purejaxppo.stages import device_rows
 
@@ -106,9 +111,21 @@ def sample_phase(
     cfg: TokenPPOConfig,
     devices: Devices,
 ) -> Sampled:
-    """This device's rows of the global ``prompt, prompt_valid [B, P]``, their responses (row
-    ``i`` drawn with ``split(key, B)[i]``: a row's response does not depend on the device
-    split) and the reward's scores. ``params``: ``{"policy", "critic"}`` (LoRA merged)."""
+    """This device's rows of the prompts, their responses and the reward's scores.
+
+    Args:
+      models: the :class:`~purejaxppo.lm.ppo.experience.Models`; the policy samples.
+      params: ``{"policy", "critic"}`` as the models run them
+        (:func:`~purejaxppo.lm.ppo.token_update.trained_params`).
+      reward_params: the reward's parameters (None for a reward function).
+      key: row ``i`` is drawn with ``split(key, B)[i]``: a row's response does not depend on
+        the device split.
+      prompt, prompt_valid: the global ``[B, P]`` prompts, left-padded.
+      cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig`.
+      devices: the :class:`~purejaxppo.lm.ppo.token_update.Devices` split.
+    Returns:
+      The :class:`Sampled` rows ``[b, ...]`` of this device (``b = B / D``).
+    """
     prompt, prompt_valid = device_rows.mine((prompt, prompt_valid), devices.axis_name, devices.num_devices)
     row_keys = device_rows.mine(jax.random.split(key, cfg.batch_size), devices.axis_name, devices.num_devices)
     response, logp_sampled, mask = experience.sample(models, params, row_keys, prompt, prompt_valid, cfg)
@@ -117,11 +134,38 @@ def sample_phase(
     return Sampled(prompt, prompt_valid, response, logp_sampled, mask, scores)
 
 
+def width_phase(mask: jax.Array, cfg: TokenPPOConfig, devices: Devices) -> tuple[tuple[int, ...], jax.Array]:
+    """The response widths the teacher-forced passes and the update switch over, and the one
+    this batch runs at (:mod:`purejaxppo.lm.models.length_buckets`).
+
+    Args:
+      mask: ``[b, T]`` bool, this device's response masks (right-padded).
+      cfg: its ``length_buckets``, ``stop_ids`` (none: one width) and ``max_new_tokens``.
+      devices: the longest response is taken over its axes (the data and the runs axis).
+    Returns:
+      ``(sizes, index)``: the static ladder of widths and the int32 scalar index of the first
+      that holds the longest response, one value over every device and run.
+    """
+    smallest = length_buckets.smallest_width(cfg.length_buckets, cfg.stop_ids)  # no stop ids: one width
+    sizes = length_buckets.bucket_sizes(cfg.max_new_tokens, smallest)
+    names = tuple(a for a in (devices.axis_name, devices.runs_axis) if a)
+    return sizes, length_buckets.bucket_index(mask, sizes, names)
+
+
 def score_phase(
     models: experience.Models, params: dict, reference_params, s: Sampled, width: int, cfg: TokenPPOConfig
-) -> dict:
-    """The rows' experience at response width ``width <= T`` (every column past it padding):
-    :func:`purejaxppo.lm.ppo.experience.score`'s ``[b, P + width]`` arrays, the scores ``s.scores``."""
+) -> Experience:
+    """The rows read back teacher-forced at a response width that holds every response.
+
+    Args:
+      models, params, cfg: as :func:`sample_phase`.
+      reference_params: the reference's parameters.
+      s: this device's :class:`Sampled` rows.
+      width: static, ``<= T``; every response column past it is padding.
+    Returns:
+      The rows' :class:`~purejaxppo.lm.ppo.token_records.Experience` ``[b, P + width]``
+      (:func:`purejaxppo.lm.ppo.experience.score`), its scores ``s.scores``.
+    """
     return experience.score(
         models,
         params,
@@ -137,9 +181,19 @@ def score_phase(
     )
 
 
-def finish_phase(exp: dict, beta, cfg: TokenPPOConfig, devices: Devices) -> tuple[dict, dict]:
-    """Every device's rows gathered (``[B, L]``, single-device row order, so a group's rows sit
-    together), then :func:`purejaxppo.lm.ppo.experience.finish`: ``(data, stats)``."""
+def finish_phase(exp: Experience, beta, cfg: TokenPPOConfig, devices: Devices) -> tuple[TokenBatch, dict]:
+    """Every device's rows gathered, then the advantages and the batch's statistics.
+
+    Args:
+      exp: this device's :class:`~purejaxppo.lm.ppo.token_records.Experience` ``[b, L]``.
+      beta: the KL coefficient (scalar).
+      cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig`.
+      devices: the :class:`~purejaxppo.lm.ppo.token_update.Devices` split.
+    Returns:
+      :func:`purejaxppo.lm.ppo.experience.finish`'s ``(data, stats)`` over all ``B`` rows
+      (``data`` a :class:`~purejaxppo.lm.ppo.token_records.TokenBatch` ``[B, L]`` in the
+      single-device row order, so a group's rows sit together; ``stats`` float32 scalars).
+    """
     return experience.finish(device_rows.gather(exp, devices.axis_name), beta, cfg)
 
 

@@ -47,10 +47,13 @@ def _clean(x: jax.Array, mask: jax.Array, fill=0.0) -> jax.Array:
 
 # --- alignment --------------------------------------------------------------------------
 def shift_right(x: jax.Array, fill=0.0) -> jax.Array:
-    """``out[:, t] = x[:, t-1]``, ``out[:, 0] = fill``; for ``x [B, L, ...]``.
+    """Aligns a causal model's per-position output (e.g. the value head, ``V`` of the prefix
+    ending at position ``t-1``) with the token it precedes.
 
-    Aligns a causal model's per-position output (e.g. the value head, ``V`` of the
-    prefix ending at position ``t-1``) with the token it precedes.
+    Args:
+      x: ``[B, L, ...]``; fill: the value of column 0.
+    Returns:
+      ``[B, L, ...]``, ``out[:, t] = x[:, t-1]``, ``out[:, 0] = fill``.
     """
     pad = jnp.full_like(x[:, :1], fill)
     return jnp.concatenate([pad, x[:, :-1]], axis=1)
@@ -72,12 +75,24 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
 
 
 def token_entropy(logits: jax.Array) -> jax.Array:
-    """``[B, L]`` entropy of the next-token distribution, aligned like :func:`token_logprobs`."""
+    """The entropy of each token's distribution, aligned like :func:`token_logprobs`.
+
+    Args:
+      logits: ``[B, L, V]``, one teacher-forced causal pass.
+    Returns:
+      ``[B, L]``; ``out[:, t]`` the entropy of the law token ``t`` is drawn from, ``out[:, 0] = 0``.
+    """
     return shift_right(categorical_entropy(logits))
 
 
 def last_valid_mask(mask: jax.Array) -> jax.Array:
-    """``[B, L]`` bool, True only at the last valid slot of each row (none if the row is empty)."""
+    """The last valid slot of each row.
+
+    Args:
+      mask: ``[B, L]`` bool or integer.
+    Returns:
+      ``[B, L]`` bool, True only at each row's last valid slot (nowhere in an empty row).
+    """
     mask = mask.astype(bool)
     length = mask.shape[1]
     last = length - 1 - jnp.argmax(mask[:, ::-1], axis=1)
@@ -91,7 +106,15 @@ def kl_penalty(logp: jax.Array, logp_ref: jax.Array, kind: str = "k1", mask: Opt
     With ``d = logp - logp_ref`` (tokens sampled from ``pi``):
     ``k1 = d`` (unbiased, can be negative), ``k2 = d^2 / 2``, ``k3 = exp(-d) - 1 + d``
     (unbiased, >= 0; computed as ``expm1(-d) + d`` for small ``d``), ``abs = |d|``.
-    Shapes ``[B, L]``; masked slots (if ``mask``) are cleaned first and return 0.
+
+    Args:
+      logp, logp_ref: ``[B, L]``, the policy's and the reference's log-probs of the tokens.
+      kind: one of :data:`KL_ESTIMATORS`.
+      mask: optional ``[B, L]``; masked slots are cleaned first.
+    Returns:
+      ``[B, L]``, 0 on masked slots.
+    Raises:
+      ValueError: an unknown ``kind``.
     """
     shape = same_shape("kl_penalty", "logp", {"logp": logp, "logp_ref": logp_ref})
     check_mask("kl_penalty", mask, shape)
@@ -111,7 +134,13 @@ def kl_penalty(logp: jax.Array, logp_ref: jax.Array, kind: str = "k1", mask: Opt
 
 
 def sequence_kl(kl: jax.Array, mask: jax.Array) -> jax.Array:
-    """``[B]`` sum of per-token KL over the valid tokens of each sequence."""
+    """The KL of each sequence: the per-token estimates summed over its valid tokens.
+
+    Args:
+      kl: ``[B, L]`` per-token estimates (:func:`kl_penalty`); mask: ``[B, L]``.
+    Returns:
+      ``[B]``.
+    """
     check_rank("sequence_kl", "kl", kl, 2, "[B, L]")
     check_mask("sequence_kl", mask, jnp.shape(kl))
     mask = mask.astype(bool)
@@ -122,8 +151,14 @@ def shaped_rewards(score: jax.Array, kl: jax.Array, mask: jax.Array, beta) -> ja
     """RLHF rewards ``[B, L]``: ``-beta * kl_t`` on every valid response token, plus the
     task ``score [B]`` on the LAST valid response token; prompt and padding get 0.
 
-    ``beta`` is a scalar or ``[B]`` and may be traced. A sequence's rewards sum to
-    ``score - beta * sum_t kl_t`` (a row with no valid token gets nothing, not its score).
+    A sequence's rewards sum to ``score - beta * sum_t kl_t`` (a row with no valid token gets
+    nothing, not its score).
+
+    Args:
+      score: ``[B]``; kl: ``[B, L]`` per-token estimates; mask: ``[B, L]`` the response tokens.
+      beta: a scalar or ``[B]``; may be traced.
+    Returns:
+      ``[B, L]`` float rewards, 0 off ``mask``.
     """
     check_rank("shaped_rewards", "kl", kl, 2, "[B, L]")
     check_mask("shaped_rewards", mask, jnp.shape(kl))
@@ -160,8 +195,13 @@ def token_gae(rewards: jax.Array, values: jax.Array, mask: jax.Array, gamma, gae
     next state of a valid token is the next VALID slot (so a mask with holes, e.g.
     interleaved non-action tokens, still chains correctly); the last valid token is
     ``terminated`` (the score is its terminal reward; nothing is bootstrapped). Runs
-    ``gae.gae(..., mask=...)`` right to left; masked slots get ``A = R = 0``.
-    ``gamma``/``gae_lambda`` may be traced.
+    ``gae.gae(..., mask=...)`` right to left.
+
+    Args:
+      rewards, values: ``[B, L]`` (aligned); mask: ``[B, L]`` the response tokens.
+      gamma, gae_lambda: scalars; may be traced.
+    Returns:
+      ``(advantages [B, L], returns [B, L])``, ``A = R = 0`` on masked slots.
     """
     shape = same_shape("token_gae", "rewards", {"rewards": rewards, "values": values})
     check_rank("token_gae", "rewards", rewards, 2, "[B, L]")
@@ -183,6 +223,11 @@ def aggregation_weights(mask: jax.Array, aggregation: str = "token-mean") -> Opt
     ``token-mean``: None (every valid token of the batch counts once).
     ``seq-mean``: ``w_bt = N / (B' * n_b)`` on valid slots (``n_b`` valid tokens in row b,
     ``N`` in the batch, ``B'`` non-empty rows), so ``token_mean(w * x) = mean_b mean_t x``.
+
+    Args:
+      mask: ``[B, L]``; aggregation: one of :data:`AGGREGATIONS`.
+    Returns:
+      None (token-mean) or ``[B, L]`` float32 weights, 0 off ``mask``.
     """
     if aggregation == "token-mean":
         return None
@@ -223,6 +268,14 @@ def token_ppo_loss(
     positively homogeneous in ``A`` and ``H`` (scale them by ``w``), and the (clipped)
     squared value error scales by ``w`` when ``V, V_old, R`` and the value clip are
     scaled by ``sqrt(w)``. ``approx_kl``/``clip_frac`` diagnostics stay token-means.
+
+    Args:
+      logp_new, entropy, values_new: ``[B, L]``, the current parameters' (gradients through
+        them); logp_old, values_old, advantages, returns: ``[B, L]``, the batch's.
+      mask: ``[B, L]``; clip_eps, vf_coef, ent_coef, vf_clip_eps (None: no value clip):
+        scalars, may be traced; aggregation: one of :data:`AGGREGATIONS`.
+    Returns:
+      ``(loss, metrics)``: the scalar loss and ``losses.ppo_loss``'s dict of scalars.
     """
     shape = same_shape(
         "token_ppo_loss",
@@ -273,8 +326,13 @@ def adaptive_kl_update(beta, kl, target, n_steps, horizon):
 
     ``e = clip(KL / target - 1, -0.2, 0.2)``; ``beta <- beta * (1 + e * n_steps / horizon)``.
     ``kl`` is the measured KL per sequence (mean over the batch), ``n_steps`` the
-    number of samples in the batch. All arguments may be traced, so updating ``beta``
-    inside a jitted step never recompiles.
+    number of samples in the batch.
+
+    Args:
+      beta, kl, target, n_steps, horizon: scalars; all may be traced, so updating ``beta``
+        inside a jitted step never recompiles.
+    Returns:
+      The next ``beta``, a scalar.
     """
     e = jnp.clip(kl / target - 1.0, -0.2, 0.2)
     return beta * (1.0 + e * n_steps / horizon)

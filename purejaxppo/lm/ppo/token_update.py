@@ -26,6 +26,7 @@ from purejaxppo.lm.ppo import experience
 from purejaxppo.lm.models import lora
 from purejaxppo.lm.ppo import token_stages as tk
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, needs_critic
+from purejaxppo.lm.ppo.token_records import TokenBatch
 from purejaxppo.stages import device_rows
 from purejaxppo.stages.update import TrainState, accumulate_gradients, make_optimizer, update_epochs
 
@@ -64,11 +65,18 @@ def token_optimizer(cfg: TokenPPOConfig) -> optax.GradientTransformation:
 
 
 def trained_params(params: dict, base, models: Optional[experience.Models] = None) -> dict:
-    """The ``{"policy", "critic"}`` parameters the models run with: LoRA adapters
-    (:class:`~purejaxppo.lm.models.lora.Adapters`) on ``base`` (the frozen reference), other parameters
-    as they are. With ``models``, a role whose model computes adapters unmerged (its
-    ``lora_unmerged`` attribute, :func:`purejaxppo.lm.models.lora.lora_attach`) gets the base with the
-    factors beside each kernel; otherwise (and for export) the merged weights."""
+    """The parameters the models run with.
+
+    Args:
+      params: the trained ``{"policy", "critic"}`` (``critic`` may be None); a role's value is
+        its parameters, or LoRA :class:`~purejaxppo.lm.models.lora.Adapters`.
+      base: the frozen base the adapters sit on (the reference); not read without adapters.
+      models: optional; a role whose model computes adapters unmerged (its ``lora_unmerged``
+        attribute, :func:`purejaxppo.lm.models.lora.lora_attach`) gets the base with the
+        factors beside each kernel; otherwise (and for export) the merged weights.
+    Returns:
+      ``{"policy", "critic"}``: the adapters applied to ``base``, other parameters as they are.
+    """
 
     def run_with(role, p):
         if not isinstance(p, lora.Adapters):
@@ -86,12 +94,12 @@ def units(mask, aggregation):
     return jnp.sum(jnp.any(mask, axis=1), dtype=jnp.float32)
 
 
-def minibatch_totals(mb: dict, cfg: TokenPPOConfig, beta) -> dict:
+def minibatch_totals(mb: TokenBatch, cfg: TokenPPOConfig, beta) -> dict:
     """The scalars every pass of a minibatch shares (no gradient): its ``units`` and ptx tokens
     over the whole (global) minibatch, and ``beta`` (the KL coefficient of a KL loss term)."""
     return {
-        "units": units(mb["mask"], cfg.aggregation),
-        "ptx": jnp.sum(mb["ptx_mask"], dtype=jnp.float32) if cfg.ptx else jnp.float32(0),
+        "units": units(mb.mask, cfg.aggregation),
+        "ptx": jnp.sum(mb.ptx_mask, dtype=jnp.float32) if cfg.ptx else jnp.float32(0),
         "beta": jnp.asarray(beta, jnp.float32),
     }
 
@@ -108,32 +116,32 @@ def kl_loss(logp, logp_ref, mask, cfg: TokenPPOConfig) -> jax.Array:
 def share_loss(
     models: experience.Models,
     params,
-    mb: dict,
+    mb: TokenBatch,
     totals: dict,
     cfg: TokenPPOConfig,
     num_devices: int,
     base=None,
     first: int = 0,
 ):
-    """``(loss, metrics)``: the share of the minibatch loss held by ``mb`` (this pass's rows of
-    ``tokens, valid, mask, logp_old, values_old, advantages, returns [b, L]``, plus
-    ``logp_ref`` under ``kl_in == "loss"`` and ``ptx_tokens, ptx_valid, ptx_mask`` under
-    ``ptx``); ``totals``: :func:`minibatch_totals`; ``base``: the frozen weights LoRA adapters sit
-    on (the reference); ``first`` (static): the policy's logits are computed from position
-    ``first`` on (the prompt width - 1: no earlier position predicts a response token)."""
+    """``(loss, metrics)``: the share of the minibatch loss held by ``mb``, this pass's rows
+    (``[b, L]``) of the minibatch's :class:`~purejaxppo.lm.ppo.token_records.TokenBatch`;
+    ``totals``: :func:`minibatch_totals` (``units`` always read; ``beta`` under ``kl_in ==
+    "loss"``, ``ptx`` under ``ptx``); ``base``: the frozen weights LoRA adapters sit on (the
+    reference); ``first`` (static): the policy's logits are computed from position ``first`` on
+    (the prompt width - 1: no earlier position predicts a response token)."""
     params = trained_params(params, base, models)
-    logits, values = experience.heads(models, params, mb["tokens"], mb["valid"], first)
-    logp, entropy = experience.filtered_logprobs(logits, mb["tokens"], cfg, first)
+    logits, values = experience.heads(models, params, mb.tokens, mb.valid, first)
+    logp, entropy = experience.filtered_logprobs(logits, mb.tokens, cfg, first)
     critic = needs_critic(cfg)
     loss, m = tk.token_ppo_loss(
         logp,
         entropy,
         values,
-        mb["logp_old"],
-        mb["values_old"],
-        mb["advantages"],
-        mb["returns"],
-        mb["mask"],
+        mb.logp_old,
+        mb.values_old,
+        mb.advantages,
+        mb.returns,
+        mb.mask,
         clip_eps=cfg.clip_eps,
         vf_coef=cfg.vf_coef if critic else 0.0,  # no critic: values and returns are zeros, no value loss
         ent_coef=cfg.ent_coef,
@@ -143,14 +151,14 @@ def share_loss(
     if not critic:
         del m["critic_loss"]  # identically 0: there is no critic
     if cfg.kl_in == "loss":
-        m["kl_loss"] = kl_loss(logp, mb["logp_ref"], mb["mask"], cfg)
+        m["kl_loss"] = kl_loss(logp, mb.logp_ref, mb.mask, cfg)
         loss = loss + totals["beta"] * m["kl_loss"]
-    share = units(mb["mask"], cfg.aggregation) / jnp.maximum(totals["units"], 1.0) * num_devices
+    share = units(mb.mask, cfg.aggregation) / jnp.maximum(totals["units"], 1.0) * num_devices
     loss, m = loss * share, {k: v * share for k, v in m.items()}
     if cfg.ptx:
-        ptx_logits = models.policy.logits(params["policy"], mb["ptx_tokens"], mb["ptx_valid"])
-        nll = -tk.masked_mean(tk.token_logprobs(ptx_logits, mb["ptx_tokens"]), mb["ptx_mask"])
-        ptx_share = jnp.sum(mb["ptx_mask"], dtype=jnp.float32) / jnp.maximum(totals["ptx"], 1.0) * num_devices
+        ptx_logits = models.policy.logits(params["policy"], mb.ptx_tokens, mb.ptx_valid)
+        nll = -tk.masked_mean(tk.token_logprobs(ptx_logits, mb.ptx_tokens), mb.ptx_mask)
+        ptx_share = jnp.sum(mb.ptx_mask, dtype=jnp.float32) / jnp.maximum(totals["ptx"], 1.0) * num_devices
         loss, m["ptx_loss"] = loss + cfg.ptx_coef * nll * ptx_share, nll * ptx_share
     return loss, m
 
@@ -158,7 +166,7 @@ def share_loss(
 def update_phase(
     models: experience.Models,
     train: TrainState,
-    data: dict,
+    data: TokenBatch,
     key: jax.Array,
     beta,
     cfg: TokenPPOConfig,
@@ -166,11 +174,29 @@ def update_phase(
     base=None,
     first: int = 0,
 ) -> tuple[TrainState, dict]:
-    """``update_epochs`` x ``num_minibatches`` steps over ``data`` (the whole batch's
-    :func:`~purejaxppo.lm.ppo.experience.finish` output ``[B, L]``, plus the ptx batch under ``ptx``):
-    ``(train, metrics)``, the metrics means over the steps. ``beta``: the KL coefficient of the
-    KL loss term (read under ``kl_in == "loss"``); ``base``: the frozen reference, under LoRA;
-    ``first``: :func:`share_loss`'s (the prompt width - 1; 0 computes every position's logits)."""
+    """``update_epochs`` x ``num_minibatches`` gradient steps of the clipped objective.
+
+    Each minibatch's rows are drawn from a fresh permutation per epoch
+    (:func:`purejaxppo.stages.update.update_epochs`), each optionally in ``micro_batches``
+    passes; on several devices each takes its share of every minibatch.
+
+    Args:
+      models: the :class:`~purejaxppo.lm.ppo.experience.Models`.
+      train: the params ``{"policy", "critic"}`` and the optimizer state.
+      data: the whole batch, a :class:`~purejaxppo.lm.ppo.token_records.TokenBatch` ``[B, L]``
+        (:func:`~purejaxppo.lm.ppo.experience.finish`'s, with the ptx batch under ``ptx``).
+      key: the minibatch permutations' key.
+      beta: the KL coefficient of the KL loss term (read under ``kl_in == "loss"``).
+      cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig`.
+      devices: the :class:`Devices` split (default: one device).
+      base: the frozen reference, under LoRA (the adapters' base).
+      first: static; :func:`share_loss`'s (the prompt width - 1; 0 computes every position's
+        logits).
+    Returns:
+      ``(train, metrics)``: the new :class:`~purejaxppo.stages.update.TrainState` and a dict of
+      float32 scalars, each the mean over the steps taken (losses, ``approx_kl``,
+      ``clip_frac``, ``entropy``, ``grad_norm``, ...).
+    """
     one_pass = accumulate_gradients(
         lambda p, mb, t: share_loss(models, p, mb, t, cfg, devices.num_devices, base, first), cfg.micro_batches
     )
