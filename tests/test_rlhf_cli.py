@@ -327,6 +327,8 @@ def test_bad_inputs_get_one_error_line_before_any_work(args, message, bad, tmp_p
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
     assert fill(message) in lines[0], lines[0]
+    if message.startswith("--"):  # the flag the problem is about leads the line (not another flag's)
+        assert lines[0].startswith("error: " + fill(message)), lines[0]
     assert os.listdir(tmp_path) == [] and sorted(os.listdir(bad)) == before
 
 
