@@ -188,6 +188,7 @@ def test_a_new_runs_settings_take_the_declared_defaults(tmp_path, monkeypatch):
         (["--lora-base-dtype", "bfloat16"], ["--lora-base-dtype", "--lora-rank"], ["lora_rank", "lora_base_dtype"]),
         (["--lora-targets", "q_proj"], ["--lora-targets", "--lora-rank"], ["lora_rank", "lora_targets"]),
         (["--batch", "10"], ["--batch 10", "--minibatches 4"], ["batch_size", "num_minibatches"]),
+        (["--lora-rank", "2", "--lora-targets", "nope"], ["--lora-targets nope", "match no kernel"], ["lora_targets"]),
         (["--advantage", "grpo"], ["--advantage 'grpo'", "--group-size 1"], ["group_size", "advantage="]),
         (["--group-size", "3", "--batch", "8"], ["--batch 8", "--group-size 3"], ["group_size", "batch_size"]),
     ],

@@ -54,6 +54,7 @@ def prepare(args, cmd, group) -> PreparedRun:
         raise UserError(
             f"--top-k {config.top_k} is more than the vocabulary's {vocab} tokens; give at most {vocab} (0 = off)"
         )
+    _check_lora_targets(config, settings)
     run_dir = args.run_dir or os.path.join("runs", f"rlhf-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     group.share(lambda: (_check_run_dir(run_dir), check_export_flag(args, settings), check_sinks(args)))
     init_from, start = _start_from(args, settings)
@@ -141,6 +142,29 @@ def _task(settings, args):
         if settings.model_dir:
             raise
         raise UserError(f"--task {settings.task}: {e}") from None
+
+
+def _check_lora_targets(config, settings) -> None:
+    """``--lora-rank``: its targets (``--lora-targets``, else LoRA's defaults) select a kernel of
+    the model, checked here rather than by PPO's init after the SFT stage."""
+    if not config.lora_rank:
+        return
+    import jax
+
+    from purejaxppo.lm.models import lora
+
+    params = settings.model(jax.random.PRNGKey(0))[1]  # a folder's is loaded once (kept for the SFT stage)
+    targets = config.lora_targets or lora.DEFAULT_TARGETS
+    if lora.lora_paths(params, targets):
+        return
+    try:  # its refusal lists the kernels the model has
+        lora.lora_init(jax.random.PRNGKey(0), params, config.lora_rank, config.lora_alpha, targets)
+    except ValueError as e:
+        if config.lora_targets:
+            raise UserError(f"--lora-targets {','.join(targets)}: {e}") from None
+        raise UserError(
+            f"--lora-rank {config.lora_rank} adapts LoRA's default modules: {e}; choose them with --lora-targets"
+        ) from None
 
 
 def _check_run_dir(run_dir: str) -> None:
