@@ -3,8 +3,10 @@
 Two ways in: a built-in task (``--task reverse|grammar``, a TinyLM or ``--init`` GPT-2), or the
 user's own model and data (``--model DIR --prompts FILE --reward FILE.py:FUNC``, or
 ``--reward-model DIR``; ``--sft-data FILE`` for a supervised stage first). Every input is
-checked before any work (:mod:`purejaxppo.cli.rlhf_flags`, then the files and the model
-folder here): a bad one is one ``error:`` line, exit 2, nothing created.
+checked before any work: each flag's range and choices as it is parsed
+(:mod:`purejaxppo.cli.rlhf_flags`), then the flags together, the files and the model folder, once,
+into a :class:`~purejaxppo.cli.rlhf_prepare.PreparedRun` that this command trains: a bad one
+is one ``error:`` line, exit 2, nothing created.
 
 The run folder is a control run's (config.json, metrics.csv with one row per iteration and
 seed, checkpoints, summary.json) plus ``samples.txt`` (greedy generations, decoded, at every

@@ -86,11 +86,11 @@ def setting(
     static: bool = False,
 ):
     """A dataclass field of ``default`` described for people and checks: ``help`` (what it does),
-        ``choices`` (the values allowed), bounds ``lo``/``hi`` (see :class:`Bounds`), ``flag`` (its
-        command-line name, else ``--`` + the name with dashes), ``cli=False`` (no flag: set by the
-        data or by another flag), ``switch`` (a flag without a value), ``repeat`` (a flag given once
+    ``choices`` (the values allowed), bounds ``lo``/``hi`` (see :class:`Bounds`), ``flag`` (its
+    command-line name, else ``--`` + the name with dashes), ``cli=False`` (no flag: set by the
+    data or by another flag), ``switch`` (a flag without a value), ``repeat`` (a flag given once
     per item), ``metavar`` (its value's name in ``--help``), ``static`` (a flax struct's
-        structural field, in the treedef)."""
+    structural field, in the treedef)."""
     bounds = Bounds(lo, hi, lo_open, hi_open, why) if lo is not None or hi is not None else None
     meta = dict(help=help, choices=tuple(choices), bounds=bounds, flag=flag, cli=cli, switch=switch, repeat=repeat)
     meta["metavar"] = metavar
