@@ -19,7 +19,7 @@ from purejaxppo.cli.main import main
 from purejaxppo.lm.models.gpt2 import GPT2
 from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
 from purejaxppo.lm.rewards.reward_model import load_reward_model, make_reward_fn
-from purejaxppo.programs.reward_program import RewardConfig
+from purejaxppo.programs.reward_program import RewardConfig, RewardSettings
 from purejaxppo.programs.reward_run import prepare, resume_reward, train_reward
 from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint
 
@@ -97,7 +97,8 @@ def test_reward_command_trains_and_exports_an_hf_reward_model(folders, capsys):
     # the exported model scores like the run's final checkpoint
     fn, loaded = load_reward_model(run / "model")
     assert os.path.isfile(run / "model" / "tokenizer.json")
-    lm, params, train, held, _ = prepare(info["settings"], RewardConfig(**info["config"]), info["seed"])
+    settings = RewardSettings.from_dict(info["settings"])
+    lm, params, train, held, _ = prepare(settings, RewardConfig(**info["config"]), info["seed"])
     ckpt = latest_checkpoint(str(run / "checkpoints"))
     state, _ = restore_checkpoint(ckpt, _state_template(run, info, lm, params, train, held))
     final = jax.tree.map(lambda x: np.asarray(x[0]), state.params)

@@ -73,16 +73,30 @@ class RewardConfig:
         return self
 
 
-class RewardSettings(dict):
-    """The run's inputs as its record keeps them: ``model`` (the folder it starts from), ``pairs``
-    (the preference file) and ``pairs_sha256`` (a resume refuses a changed file)."""
+@dataclasses.dataclass(frozen=True)
+class RewardSettings:
+    """The run's inputs as its record keeps them (``config.json``'s ``settings``).
+
+    Fields:
+      model: the folder the reward model starts from (an absolute path).
+      pairs: the preference pairs file (an absolute path).
+      pairs_sha256: the pairs file's SHA-256 when the run started: a resume refuses a changed file.
+    """
+
+    model: str = ""
+    pairs: str = ""
+    pairs_sha256: str = ""
 
     def to_dict(self) -> dict:
-        return dict(self)
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "RewardSettings":
-        return cls(d)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ConfigError(f"unknown reward settings field(s) {unknown}; valid fields: {sorted(names)}")
+        return cls(**d)
 
 
 class RewardState(NamedTuple):
@@ -120,7 +134,7 @@ class RewardProgram(ChunkedProgram):
     ``lm`` / ``params``: the model every run starts from (its value head is the scalar head);
     ``train`` / ``held``: :class:`PairBatch` arrays."""
 
-    def __init__(self, config: RewardConfig, settings: dict, lm, params, train: PairBatch, held: PairBatch):
+    def __init__(self, config: RewardConfig, settings: RewardSettings, lm, params, train: PairBatch, held: PairBatch):
         self.config = dataclasses.replace(config, train_pairs=int(train.prompt.shape[0])).validate()
         self.lm, self.params = lm, params
         self.train, self.held = jax.tree.map(jnp.asarray, train), jax.tree.map(jnp.asarray, held)

@@ -65,17 +65,17 @@ def _token_id(config: dict, name: str) -> Optional[int]:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def prepare(settings: dict, config: RewardConfig, seed: int):
+def prepare(settings: RewardSettings, config: RewardConfig, seed: int):
     """``(lm, params, train, held, cuts)`` for ``settings`` (``model``, ``pairs``): every input
     read and checked, nothing written. :class:`ConfigError` names a bad input and the fix."""
-    model = settings["model"]
+    model = settings.model
     try:
         lm, params, _ = load_reward_trunk(model)
         model_config = read_config(model)
     except (ValueError, FileNotFoundError) as e:
         raise ConfigError(f"--model {model}: {e}") from None
     encode = _encoder(model)
-    rows = read_pairs(settings["pairs"])
+    rows = read_pairs(settings.pairs)
     eos = _token_id(model_config, "eos_token_id")
     pad = _token_id(model_config, "pad_token_id")
     batch, cuts = tokenize_pairs(
@@ -117,21 +117,21 @@ def train_reward(
     model goes to ``RUN_DIR/model`` (HF layout). ``on_cuts(Cuts)``: told how many prompts and
     responses were cut to the budgets."""
     config = config.validate()
-    settings = {"model": os.path.abspath(model), "pairs": os.path.abspath(pairs)}
-    if not os.path.isfile(settings["pairs"]):
-        read_pairs(settings["pairs"])  # raises the message
-    settings["pairs_sha256"] = _sha256(settings["pairs"])
+    pairs = os.path.abspath(pairs)
+    if not os.path.isfile(pairs):
+        read_pairs(pairs)  # raises the message
+    settings = RewardSettings(model=os.path.abspath(model), pairs=pairs, pairs_sha256=_sha256(pairs))
     if resume:
         saved = rf.load_record(run_dir).settings
-        if saved.get("pairs_sha256") != settings["pairs_sha256"]:
+        if saved.pairs_sha256 != settings.pairs_sha256:
             raise ConfigError(
-                f"{settings['pairs']} changed since the run started (its SHA-256 differs); a resume "
+                f"{settings.pairs} changed since the run started (its SHA-256 differs); a resume "
                 "needs the same pairs: put the file back or start a new run"
             )
     lm, params, train, held, cuts = prepare(settings, config, seed)
     if on_cuts is not None:
         on_cuts(cuts)
-    prog = RewardProgram(config, RewardSettings(settings), lm, params, train, held)
+    prog = RewardProgram(config, settings, lm, params, train, held)
     record = RunRecord(
         prog.kind_for(None),
         prog.config,
@@ -156,7 +156,7 @@ def train_reward(
     )
     if run_dir and result.finished:
         try:
-            export_reward_model(run_dir, settings["model"], lm, first_run_params(result.runner_state))
+            export_reward_model(run_dir, settings.model, lm, first_run_params(result.runner_state))
         except KeyboardInterrupt as e:  # the training is saved whole: a resume writes the model, nothing else
             path = latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS))
             raise TrainingInterrupted(path, result.updates_done, str(e) or "interrupted") from None
@@ -193,5 +193,5 @@ def resume_reward(run_dir: str, record=None, **kwargs) -> RunResult:
     )
     opts.update(kwargs)
     return train_reward(
-        record.config, record.settings["model"], record.settings["pairs"], run_dir=run_dir, resume=True, **opts
+        record.config, record.settings.model, record.settings.pairs, run_dir=run_dir, resume=True, **opts
     )

@@ -203,8 +203,10 @@ def score_finish_update(
     Args:
       parts: the :class:`TokenParts`; state: the iteration's :class:`TokenPPOState`.
       params: ``{"policy", "critic"}`` as the models run them.
+      key: the update's (its minibatch permutations).
       ptx_batch: ``(tokens, valid, mask) [B, L']`` under ``cfg.ptx``, else None.
-      width: static, ``<= T``: it holds every response of ``sampled`` (this device's rows).
+      width: static, ``<= T``: it holds every response of ``sampled``, this device's
+        :class:`~purejaxppo.lm.ppo.token_phases.Sampled` rows; cfg: the (traced) config.
     Returns:
       ``(train, stats, metrics)``: the updated :class:`~purejaxppo.stages.update.TrainState`,
       :func:`~purejaxppo.lm.ppo.experience.finish`'s statistics and the update's metrics.
