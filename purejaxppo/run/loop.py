@@ -140,13 +140,14 @@ class _Session:
         t0 = time.perf_counter()
         inputs = self.prog.place(*(x for x in self.raw_inputs if x is not None))
         self.keys, self.configs = inputs[0], (inputs[1] if len(inputs) > 1 else None)
-        state, done, self.prev = self.prog.init(*inputs), 0, None
+        fresh = state = self.prog.init(*inputs)
+        done, self.prev = 0, None
         if self.resume:
-            state, done, self.prev, resume_note = self.storage.restore(state)
-            self.storage.saved = done
+            state, done, self.prev, resume_note = self.storage.restore(fresh)
+            self.storage.saved = done if state is not fresh else -1
             if resume_note:
                 self.note(resume_note)
-        if self.start_from is not None and done == 0:
+        if self.start_from is not None and state is fresh:  # a checkpoint (update 0 too) holds it already
             state = self.start_from(state)
         self.state, self.done, self.start_update, self.good = state, done, done, (state, done)
         n_total = self.config.num_updates

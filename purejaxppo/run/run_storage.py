@@ -61,17 +61,19 @@ class RunStorage:
         checkpoint (:func:`~purejaxppo.run.run_folder.read_latest`), placed like ``template``
         (its leaves' shardings) on every process; the
         earlier metrics only on the writer (only it writes the summary they go into)."""
+        # a checkpoint at update 0 is restored too: a token-level run's state there is its SFT
+        # model, which a template does not hold
         if not self.group.many:
             host, done, prev, note = rf.read_latest(self.run_dir, template, self.record)
-            return (jax.tree.map(place_like, host, template) if done else template), done, prev, note
+            return (template if host is template else jax.tree.map(place_like, host, template)), done, prev, note
         held = {}
 
         def on_writer():
             held["host"], done, held["prev"], note = rf.read_latest(self.run_dir, template, self.record)
-            return done, note
+            return done, note, held["host"] is not template
 
-        done, note = self.group.share(on_writer)
-        if not done:
+        done, note, restored = self.group.share(on_writer)
+        if not restored:
             return template, 0, None, note
         host = self.group.broadcast(held.get("host"), like=template)
         return jax.tree.map(place_like, host, template), done, held.get("prev"), note
