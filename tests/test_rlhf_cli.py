@@ -259,6 +259,10 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
         "--reward-model {missing}: {missing} is not a folder",
     ),
     (TEXT + ["--layers", "2"], "--layers belongs to the built-in tasks"),
+    (
+        ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{good}", "--lora-rank", "4"],
+        "--lora-rank 4 with --reward-model: the separate critic would start from the reward model",
+    ),
     (TEXT + ["--sft-steps", "5"], "--sft-steps 5 needs --sft-data FILE"),
     (TEXT + ["--top-k", "1000"], "--top-k 1000 is more than the vocabulary's 320 tokens"),
     (TEXT + ["--sft-lr", "nan"], "--sft-lr must be a finite number > 0, got nan"),

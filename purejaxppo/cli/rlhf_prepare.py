@@ -48,6 +48,7 @@ def prepare(args, cmd, group) -> PreparedRun:
     text = args.model_dir is not None
     check_plain(args, text)
     config = token_config(args, text)
+    _check_reward_model_critic(config, args)
     devices = count_devices(cmd.devices, config.batch_size, f"--batch ({config.batch_size})", group)
     settings, task, vocab = _load(_settings(args, text, group.many), args, text)
     if config.top_k > vocab:
@@ -142,6 +143,20 @@ def _task(settings, args):
         if settings.model_dir:
             raise
         raise UserError(f"--task {settings.task}: {e}") from None
+
+
+def _check_reward_model_critic(config, args) -> None:
+    """``--reward-model`` starts gae's separate critic from the reward model, while under LoRA
+    the critic is the frozen base plus its own adapters: the two do not combine (refused here,
+    not by PPO's init after the SFT stage)."""
+    from purejaxppo.lm.ppo.token_config import needs_critic
+
+    if config.lora_rank and args.reward_model and config.critic == "separate" and needs_critic(config):
+        raise UserError(
+            f"--lora-rank {config.lora_rank} with --reward-model: the separate critic would start from the reward "
+            "model, but under LoRA the critic is the frozen base plus its own adapters; add --critic value_head, "
+            "or --advantage grpo or rloo (no critic), or drop --lora-rank"
+        )
 
 
 def _check_lora_targets(config, settings) -> None:
