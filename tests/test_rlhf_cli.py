@@ -336,6 +336,32 @@ def test_bad_inputs_get_one_error_line_before_any_work(args, message, bad, tmp_p
     assert os.listdir(tmp_path) == [] and sorted(os.listdir(bad)) == before
 
 
+def test_a_text_run_is_read_once_and_every_stage_shares_its_task(bad, tmp_path, monkeypatch):
+    """The command prepares a run once: the files are read and the task built one time, and the
+    settings handed on (hashes recorded, as train_rlhf does) give back that same task object,
+    whose reward the command asks after a failed run."""
+    import purejaxppo.lm.tasks.text_task as text_task
+    from purejaxppo.cli.flags import record_of
+    from purejaxppo.cli.parser import build_parser
+    from purejaxppo.cli.rlhf_flags import RLHFCommand
+    from purejaxppo.cli.rlhf_prepare import prepare
+    from purejaxppo.programs import rlhf_program
+    from purejaxppo.programs.rlhf_run import checked_data
+    from purejaxppo.run import processes
+
+    reads = []
+    real = text_task.make_text_task
+    monkeypatch.setattr(text_task, "make_text_task", lambda *a, **kw: reads.append(1) or real(*a, **kw))
+    rlhf_program._text_task.cache_clear()
+    monkeypatch.chdir(tmp_path)
+    argv = ["rlhf", "--model", str(bad / "good"), "--prompts", str(bad / "prompts.jsonl"), "--quiet"]
+    args = build_parser().parse_args([*argv, "--reward", f"{bad / 'reward.py'}:score", "--run-dir", "r"])
+    run = prepare(args, record_of(RLHFCommand, args), processes.current())
+    later = checked_data(run.settings, False)
+    assert later.hashes and later.make_task() is run.task and len(reads) == 1
+    assert run.settings.eval_batch == len(run.task.eval_table.texts) and os.listdir(tmp_path) == []
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("tensorboardX") is not None or importlib.util.find_spec("torch") is not None,
     reason="a TensorBoard writer is installed here",
