@@ -142,7 +142,7 @@ def check_resumable(run_dir: str, record: RunRecord) -> None:
             f"{run_dir!r} holds a {name}, not a {record.kind}; nothing was changed. "
             f"Continue it as what it is: {kinds.resume_hint(saved, run_dir)} (no other flags)"
         )
-    check_same_setup(saved, record, path)
+    check_same_setup(saved, record, path, run_dir)
     metrics, ckpts = os.path.join(run_dir, METRICS), list_checkpoints(os.path.join(run_dir, CHECKPOINTS))
     if ckpts and ckpts[-1][0] > 0 and not os.path.exists(metrics):  # update 0 has no rows yet
         raise CheckpointError(
@@ -160,7 +160,7 @@ def check_resumable(run_dir: str, record: RunRecord) -> None:
             )
 
 
-def check_same_setup(meta: dict, record: RunRecord, path: str) -> None:
+def check_same_setup(meta: dict, record: RunRecord, path: str, run_dir: str = "RUN_DIR") -> None:
     """A resume must use the checkpoint's config, seeds and members (else the numbers differ).
 
     A field the checkpoint does not name was added to the config class after it was
@@ -182,7 +182,7 @@ def check_same_setup(meta: dict, record: RunRecord, path: str) -> None:
         raise CheckpointError(
             f"{path} was made with a different setup:\n  "
             + "\n  ".join(diffs[:8])
-            + f"\nresume with the run's own config ({kinds.resume_hint(meta, 'RUN_DIR')}, "
+            + f"\nresume with the run's own config ({kinds.resume_hint(meta, run_dir)}, "
             "no config flags) or start a new run folder"
         )
 
@@ -213,7 +213,7 @@ def read_latest(run_dir: str, template, record: RunRecord):
         )
     if usable:
         path = usable[-1][1]
-        check_same_setup(read_meta(path), record, path)
+        check_same_setup(read_meta(path), record, path, run_dir)
         runner, meta = restore_checkpoint(path, template)
         done = int(meta["update"])
     truncate_metrics(metrics_path, done)
@@ -243,7 +243,7 @@ def finished_run(run_dir: str) -> bool:
     if not (os.path.exists(os.path.join(run_dir, SUMMARY)) and ckpt is not None and os.path.exists(metrics)):
         return False
     meta = read_meta(ckpt)
-    check_same_setup(meta, record, ckpt)  # an edited config.json is refused, not ignored
+    check_same_setup(meta, record, ckpt, run_dir)  # an edited config.json is refused, not ignored
     return int(meta["update"]) >= n and complete_updates(metrics, record.runs, record.num_seeds) >= n
 
 

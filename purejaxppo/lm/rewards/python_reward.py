@@ -17,8 +17,9 @@ inside XLA (a traceback through the runtime): the first such failure is kept in
 :attr:`TextReward.error` (naming the function and the row) and the scores come back NaN,
 which stops the run at that iteration with the last finite checkpoint kept; the caller turns
 :attr:`error` into its message. A Ctrl-C or SIGTERM must not be raised in here either: the
-caller's signal handling keeps it until the chunk is back (:mod:`purejaxppo.run.signals`)
-and sets :attr:`TextReward.skip`, so the calls left in the chunk return NaN at once.
+caller's signal handling keeps it until the chunk is back (:mod:`purejaxppo.run.signals`),
+and the caller's :attr:`TextReward.skip` then makes the calls left in the chunk return NaN
+at once.
 """
 
 from __future__ import annotations
@@ -112,14 +113,15 @@ class TextReward:
       fn, name, tokenizer: as given.
       error: the first failure's message (naming the function and the row), or None.
       seconds: the host time spent so far (decoding and the function).
+      skip: ``() -> bool``, set by the caller (default: never): while true, a call returns NaN
+        without calling ``fn`` (the run is stopping: a signal arrived during a call, and the
+        caller discards what the rest of the chunk scores).
     """
 
     def __init__(self, fn: Callable, name: str, tokenizer):
         self.fn, self.name, self.tokenizer = fn, name, tokenizer
         self.error: Optional[str] = None
         self.seconds = 0.0
-        # True while the run is stopping (a signal arrived during a call): the remaining calls of
-        # the chunk skip the function; the caller discards what they scored
         self.skip: Callable[[], bool] = lambda: False
 
     def texts(self, prompt, prompt_valid, response, response_mask) -> tuple:
