@@ -19,6 +19,7 @@ from test_token_ppo import P, T, V, config, count_threes, prompts, tiny_model  #
 from purejaxppo.config import ConfigError  # noqa: E402
 from purejaxppo.lm.ppo import experience  # noqa: E402
 from purejaxppo.lm.ppo.token_ppo import make_token_ppo  # noqa: E402
+from purejaxppo.lm.ppo.token_records import TokenBatch  # noqa: E402
 from purejaxppo.lm.ppo.token_update import kl_loss  # noqa: E402
 
 # two groups of 4: [1, 0, 0, 1] (ties) and [2, 2, 2, 2] (no signal)
@@ -193,7 +194,7 @@ def test_kl_in_loss_adds_beta_times_the_named_estimator(tiny):
     logits = lm.logits(params, toks, valid)
     logp_new = np.asarray(experience.filtered_logprobs(logits, toks, config())[0])
     logp_r = np.asarray(experience.filtered_logprobs(lm.logits(ref, toks, valid), toks, config())[0])
-    mb = dict(
+    mb = TokenBatch(
         tokens=toks,
         valid=valid,
         mask=mask,
@@ -202,6 +203,9 @@ def test_kl_in_loss_adds_beta_times_the_named_estimator(tiny):
         advantages=zeros + 0.3,
         returns=zeros,
         logp_ref=jnp.asarray(logp_r),
+        ptx_mask=None,
+        ptx_tokens=None,
+        ptx_valid=None,
     )
     beta = 0.7
     totals = {"units": jnp.sum(mask, dtype=jnp.float32), "ptx": jnp.float32(0), "beta": jnp.float32(beta)}
