@@ -246,8 +246,7 @@ def test_score_sits_on_the_last_valid_response_token_and_the_eos_penalty_where_n
     )
     data, stats = experience.finish(exp, 0.0, cfg)
     np.testing.assert_array_equal(
-        np.asarray(exp.tokens)[:, P:] * np.asarray(exp.mask)[:, P:],
-        np.where(np.asarray(exp.mask)[:, P:], resp, 0),
+        np.asarray(exp.tokens)[:, P:] * np.asarray(exp.mask)[:, P:], np.where(np.asarray(exp.mask)[:, P:], resp, 0)
     )
     # by hand: the response is valid up to and including the first stop; total = sum - penalty if none
     returns = np.zeros((4, P + T))
