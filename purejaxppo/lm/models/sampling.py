@@ -98,7 +98,7 @@ def sample_tokens(key, logits, temperature=1.0, top_k: int = 0, top_p=1.0, banne
 class Response(NamedTuple):
     """Sampled responses, right-padded ``[B, T]`` (one decode step's column of them: ``[B]``).
 
-    Fields:
+    Attributes:
       tokens: in the prompt's dtype; ``pad_id`` after a row's stop token.
       logp: float32; the log-prob under the distribution sampled from (the module docstring), 0
         after the stop.

@@ -43,7 +43,7 @@ RewardFn = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array
 class Models(NamedTuple):
     """The models of the iteration's roles.
 
-    Fields:
+    Attributes:
       policy: the actor, a :class:`~purejaxppo.lm.models.causal_lm.CausalLM`.
       reference: scores the KL; frozen.
       critic: its ``values(params, tokens [B, L], valid [B, L]) -> [B, L]``; None when the

@@ -42,9 +42,14 @@ PromptFn = Callable[[jax.Array, int], tuple]
 
 
 class Sampled(NamedTuple):
-    """This device's ``b`` rows after sampling: ``prompt, prompt_valid [b, P]``, ``response,
-    logp_sampled, mask [b, T]`` (right-padded; ``mask`` the valid response tokens) and the
-    reward's ``scores [b]``."""
+    """This device's ``b`` rows after sampling.
+
+    Attributes:
+      prompt, prompt_valid: ``[b, P]`` int / bool, left-padded.
+      response, logp_sampled, mask: ``[b, T]`` int / float32 / bool, right-padded (``mask``
+        the valid response tokens): the sampler's :class:`~purejaxppo.lm.models.sampling.Response`.
+      scores: ``[b]`` float, the reward's.
+    """
 
     prompt: jax.Array
     prompt_valid: jax.Array

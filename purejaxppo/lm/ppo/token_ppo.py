@@ -1,21 +1,8 @@
 """Token-level PPO composed ONCE: ``make_token_ppo(...) -> TokenPPO(init, iteration, run, train)``.
 
-One iteration, ``state, prompts -> state, metrics`` (:func:`token_iteration`), is one compiled
-program of named phases (:mod:`purejaxppo.lm.ppo.token_phases`,
-:mod:`purejaxppo.lm.ppo.token_update`), read top to bottom:
-
-1. **prompts**: ``batch_size / group_size`` prompts, each ``group_size`` times;
-2. **sample**: a response per row with the policy's KV cache, scored by the reward;
-3. **width**: the rung of response widths that holds the longest response; the next three
-   phases (:func:`score_finish_update`) run at it, one branch of a ``lax.switch`` per rung;
-4. **score**: teacher-forced log-probs of the policy and the reference (and the critic's values,
-   for GAE): an :class:`~purejaxppo.lm.ppo.token_records.Experience`;
-5. **finish**: the rows gathered; the KL (in the rewards, or kept for a loss term), the
-   advantages: masked GAE and whitening, or a group baseline (GRPO, RLOO; no critic): a
-   :class:`~purejaxppo.lm.ppo.token_records.TokenBatch`;
-6. **update**: ``update_epochs`` x ``num_minibatches`` steps of the clipped objective through
-   :func:`purejaxppo.stages.update.update_epochs` (the control world's loop, not a copy);
-7. **beta**: the adaptive KL controller moves ``beta`` (traced: it lives in the state).
+One iteration, ``state, prompts -> state, metrics``, is one compiled program of named phases,
+read top to bottom in :func:`purejaxppo.lm.ppo.token_iteration.token_iteration`: prompts, sample,
+then score, finish and update at the width that holds the longest response, then ``beta``.
 
 The actor and the critic have their own optimizer (Adam), learning rate and gradient clip:
 ``critic="separate"`` trains a second model, ``critic="value_head"`` the value head on the
@@ -37,11 +24,11 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.config.ppo_config import ConfigError
-from purejaxppo.lm.models import length_buckets, lora
+from purejaxppo.lm.models import lora
 from purejaxppo.lm.ppo import experience
-from purejaxppo.lm.ppo import token_phases as ph
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, needs_critic, validate_token_config
-from purejaxppo.lm.ppo.token_phases import PromptFn, Sampled, position_rows  # noqa: F401  (the public names)
+from purejaxppo.lm.ppo.token_iteration import PtxFn, TokenParts, token_iteration
+from purejaxppo.lm.ppo.token_phases import PromptFn, position_rows  # noqa: F401  (the public names)
 from purejaxppo.lm.ppo.token_records import TokenBatch
 from purejaxppo.lm.ppo.token_update import (  # noqa: F401  (_labels, token_optimizer: the public names)
     Devices,
@@ -53,14 +40,11 @@ from purejaxppo.lm.ppo.token_update import (  # noqa: F401  (_labels, token_opti
 )
 from purejaxppo.stages.update import TrainState
 
-#: ``ptx(key, batch) -> (tokens [B, L], valid [B, L], loss_mask [B, L])``: the pretraining batch
-PtxFn = Callable[[jax.Array, int], tuple]
-
 
 class TokenPPOState(NamedTuple):
     """One run's state between iterations (a pytree; a sweep stacks it ``[S, ...]``).
 
-    Fields:
+    Attributes:
       train: the :class:`~purejaxppo.stages.update.TrainState`: params ``{"policy", "critic"}``
         (``critic`` None with a value head or no critic; LoRA adapters under ``lora_rank``) and
         the optimizer state.
@@ -80,16 +64,22 @@ class TokenPPOState(NamedTuple):
 
 
 class TokenPPO(NamedTuple):
-    """``init(key, policy_params, reference_params, critic_params=None, reward_params=None,
-    config=None) -> state``; ``iteration(state, prompts=None, config=None) -> (state, metrics)``
-    (``prompts``: ``(prompt, prompt_valid)`` of ``batch_size / group_size`` prompts, or None to
-    draw them); ``run(state, n, config=None) -> (state, metrics [n])``; ``train(key,
-    policy_params, reference_params, ...) -> (state, metrics [num_iterations])``; ``loss(params,
-    minibatch, totals, config)``: the share loss (``minibatch`` a
-    :class:`~purejaxppo.lm.ppo.token_records.TokenBatch`, ``totals``:
-    :func:`~purejaxppo.lm.ppo.token_update.minibatch_totals`); ``update(train_state, data, key,
-    config=None, base=None, beta=None) -> (train_state, metrics)``: the iteration's update
-    stage alone (e.g. to time it apart, ``benchmarks/lm_iteration.py``)."""
+    """Token-level PPO's pure functions, as :func:`make_token_ppo` built them.
+
+    Attributes:
+      init: ``(key, policy_params, reference_params, critic_params=None, reward_params=None,
+        config=None) -> state`` (:func:`init_state`).
+      iteration: ``(state, prompts=None, config=None) -> (state, metrics)`` (``prompts``:
+        ``(prompt, prompt_valid) [B / G, P]``, or None to draw them).
+      run: ``(state, n, config=None) -> (state, metrics [n])``.
+      train: ``(key, policy_params, reference_params, ...) -> (state, metrics [num_iterations])``.
+      loss: ``(params, minibatch, totals, config=None, base=None) -> (loss, metrics)``, the share
+        loss (``minibatch`` a :class:`~purejaxppo.lm.ppo.token_records.TokenBatch`, ``totals``:
+        :func:`~purejaxppo.lm.ppo.token_update.minibatch_totals`).
+      config: the bound :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig`.
+      update: ``(train_state, data, key, config=None, base=None, beta=None) -> (train_state,
+        metrics)``, the update phase alone (e.g. to time it apart, ``benchmarks/lm_iteration.py``).
+    """
 
     init: Callable
     iteration: Callable
@@ -98,28 +88,6 @@ class TokenPPO(NamedTuple):
     loss: Callable
     config: TokenPPOConfig
     update: Callable
-
-
-class TokenParts(NamedTuple):
-    """What an iteration is built from, fixed when :func:`make_token_ppo` builds it: the
-    :class:`~purejaxppo.lm.ppo.experience.Models`, the device split and the caller's functions
-    (``prompts``, ``ptx``, ``diagnostics``; each None when not given)."""
-
-    models: experience.Models
-    devices: Devices
-    prompts: Optional[PromptFn]
-    ptx: Optional[PtxFn]
-    diagnostics: Optional[Callable]
-
-
-class IterationKeys(NamedTuple):
-    """The keys one iteration draws from its state's key: ``split(key, 5)``, in this order."""
-
-    next: jax.Array  # the state's key after the iteration
-    prompt: jax.Array
-    sample: jax.Array
-    update: jax.Array
-    ptx: jax.Array
 
 
 def policy_params(state: "TokenPPOState"):
@@ -192,69 +160,6 @@ def init_state(key, policy_params, reference_params, critic_params, reward_param
     )
 
 
-def score_finish_update(
-    parts: TokenParts, state: TokenPPOState, params: dict, key, ptx_batch, width: int, sampled: Sampled, cfg
-) -> tuple[TrainState, dict, dict]:
-    """The iteration's phases at response width ``width`` (one branch of the width switch):
-    score (:func:`~purejaxppo.lm.ppo.token_phases.score_phase`), finish
-    (:func:`~purejaxppo.lm.ppo.token_phases.finish_phase`) and update
-    (:func:`~purejaxppo.lm.ppo.token_update.update_phase`, with ``key``).
-
-    Args:
-      parts: the :class:`TokenParts`; state: the iteration's :class:`TokenPPOState`.
-      params: ``{"policy", "critic"}`` as the models run them.
-      key: the update's (its minibatch permutations).
-      ptx_batch: ``(tokens, valid, mask) [B, L']`` under ``cfg.ptx``, else None.
-      width: static, ``<= T``: it holds every response of ``sampled``, this device's
-        :class:`~purejaxppo.lm.ppo.token_phases.Sampled` rows; cfg: the (traced) config.
-    Returns:
-      ``(train, stats, metrics)``: the updated :class:`~purejaxppo.stages.update.TrainState`,
-      :func:`~purejaxppo.lm.ppo.experience.finish`'s statistics and the update's metrics.
-    """
-    exp = ph.score_phase(parts.models, params, state.reference, sampled, width, cfg)
-    data, stats = ph.finish_phase(exp, state.beta, cfg, parts.devices)
-    if cfg.ptx:
-        ptx_tokens, ptx_valid, ptx_mask = ptx_batch
-        data = data._replace(ptx_mask=ptx_mask, ptx_tokens=ptx_tokens, ptx_valid=ptx_valid)
-    first = sampled.prompt.shape[1] - 1  # logits from the last prompt slot on (token_update.share_loss)
-    train, upd = update_phase(
-        parts.models, state.train, data, key, state.beta, cfg, parts.devices, state.reference, first
-    )
-    return train, stats, upd
-
-
-def token_iteration(parts: TokenParts, state: TokenPPOState, batch_prompts, cfg) -> tuple[TokenPPOState, dict]:
-    """One iteration: prompts, sample, then score, finish and update at the width holding the
-    longest response, then the task's diagnostics and the KL coefficient.
-
-    Args:
-      parts: the :class:`TokenParts` the iteration is built from.
-      state: the :class:`TokenPPOState` before it.
-      batch_prompts: ``(prompt, prompt_valid) [B / G, P]``, or None to draw them with
-        ``parts.prompts``.
-      cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig` (traced numeric fields).
-    Returns:
-      ``(state, metrics)``: the next state and a dict of float32 scalars (the batch's
-      statistics, the update's means, ``response_width``, ``task_<name>`` diagnostics).
-    """
-    keys = IterationKeys(*jax.random.split(state.key, 5))
-    prompt, prompt_valid = ph.prompt_phase(parts.prompts, keys.prompt, batch_prompts, cfg, parts.models.policy)
-    params = trained_params(state.train.params, state.reference, parts.models)  # LoRA adapters on the base
-    sampled = ph.sample_phase(parts.models, params, state.reward, keys.sample, prompt, prompt_valid, cfg, parts.devices)
-    ptx_batch = parts.ptx(keys.ptx, cfg.batch_size) if cfg.ptx else None
-    sizes, index = ph.width_phase(sampled.mask, cfg, parts.devices)
-
-    def at_width(width):
-        return lambda s: score_finish_update(parts, state, params, keys.update, ptx_batch, width, s, cfg)
-
-    train, stats, upd = length_buckets.on_width(index, sizes, at_width, sampled)
-    stats.update(ph.diagnostics_phase(parts.diagnostics, sampled, parts.devices))
-    stats["response_width"] = jnp.asarray(sizes, jnp.float32)[index]
-    beta = ph.beta_phase(state.beta, stats, cfg)
-    new = TokenPPOState(train, state.reference, state.reward, beta, keys.next, state.iteration + 1)
-    return new, {**stats, **upd}
-
-
 def make_token_ppo(
     config: TokenPPOConfig,
     policy,
@@ -269,7 +174,8 @@ def make_token_ppo(
     num_devices: int = 1,
     runs_axis: Optional[str] = None,
 ) -> TokenPPO:
-    """Token-level PPO for a policy, composed once (:func:`token_iteration`).
+    """Token-level PPO for a policy, composed once
+    (:func:`~purejaxppo.lm.ppo.token_iteration.token_iteration`).
 
     ``config`` is bound; a traced config with the same static fields may be passed to every
     function (a sweep).

@@ -26,7 +26,7 @@ class Experience(NamedTuple):
     """Scored rows, before the advantages (every slot outside ``mask`` holds 0 in the float
     arrays).
 
-    Fields:
+    Attributes:
       has_stop: ``[B]`` bool; the response holds one of the config's stop ids.
       logp_old: ``[B, L]`` float32; the policy's teacher-forced log-prob of each response
         token under the distribution it was sampled from (temperature, top-k / top-p, pad cut).
@@ -55,7 +55,7 @@ class Experience(NamedTuple):
 class TokenBatch(NamedTuple):
     """The update's batch: ``[B, L]`` rows (a minibatch: ``[m, L]``), no gradient through it.
 
-    Fields:
+    Attributes:
       advantages: ``[B, L]`` float32; GAE's (whitened if asked) or the group baseline's, 0
         off ``mask``.
       logp_old: ``[B, L]`` float32; as :class:`Experience`'s (the PPO ratio's denominator).

@@ -33,9 +33,8 @@ from purejaxppo.stages import losses as losses_lib
 from purejaxppo.stages.distributions import categorical_entropy, categorical_log_prob
 from purejaxppo.stages.shapes import check_mask, check_rank, same_shape
 
-# Re-exported so token code has one import; same functions, token-mean over valid slots.
+# Re-exported so token code has one import; same function, token-mean over valid slots.
 masked_mean = losses_lib.masked_mean
-masked_whiten = losses_lib.normalize
 
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
 AGGREGATIONS = ("token-mean", "seq-mean")
@@ -43,6 +42,17 @@ AGGREGATIONS = ("token-mean", "seq-mean")
 
 def _clean(x: jax.Array, mask: jax.Array, fill=0.0) -> jax.Array:
     return jnp.where(mask, x, jnp.asarray(fill, x.dtype))
+
+
+def masked_whiten(x: jax.Array, mask: Optional[jax.Array] = None, eps: float = 1e-8) -> jax.Array:
+    """``(x - mean) / (std + eps)`` over the valid entries (``losses.normalize``).
+
+    Args:
+      x: ``[B, L]``; mask: ``[B, L]`` bool, or None (every entry valid); eps: scalar.
+    Returns:
+      ``[B, L]``, 0 on masked entries.
+    """
+    return losses_lib.normalize(x, mask, eps)
 
 
 # --- alignment --------------------------------------------------------------------------

@@ -32,8 +32,13 @@ from purejaxppo.stages.update import TrainState, accumulate_gradients, make_opti
 
 
 class Devices(NamedTuple):
-    """The device split an iteration is built for: ``axis_name`` (None: one device) over
-    ``num_devices``; ``runs_axis``: the name of a vmapped runs axis (a sweep), or None."""
+    """The device split an iteration is built for.
+
+    Attributes:
+      axis_name: the data axis (``shard_map``) the rows split over; None: one device.
+      num_devices: ``D``, the devices along it (each holds ``B / D`` rows until the gather).
+      runs_axis: the name of a vmapped runs axis (a sweep), or None.
+    """
 
     axis_name: Optional[str] = None
     num_devices: int = 1
