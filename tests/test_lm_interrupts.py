@@ -77,6 +77,15 @@ def chunk(self, *a, **k):
     return out
 ChunkedProgram.chunk = chunk
 """,
+    # the first compile, before any iteration: the SFT model is saved as update 0
+    "compile": """
+from purejaxppo.run.chunked_program import ChunkedProgram
+real = ChunkedProgram.compile
+def compile(self, *a, **k):
+    signal_on(AT, SIG)
+    return real(self, *a, **k)
+ChunkedProgram.compile = compile
+""",
     "evaluation": """
 from purejaxppo.programs.rlhf_eval import RLHFEvaluator
 real = RLHFEvaluator.evaluate
@@ -182,7 +191,10 @@ def test_the_handler_keeps_a_signal_that_lands_in_a_host_callback():
     frames = []
     _signalling_callback(signal.SIGINT, frames)(jnp.ones(2)).block_until_ready()
     try:
-        signals._handler(signal.SIGTERM, frames[0])  # as if it had landed there: kept, not raised
+        try:
+            signals._handler(signal.SIGTERM, frames[0])  # as if it had landed there: kept, not raised
+        except KeyboardInterrupt:
+            pytest.fail("raised inside a host callback")
         assert signals.pending() and str(signals.take()) == "SIGTERM" and not signals.pending()
         with pytest.raises(KeyboardInterrupt):
             signals._handler(signal.SIGINT, sys._getframe())  # anywhere else: raised
@@ -306,10 +318,14 @@ def test_an_interrupted_sft_stage_says_what_starts_over(monkeypatch):
 
     monkeypatch.setattr(rlhf_run, "train_sft", interrupted)
     settings = RLHFSettings(task_options=(("max_len", 4), ("max_new", 6)), d_model=16, n_layers=1, sft_steps=5)
-    with pytest.raises(TrainingInterrupted) as e:
+    try:
         rlhf_run.sft_model(settings, 0)
-    assert e.value.checkpoint is None and e.value.reason == "SIGTERM"  # nothing kept; exit 143
-    assert "nothing of it is kept" in e.value.hint and "run the same command again" in e.value.hint
+        pytest.fail("not interrupted")
+    except TrainingInterrupted as e:
+        assert e.checkpoint is None and e.reason == "SIGTERM"  # nothing kept; exit 143
+        assert "nothing of it is kept" in e.hint and "run the same command again" in e.hint
+    except KeyboardInterrupt:
+        pytest.fail("a bare KeyboardInterrupt: the message cannot say what starts over")
 
 
 # --- slow: the command line, interrupted at each moment, resumed ---------------------------
@@ -341,6 +357,26 @@ def test_an_interrupted_toy_run_resumes_to_the_uninterrupted_result(straight, tm
     assert p.returncode == 0, p.stderr[-3000:]
     _same_run(run, straight)
     assert open(os.path.join(run, "samples.txt")).read() == open(os.path.join(straight, "samples.txt")).read()
+
+
+@pytest.mark.slow
+def test_interrupted_in_the_first_compile_or_crashed_before_the_first_checkpoint(straight, tmp_path):
+    """A signal in the first compile keeps the SFT model (update 0); a folder a crash left
+    without any checkpoint (config.json only) starts over from the SFT stage: both resume to
+    the uninterrupted result."""
+    import shutil
+
+    run, bare = str(tmp_path / "run"), str(tmp_path / "bare")
+    line = _stopped(
+        _cli([*TOY, "--eval-every", "2", "--quiet", "--run-dir", run], "compile", 1, signal.SIGTERM), signal.SIGTERM
+    )
+    assert _promised(line, run).endswith("update_00000000")
+    shutil.copytree(run, bare)
+    shutil.rmtree(os.path.join(bare, "checkpoints"))
+    for folder in (run, bare):
+        p = _cli(["rlhf", "--resume", folder, "--quiet"])
+        assert p.returncode == 0, p.stderr[-3000:]
+        _same_run(folder, straight)
 
 
 @pytest.mark.slow

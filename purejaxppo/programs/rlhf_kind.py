@@ -69,6 +69,7 @@ class TokenRuns:
     def evaluate(self, run_dir: str, record, request: kinds.EvalRequest) -> tuple:
         from purejaxppo.lm.ppo.token_ppo import policy_params
         from purejaxppo.programs.rlhf_eval import RLHFEvaluator
+        from purejaxppo.run import signals
 
         for flag, v in (
             ("--protocol", request.protocol),
@@ -85,7 +86,8 @@ class TokenRuns:
         loaded = self.load(run_dir, record, request.checkpoint)
         prog, settings = loaded.agent_fns, record.settings
         evaluator = RLHFEvaluator(prog.task, prog.lm, 1, settings.eval_batch)
-        stats, samples = evaluator.evaluate(policy_params(loaded.runner))
+        with signals.interrupts_at_safe_points():  # Ctrl-C inside a Python reward: raised once it returns
+            stats, samples = evaluator.evaluate(policy_params(loaded.runner))
         stats = {k[len("eval_") :]: v for k, v in sorted(stats.items())}
         sft = record.notes.get("sft") or {}
         s = {
