@@ -267,6 +267,19 @@ def test_a_signal_during_a_metrics_append_leaves_whole_rows(tmp_path, monkeypatc
     assert len(rows) == 1 + 12 and all(len(r) == 3 for r in rows)
 
 
+def test_an_unsound_chunk_keeps_only_its_finished_rows():
+    from purejaxppo.run.guards import rows_to_keep
+
+    m = {"score": np.array([[1.0, 2.0, np.nan, np.nan]]), "eval_score": np.full((1, 4), np.nan)}
+    named = "non-finite score (nan) at update 2 of metrics.csv (seed 0)"
+    assert rows_to_keep(m, named, caught=False, skip=("eval_",)) == 3  # the row the message points to
+    assert rows_to_keep(m, "the reward function f raised ...", caught=False, skip=("eval_",)) == 2
+    assert rows_to_keep(m, named, caught=True, skip=("eval_",)) == 2  # a signal made that NaN: not a finished row
+    finite = {"score": np.ones((1, 4))}
+    assert rows_to_keep(finite, "non-finite parameters after updates 0..3 of metrics.csv", caught=False) == 4
+    assert rows_to_keep(finite, None, caught=True) == 3  # the evaluation at the chunk's end was cut short
+
+
 def test_samples_never_show_an_iteration_twice(tmp_path):
     from purejaxppo.programs.rlhf_eval import shown_iterations, write_samples
 

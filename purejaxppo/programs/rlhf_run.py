@@ -31,7 +31,7 @@ from purejaxppo.config import ConfigError
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
 from purejaxppo.lm.rewards.python_reward import RewardFunctionError
 from purejaxppo.lm.sft.sft_training import evaluate_policy, train_sft
-from purejaxppo.programs.rlhf_eval import EVAL_KEY, RLHFEvaluator, final_samples
+from purejaxppo.programs.rlhf_eval import EVAL_KEY, SHOWN, RLHFEvaluator, final_samples
 from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
 from purejaxppo.run import processes, signals
 from purejaxppo.run import run_folder as rf
@@ -163,7 +163,9 @@ def train_rlhf(
             evaluator=evaluator,
         )
         if run_dir and result.finished:
-            _final_samples(run_dir, evaluator or RLHFEvaluator(prog.task, lm, 1, settings.eval_batch), result)
+            # without an evaluation during training, only the answers shown are computed
+            shown = evaluator or RLHFEvaluator(prog.task, lm, 1, min(settings.eval_batch, SHOWN))
+            _final_samples(run_dir, shown, result)
     except RewardFunctionError as e:  # in an evaluation (in an iteration it is the NaN stop's message)
         if not run_dir:
             raise

@@ -95,6 +95,19 @@ def first_bad_update(metrics: dict, skip: tuple = ()) -> Optional[int]:
     return None if worst is None else worst[0]
 
 
+def rows_to_keep(metrics: dict, problem: Optional[str], caught: bool, skip: tuple = ()) -> int:
+    """How many leading updates of an unsound chunk's ``metrics`` (``{name: [R, n]}``) are
+    written: those before its first non-finite metric, and that one too when the NaN stop's
+    ``problem`` names it in metrics.csv (not after a signal was ``caught``: then the signal made
+    the NaN); all when the metrics are finite but the parameters are not (the message names those
+    rows); all but the last when only the evaluation (at the chunk's end) is bad."""
+    n = np.shape(next(iter(metrics.values())))[1]
+    bad = first_bad_update(metrics, skip)
+    if bad is None:
+        return n if problem is not None else n - 1
+    return bad + 1 if not caught and problem is not None and IN_METRICS in problem else bad
+
+
 def first_non_finite(metrics: dict, finite: np.ndarray, first_update: int, describe: Callable[[int], str]):
     """The earliest non-finite loss/diagnostic (or parameter) of a chunk, described, else None.
 

@@ -25,12 +25,11 @@ from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import preload
 from purejaxppo.run import signals
 from purejaxppo.run.guards import (
-    IN_METRICS,
     DivergenceWatch,
     NonFiniteError,
     RunFolderWriteError,
     TrainingInterrupted,
-    first_bad_update,
+    rows_to_keep,
 )
 from purejaxppo.run.protocol import Evaluator, RunProgram
 from purejaxppo.run.record import RunRecord
@@ -243,9 +242,7 @@ class _Session:
         if problem is None and not unsound:
             self.write(metrics)
         else:
-            bad = first_bad_update(metrics, getattr(self.prog, "nan_by_design", ()))
-            bad = n - 1 if bad is None and problem is None else (bad or 0)  # only the evaluation (at its end)
-            keep = bad + 1 if caught is None and IN_METRICS in problem else bad
+            keep = rows_to_keep(metrics, problem, caught is not None, getattr(self.prog, "nan_by_design", ()))
             self.write({k: v[:, :keep] for k, v in metrics.items()} if keep < n else metrics)
             if caught is not None:  # the signal cut this chunk short: stop as the signal says
                 raise caught
