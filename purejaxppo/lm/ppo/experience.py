@@ -166,8 +166,9 @@ def sample(models: Models, params: dict, row_keys, prompt, prompt_valid, cfg):
       prompt, prompt_valid: ``[B, P]`` int / bool, left-padded.
       cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig` (its sampling fields).
     Returns:
-      ``(response [B, T] int, logp_sampled [B, T] float32, mask [B, T] bool)`` with ``T =
-      cfg.max_new_tokens``, right-padded (``pad_id``, 0, False after a row's stop token).
+      A :class:`~purejaxppo.lm.models.sampling.Response` ``(response [B, T] int, logp_sampled
+      [B, T] float32, mask [B, T] bool)`` with ``T = cfg.max_new_tokens``, right-padded
+      (``pad_id``, 0, False after a row's stop token).
     """
     return sample_response(
         models.policy,
