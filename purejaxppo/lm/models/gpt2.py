@@ -18,7 +18,14 @@ import jax.numpy as jnp
 
 from purejaxppo.lm.models.attention import QUERY_BLOCK, attend, attention_mask, write_kv
 from purejaxppo.lm.models.causal_lm import value_head
-from purejaxppo.lm.models.kv_cache import KVCache, cache_view, empty_kv_cache, positions_from_mask, written_cache
+from purejaxppo.lm.models.kv_cache import (
+    KVCache,
+    cache_view,
+    causal_outputs,
+    empty_kv_cache,
+    positions_from_mask,
+    through_layers,
+)
 
 CONFIG_KEYS = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon")
 
@@ -120,15 +127,8 @@ class GPT2(nn.Module):
         wpe = nn.Embed(self.n_positions, self.n_embd, dtype=self.dtype, name="wpe")
         x = wte(tokens) + wpe(positions_from_mask(valid, start))
         attn_mask = attention_mask(key_valid, slot, tokens.shape[1])
-        ks, vs = [], []
-        for i in range(self.n_layer):
-            kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = _Block(self.n_head, self.layer_norm_epsilon, self.dtype, self.query_block, name=f"h_{i}")(
-                x, attn_mask, kv, slot
-            )
-            if kv is not None:
-                ks.append(kv[0])
-                vs.append(kv[1])
+        block = lambda i: _Block(self.n_head, self.layer_norm_epsilon, self.dtype, self.query_block, name=f"h_{i}")  # noqa: E731
+        x, ks, vs = through_layers(block, self.n_layer, x, cache, slot, attn_mask)
         x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype, name="ln_f")(x)
         logits = values = None
         if heads in ("both", "logits"):
@@ -137,9 +137,7 @@ class GPT2(nn.Module):
             logits = jnp.einsum("bld,vd->blv", x[:, logits_from:], w, preferred_element_type=jnp.float32)
         if heads in ("both", "values"):
             values = value_head(x, self.dtype)
-        if cache is None:
-            return logits, values
-        return logits, values, written_cache(cache, ks, vs, key_valid, valid)
+        return causal_outputs(logits, values, cache, ks, vs, key_valid, valid)
 
     def empty_cache(self, batch: int, max_len: int) -> KVCache:
         """A :class:`KVCache` of ``max_len`` slots holding nothing (in the compute dtype)."""

@@ -4,7 +4,7 @@ pytree that rides ``lax.scan``, and the position ids that come with it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -68,3 +68,37 @@ def written_cache(cache: KVCache, ks: list, vs: list, key_valid: jax.Array, vali
     as they are), the slots' validity, and the count advanced by the chunk's valid tokens."""
     keep = lambda x: x if isinstance(x, jax.Array) else tuple(x)  # noqa: E731
     return KVCache(keep(ks), keep(vs), key_valid, cache.count + valid.sum(1, dtype=jnp.int32))
+
+
+def through_layers(layer: Callable[[int], Any], n: int, x: jax.Array, cache: KVCache | None, slot, *inputs) -> tuple:
+    """``x [B, L, D]`` through ``n`` layers, unrolled (every model family's loop).
+
+    Args:
+      layer: ``layer(i)`` makes the i-th layer (a Flax module, named by the caller, created
+        inside the caller's compact ``__call__``); called ``(x, *inputs, kv, slot) -> (x, kv)``
+        with ``kv = (k[i], v[i])`` of ``cache``, or None without one.
+      n: the number of layers.
+      x: the hidden states ``[B, L, D]``.
+      cache: a :class:`KVCache` (per-layer tuples), or None.
+      slot: where the chunk is written in the cache.
+      *inputs: what every layer takes after ``x`` (the attention mask, RoPE angles, ...).
+
+    Returns:
+      ``(x, ks, vs)``: the last layer's output and the layers' written keys and values (lists,
+      empty without a cache), as :func:`causal_outputs` takes them.
+    """
+    ks, vs = [], []
+    for i in range(n):
+        x, kv = layer(i)(x, *inputs, None if cache is None else (cache.k[i], cache.v[i]), slot)
+        if kv is not None:
+            ks.append(kv[0])
+            vs.append(kv[1])
+    return x, ks, vs
+
+
+def causal_outputs(logits, values, cache: KVCache | None, ks, vs, key_valid: jax.Array, valid: jax.Array) -> tuple:
+    """What a :class:`~purejaxppo.lm.models.causal_lm.CausalModule` returns: ``(logits, values)``
+    without a cache, ``(logits, values, cache)`` with one (written by :func:`written_cache`)."""
+    if cache is None:
+        return logits, values
+    return logits, values, written_cache(cache, ks, vs, key_valid, valid)

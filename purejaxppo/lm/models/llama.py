@@ -26,7 +26,14 @@ import jax.numpy as jnp
 from purejaxppo.lm.models.llama_config import LlamaConfig, rope_inv_freq
 from purejaxppo.lm.models.matmul import flat_dot, logits_dot
 from purejaxppo.lm.models.attention import QUERY_BLOCK, attend, attention_mask, write_kv
-from purejaxppo.lm.models.kv_cache import KVCache, cache_view, empty_kv_cache, positions_from_mask, written_cache
+from purejaxppo.lm.models.kv_cache import (
+    KVCache,
+    cache_view,
+    causal_outputs,
+    empty_kv_cache,
+    positions_from_mask,
+    through_layers,
+)
 from purejaxppo.lm.models.causal_lm import value_head
 
 _INIT = nn.initializers.normal(0.02)  # HF's initializer_range default
@@ -224,15 +231,8 @@ class Llama(nn.Module):
         if self.scan_layers and not self.is_initializing():
             x, (ks, vs) = self._scanned(x, cos, sin, attn_mask, cache, slot)
         else:
-            ks, vs = [], []
-            for i in range(c.num_hidden_layers):
-                kv = None if cache is None else (cache.k[i], cache.v[i])
-                x, kv = _Layer(c, self.dtype, self.param_dtype, self.query_block, name=f"layers_{i}")(
-                    x, cos, sin, attn_mask, kv, slot
-                )
-                if kv is not None:
-                    ks.append(kv[0])
-                    vs.append(kv[1])
+            layer = lambda i: _Layer(c, self.dtype, self.param_dtype, self.query_block, name=f"layers_{i}")  # noqa: E731
+            x, ks, vs = through_layers(layer, c.num_hidden_layers, x, cache, slot, cos, sin, attn_mask)
         x = RMSNorm(c.rms_norm_eps, self.dtype, name="norm")(x)
         logits = values = None
         if heads in ("both", "logits"):
@@ -242,9 +242,7 @@ class Llama(nn.Module):
                 logits = _LMHead(c.vocab_size, self.dtype, self.param_dtype, name="lm_head")(x[:, logits_from:])
         if heads in ("both", "values"):
             values = value_head(x.astype(jnp.float32), jnp.float32)
-        if cache is None:
-            return logits, values
-        return logits, values, written_cache(cache, ks, vs, key_valid, valid)
+        return causal_outputs(logits, values, cache, ks, vs, key_valid, valid)
 
     def _scanned(self, x, cos, sin, attn_mask, cache, slot):
         """The layers as one ``lax.scan`` over their parameters stacked here (the tree keeps

@@ -13,7 +13,14 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.models.attention import QUERY_BLOCK, attend, attention_mask, write_kv
-from purejaxppo.lm.models.kv_cache import KVCache, cache_view, empty_kv_cache, positions_from_mask, written_cache
+from purejaxppo.lm.models.kv_cache import (
+    KVCache,
+    cache_view,
+    causal_outputs,
+    empty_kv_cache,
+    positions_from_mask,
+    through_layers,
+)
 from purejaxppo.lm.models.causal_lm import value_head
 
 
@@ -94,23 +101,15 @@ class TinyLM(nn.Module):
         x = nn.Embed(self.vocab_size, self.d_model, dtype=self.dtype, name="wte")(tokens)
         x = x + nn.Embed(self.max_len, self.d_model, dtype=self.dtype, name="wpe")(positions_from_mask(valid, start))
         attn_mask = attention_mask(key_valid, slot, l)
-        ks, vs = [], []
-        for i in range(self.n_layers):
-            x, kv = Block(self.d_model, self.n_heads, self.dtype, self.query_block, name=f"block_{i}")(
-                x, attn_mask, None if cache is None else (cache.k[i], cache.v[i]), slot
-            )
-            if kv is not None:
-                ks.append(kv[0])
-                vs.append(kv[1])
+        block = lambda i: Block(self.d_model, self.n_heads, self.dtype, self.query_block, name=f"block_{i}")  # noqa: E731
+        x, ks, vs = through_layers(block, self.n_layers, x, cache, slot, attn_mask)
         x = nn.LayerNorm(dtype=self.dtype, name="ln_f")(x)
         logits = values = None
         if heads in ("both", "logits"):
             logits = nn.Dense(self.vocab_size, dtype=self.dtype, name="lm_head")(x[:, logits_from:]).astype(jnp.float32)
         if heads in ("both", "values"):
             values = value_head(x, self.dtype)
-        if cache is None:
-            return logits, values
-        return logits, values, written_cache(cache, ks, vs, key_valid, valid)
+        return causal_outputs(logits, values, cache, ks, vs, key_valid, valid)
 
     def empty_cache(self, batch: int, max_len: int) -> KVCache:
         """A :class:`KVCache` of ``max_len`` slots holding nothing (in the compute dtype)."""
