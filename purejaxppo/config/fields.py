@@ -10,6 +10,7 @@ the command line generates its ``--flag`` (parser, help, choices, range check) f
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import numbers
 from typing import Callable, Optional
@@ -135,3 +136,21 @@ def check_fields(obj, flag_of: Optional[Callable[[str], str]] = None) -> None:
         if concrete and not bounds.holds(v):
             why = f" ({bounds.why})" if bounds.why else ""
             raise ConfigError(f"{spelled(f.name, v, flag_of)} must be {bounds.wanted(v, integer)}{why}")
+
+
+def documented(cls):
+    """``cls`` (a dataclass of :func:`setting` fields) with an ``Attributes:`` section appended to
+    its docstring, written from the declarations (help, default, choices, range): the fields are
+    documented where they are declared, once, and ``help(cls)`` shows them."""
+    lines = []
+    for f in dataclasses.fields(cls):
+        if "help" not in f.metadata:
+            continue
+        extra = [f"default {f.default!r}"]
+        if field_choices(f):
+            extra.append("one of " + ", ".join(map(str, field_choices(f))))
+        if field_bounds(f) is not None:
+            extra.append(field_bounds(f).describe())
+        lines.append(f"  {f.name}: {f.metadata['help']} ({'; '.join(extra)}).")
+    cls.__doc__ = inspect.cleandoc(cls.__doc__ or "") + "\n\nAttributes:\n" + "\n".join(lines) + "\n"
+    return cls

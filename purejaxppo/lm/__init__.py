@@ -56,7 +56,7 @@ from purejaxppo.lm.models.llama_config import LlamaConfig, llama_config_from_hf,
 from purejaxppo.lm.models.lora import Adapters, lora_attach, lora_init, lora_merge
 from purejaxppo.lm.models.lora import count as count_params
 from purejaxppo.lm.models.causal_lm import CausalLM, CausalModule
-from purejaxppo.lm.models.sampling import filter_logits, sample_response, sample_tokens
+from purejaxppo.lm.models.sampling import Response, filter_logits, sample_response, sample_tokens
 from purejaxppo.lm.models.tiny_lm import TinyLM
 from purejaxppo.lm.ppo.data_parallel import AXIS as DATA_AXIS
 from purejaxppo.lm.ppo.data_parallel import data_parallel, fsdp_sharding, prompt_mesh
@@ -70,6 +70,7 @@ from purejaxppo.lm.ppo.group_advantages import group_advantages, k3_kl, repeat_p
 from purejaxppo.lm.ppo.policy_export import merged_policy, save_policy
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
 from purejaxppo.lm.ppo.token_phases import finish_phase, sample_phase, score_phase
+from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
 from purejaxppo.lm.ppo.token_ppo import TokenPPO, TokenPPOState, init_state, make_token_ppo, policy_params
 from purejaxppo.lm.ppo.token_stages import (
     adaptive_kl_update,
@@ -112,6 +113,7 @@ __all__ = [
     "LlamaConfig",
     "KVCache",
     "sample_response",
+    "Response",
     "sample_tokens",
     "filter_logits",
     # checkpoints: Hugging Face folders, tokenizer, chat template
@@ -157,6 +159,8 @@ __all__ = [
     "collect_experience",
     "score_experience",
     "finish_experience",
+    "Experience",
+    "TokenBatch",
     "filtered_logprobs",
     "token_logprobs",
     "token_entropy",

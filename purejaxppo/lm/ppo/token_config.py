@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from flax import struct
 
 from purejaxppo.config import ConfigError
-from purejaxppo.config.fields import check_fields, setting, spelled
+from purejaxppo.config.fields import check_fields, documented, setting, spelled
 from purejaxppo.config.ppo_config import fields_from_dict, fields_to_dict
 
 CRITICS = ("separate", "value_head")
@@ -27,8 +27,13 @@ ADVANTAGES = ("gae", "grpo", "rloo")
 KL_IN = ("reward", "loss")
 
 
+@documented
 @struct.dataclass
 class TokenPPOConfig:
+    """The settings of token-level PPO: one typed record, frozen, a pytree (numeric fields are
+    leaves, structural ones static). :func:`validate_token_config` checks it; the ``rlhf``
+    command's flags are generated from its fields."""
+
     # Each field declares its default, what it does, its choices or range and (where the rlhf
     # command names it otherwise) its flag: the command's flags, --help and parse-time checks are
     # generated from these declarations, and validate_token_config checks the same bounds.
@@ -201,11 +206,21 @@ class TokenPPOConfig:
 
 
 def validate_token_config(cfg: TokenPPOConfig, flag_of: Optional[Callable[[str], str]] = None) -> TokenPPOConfig:
-    """Raise :class:`ConfigError` naming the field and the fix; return ``cfg``. Each field's own
-    choices and bounds are its declaration's (:func:`~purejaxppo.config.fields.check_fields`);
-    the checks between fields follow. Numeric fields are checked when concrete (a traced or
-    stacked value is the caller's). ``flag_of``: the message names fields as these flags
-    (``--batch 10`` instead of ``batch_size=10``), for a command whose user typed flags."""
+    """Check a config: each field's own choices and bounds (its declaration's,
+    :func:`~purejaxppo.config.fields.check_fields`), then the checks between fields. Numeric
+    fields are checked when concrete (a traced or stacked value is the caller's).
+
+    Args:
+      cfg: the config.
+      flag_of: maps a field name to the flag the user typed; the messages then name flags
+        (``--batch 10`` instead of ``batch_size=10``). None for the Python API.
+
+    Returns:
+      ``cfg`` itself.
+
+    Raises:
+      ConfigError: naming the first bad field (or flag) and the fix.
+    """
     check_fields(cfg, flag_of)
 
     def say(name, *value):
