@@ -415,6 +415,23 @@ def test_samples_at_the_final_iteration_without_an_evaluation_there(tmp_path):
         assert held and all(os.path.exists(os.path.join(run, n)) for n in held), wrote
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("multiprocess")  # one at a time: each uses both cores
+def test_samples_at_the_final_iteration_across_processes(tmp_path):
+    """Two processes (no evaluation during training there): process 0 writes the final
+    iteration's samples, process 1 nothing, and the closing message names what exists."""
+    from test_multiprocess import _finish, _start
+
+    assert TOY[-2:] == ["--devices", "1"]
+    argv = [*TOY[:-2], "--quiet", "--run-dir", "run", "--devices", "all"]
+    results = _finish(_start(tmp_path, argv))
+    for code, _out, err in results:
+        assert code == 0, err[-3000:]
+    text = open(tmp_path / "p0" / "run" / "samples.txt").read()
+    assert text.count("# iteration ") == 1 and "# iteration 4, run 0, greedy" in text, text
+    assert os.listdir(tmp_path / "p1") == []
+
+
 def _text_setup(root):
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _lm_fixtures import tiny_gpt2_folder
