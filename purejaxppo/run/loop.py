@@ -291,8 +291,8 @@ class _Session:
         except (NonFiniteError, RunFolderWriteError):
             raise
         except KeyboardInterrupt as e:
-            path = self.save_quietly()
-            done = self.good[1] if self.good else self.storage.saved_update(path)
+            path = self.save_quietly()  # the update the message names is the one that checkpoint holds
+            done = self.storage.saved_update(path) if path else (self.good[1] if self.good else 0)
             raise TrainingInterrupted(path, done, str(e) or "interrupted") from None
         except OSError as e:  # full disk, permissions: keep what can be kept, say how to go on
             self.save_quietly()
