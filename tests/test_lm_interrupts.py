@@ -341,6 +341,29 @@ def test_an_interrupted_sft_stage_says_what_starts_over(monkeypatch):
         pytest.fail("a bare KeyboardInterrupt: the message cannot say what starts over")
 
 
+@pytest.mark.parametrize("case", ["same-text", "empty", "same-after-the-cut"])
+def test_the_reward_command_refuses_pairs_that_teach_nothing(folders, tmp_path, capsys, case):  # noqa: F811
+    from purejaxppo.cli.main import main
+
+    _, model, pairs = folders
+    bad, extra = tmp_path / "pairs.jsonl", []
+    rows = pairs.read_text()
+    if case == "same-text":
+        bad.write_text(rows + json.dumps({"prompt": "x", "chosen": "a cat", "rejected": "a cat"}) + "\n")
+    elif case == "empty":
+        bad.write_text(rows + json.dumps({"prompt": "x", "chosen": "a cat", "rejected": ""}) + "\n")
+    else:  # every response starts with its topic: one token keeps only that
+        bad.write_text(rows)
+        extra = ["--max-response", "1"]
+    run = tmp_path / "run"
+    code = main(["reward", "--model", str(model), "--pairs", str(bad), *extra, "--run-dir", str(run), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    want = {"same-text": "line 97: chosen and rejected are the same text", "empty": "line 97: rejected is empty"}
+    assert want.get(case, "pair 1 (non-blank line 1): chosen and rejected are the same") in err[0], err[0]
+    assert not run.exists()
+
+
 # --- slow: the command line, interrupted at each moment, resumed ---------------------------
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory):
