@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 
 import jax
@@ -235,6 +236,40 @@ def test_a_kept_signal_is_never_lost():
         assert not signals.pending()
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+def test_a_second_signal_inside_a_hanging_callback_stops_at_once():
+    """Ctrl-C again while the callback still runs (a reward function that hangs): one line, the
+    signal's exit code, no traceback, without waiting for the callback."""
+    script = textwrap.dedent("""
+        import os, signal, sys, threading, time
+        import jax, jax.numpy as jnp, numpy as np
+        from purejaxppo.run import signals
+        def host(x):
+            if threading.current_thread() is not threading.main_thread():
+                os._exit(5)  # XLA ran it on a thread of its own: nothing to check here
+            os.kill(os.getpid(), signal.SIGINT)  # kept
+            os.kill(os.getpid(), signal.SIGINT)  # again: stops now
+            time.sleep(60)  # hangs
+            return x
+        f = jax.jit(lambda x: jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x))
+        with signals.interrupts_at_safe_points("; KEPT"):
+            f(jnp.ones(2)).block_until_ready()
+    """)
+    p = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=50,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        preexec_fn=_default_sigint,
+    )
+    if p.returncode == 5:
+        pytest.skip("XLA ran the callback on a thread of its own here")
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 130 and len(lines) == 1 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+    assert lines[0].startswith("interrupted again") and lines[0].endswith("; KEPT"), lines
 
 
 def test_a_signal_during_a_metrics_append_leaves_whole_rows(tmp_path, monkeypatch):

@@ -50,7 +50,8 @@ def sft_model(settings: RLHFSettings, seed: int, start=None):
     :mod:`purejaxppo.programs.rlhf_init_from`). Ctrl-C/SIGTERM: :class:`TrainingInterrupted`
     (no checkpoint; its ``hint`` says the stage starts over)."""
     try:
-        with signals.interrupts_at_safe_points():  # a signal inside the text reward of the evaluation waits for it
+        # a signal inside the text reward of the evaluation waits for it
+        with signals.interrupts_at_safe_points("; nothing was saved: run the same command again"):
             return _sft_model(settings, seed, start)
     except KeyboardInterrupt as e:
         raise TrainingInterrupted(
@@ -192,7 +193,8 @@ def _start_again(run_dir: str, init_from: Optional[dict]) -> None:
 def _final_samples(run_dir: str, evaluator: RLHFEvaluator, result: RunResult) -> None:
     """samples.txt's block of the final iteration (with or without an evaluation there)."""
     try:
-        with signals.interrupts_at_safe_points():
+        note = f"; the run is saved: `python -m purejaxppo rlhf --resume {run_dir}` writes its samples"
+        with signals.interrupts_at_safe_points(note):
             final_samples(
                 os.path.join(run_dir, SAMPLES), result.updates_done, evaluator, result.runner_state, processes.current()
             )

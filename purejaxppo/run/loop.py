@@ -281,7 +281,8 @@ class _Session:
     # --- the whole session, with what every way out keeps ----------------------------------
     def run(self) -> RunResult:
         try:
-            with signals.interrupts_at_safe_points():  # from the start: a signal during the first compile saves
+            # from the start: a signal during the first compile saves
+            with signals.interrupts_at_safe_points(self.storage.kept_note()):
                 try:
                     self.start()
                 except OSError as e:

@@ -120,6 +120,13 @@ class RunStorage:
         if self.writes:
             rf.write_summary(self.run_dir, summary)
 
+    def kept_note(self) -> str:
+        """What a stop without a save keeps, as the end of a line ("" without a folder)."""
+        if not self.run_dir:
+            return ""
+        hint = resume_hint({"kind": self.record.kind}, self.run_dir)
+        return f"; continue with `{hint}` (from the newest checkpoint in {self.run_dir}, or from its start)"
+
     def write_error(self, e: OSError) -> RunFolderWriteError:
         """What to tell the user when the run folder cannot be written: why, what is kept, how to continue."""
         reason = str(e) if isinstance(e, SaveError) else f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}"
