@@ -376,6 +376,23 @@ def test_an_interrupted_sft_stage_says_what_starts_over(monkeypatch):
         pytest.fail("a bare KeyboardInterrupt: the message cannot say what starts over")
 
 
+def test_the_command_prints_what_an_interrupted_sft_stage_starts_over(monkeypatch, tmp_path, capsys):
+    """The rlhf command's line for an SFT interrupt carries the hint (exit 143 for SIGTERM)."""
+    import purejaxppo.programs.rlhf_run as rlhf_run
+    from purejaxppo.cli.main import main
+    from purejaxppo.run.guards import TrainingInterrupted
+
+    def interrupted(*a, **k):
+        raise TrainingInterrupted(None, 0, "SIGTERM", hint="nothing of it is kept; run the same command again")
+
+    monkeypatch.setattr(rlhf_run, "sft_model", interrupted)
+    rc = main(["rlhf", "--task", "reverse", "--run-dir", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 143
+    assert "interrupted; nothing of it is kept; run the same command again" in err, err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("case", ["same-text", "empty", "same-after-the-cut"])
 def test_the_reward_command_refuses_pairs_that_teach_nothing(folders, tmp_path, capsys, case):  # noqa: F811
     from purejaxppo.cli.main import main

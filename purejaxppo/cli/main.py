@@ -73,7 +73,8 @@ def _main(args, argv: list) -> int:
             if ckpt
             else ""
         )
-        print(f"\ninterrupted{where}", file=sys.stderr)
+        hint = getattr(e, "hint", None)  # what a checkpoint cannot say (a stage before the run folder: it starts over)
+        print(f"\ninterrupted{where}" + (f"; {hint}" if hint else ""), file=sys.stderr)
         sigterm = getattr(e, "reason", None) == "SIGTERM" or str(e) == "SIGTERM"
         return 143 if sigterm else 130  # 128 + the signal's number, as a shell reports it
     except Exception as e:
