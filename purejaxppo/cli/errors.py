@@ -19,3 +19,17 @@ def check_seed(flag: str, seed) -> None:
             f"{flag}={seed} must be between 0 and {MAX_SEED:,} (JAX's random keys hold 32 bits of a "
             f"seed: a larger or negative one would repeat another seed's numbers)"
         )
+
+
+def seed_setting(draws: str):
+    """The ``--seed`` field of a command's record (:func:`~purejaxppo.config.fields.setting`):
+    ``draws`` says what it seeds, e.g. ``"the SFT stage and of the runs"``."""
+    from purejaxppo.config.fields import setting
+
+    return setting(
+        0,
+        f"the random seed of {draws} (each of --seeds draws its own keys from it)",
+        lo=0,
+        hi=MAX_SEED,
+        why="JAX's random keys hold 32 bits of a seed: a larger or negative one would repeat another seed's numbers",
+    )

@@ -16,7 +16,7 @@ import os
 import time
 from typing import Optional
 
-from purejaxppo.cli.errors import MAX_SEED, UserError
+from purejaxppo.cli.errors import UserError, seed_setting
 from purejaxppo.cli.flags import add_field_flags, field_flag, given_fields, one_line_errors, record_of
 from purejaxppo.cli.train_setup import add_sink_flags, check_sinks, sinks_for
 from purejaxppo.config.fields import setting
@@ -36,13 +36,7 @@ class RewardCommand:
     pairs: Optional[str] = setting(
         None, ".jsonl preference pairs: prompt, chosen, rejected and an optional margin per line", metavar="FILE"
     )
-    seed: int = setting(
-        0,
-        "the random seed of the held-out split and the runs (each of --seeds draws its own keys from it)",
-        lo=0,
-        hi=MAX_SEED,
-        why="JAX's random keys hold 32 bits of a seed: a larger or negative one would repeat another seed's numbers",
-    )
+    seed: int = seed_setting("the held-out split and the runs")
     seeds: int = setting(1, "independent runs trained at once, all from the same model", lo=1)
     run_dir: Optional[str] = setting(None, "the run folder (default runs/reward-<time>)", metavar="DIR")
     resume: Optional[str] = setting(

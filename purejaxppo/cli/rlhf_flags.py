@@ -17,7 +17,7 @@ import dataclasses
 from typing import Optional
 
 from purejaxppo.cli.distributed import add_process_flags
-from purejaxppo.cli.errors import MAX_SEED, UserError
+from purejaxppo.cli.errors import UserError, seed_setting
 from purejaxppo.cli.flags import add_field_flags, field_flag, given_fields, one_line_errors
 from purejaxppo.cli.train_setup import add_sink_flags
 from purejaxppo.config.fields import setting
@@ -52,13 +52,7 @@ class RLHFCommand:
     """How one ``rlhf`` session runs, besides the run's setup (``RLHFSettings``) and config:
     the fields' declarations are the flags'."""
 
-    seed: int = setting(
-        0,
-        "the random seed of the SFT stage and of the runs (each of --seeds draws its own keys from it)",
-        lo=0,
-        hi=MAX_SEED,
-        why="JAX's random keys hold 32 bits of a seed: a larger or negative one would repeat another seed's numbers",
-    )
+    seed: int = seed_setting("the SFT stage and of the runs")
     seeds: int = setting(1, "independent runs trained at once, all from the same SFT model", lo=1)
     run_dir: Optional[str] = setting(None, "the run folder (default runs/rlhf-TASK-<time>)", metavar="DIR")
     resume: Optional[str] = setting(
