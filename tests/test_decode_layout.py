@@ -14,7 +14,7 @@ from purejaxppo.lm.models import lora
 from purejaxppo.lm.models.decode_layout import transposed_kernels
 from purejaxppo.lm.models.gpt2 import GPT2
 from purejaxppo.lm.models.llama import Llama
-from purejaxppo.lm.models.llama_config import llama_config_from_hf
+from purejaxppo.lm.checkpoints.llama_hf import llama_config_from_hf
 from purejaxppo.lm.models.adapters import FlaxLM
 from purejaxppo.lm.models.sampling import categorical, sample_response
 

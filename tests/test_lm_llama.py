@@ -30,7 +30,8 @@ from safetensors.numpy import save_file
 
 from _llama_reference import CONFIGS, LLAMA_BIAS, hf_weights, inv_freq, np_llama, write_checkpoint
 from purejaxppo.lm.models.llama import Llama
-from purejaxppo.lm.models.llama_config import llama_config_from_hf, rope_inv_freq
+from purejaxppo.lm.checkpoints.llama_hf import llama_config_from_hf
+from purejaxppo.lm.models.llama_config import rope_inv_freq
 from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError, load_pretrained
 
 B, L = 4, 9

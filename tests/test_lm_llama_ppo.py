@@ -16,7 +16,7 @@ import pytest
 from _llama_reference import CONFIGS
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.lm.models.llama import Llama
-from purejaxppo.lm.models.llama_config import llama_config_from_hf
+from purejaxppo.lm.checkpoints.llama_hf import llama_config_from_hf
 from purejaxppo.lm.models.adapters import FlaxLM
 from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 

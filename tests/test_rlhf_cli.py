@@ -341,11 +341,10 @@ def test_a_text_run_is_read_once_and_every_stage_shares_its_task(bad, tmp_path, 
     settings handed on (hashes recorded, as train_rlhf does) give back that same task object,
     whose reward the command asks after a failed run."""
     import purejaxppo.lm.tasks.text_task as text_task
-    from purejaxppo.cli.flags import record_of
     from purejaxppo.cli.parser import build_parser
-    from purejaxppo.cli.rlhf_flags import RLHFCommand
-    from purejaxppo.cli.rlhf_prepare import prepare
+    from purejaxppo.cli.rlhf_cmd import count_devices, rlhf_request
     from purejaxppo.programs import rlhf_program
+    from purejaxppo.programs.rlhf_session import SessionHooks, open_run
     from purejaxppo.programs.rlhf_run import checked_data
     from purejaxppo.run import processes
 
@@ -356,7 +355,7 @@ def test_a_text_run_is_read_once_and_every_stage_shares_its_task(bad, tmp_path, 
     monkeypatch.chdir(tmp_path)
     argv = ["rlhf", "--model", str(bad / "good"), "--prompts", str(bad / "prompts.jsonl"), "--quiet"]
     args = build_parser().parse_args([*argv, "--reward", f"{bad / 'reward.py'}:score", "--run-dir", "r"])
-    run = prepare(args, record_of(RLHFCommand, args), processes.current())
+    run = open_run(rlhf_request(args), SessionHooks(processes.current(), count_devices))
     later = checked_data(run.settings, False)
     assert later.hashes and later.make_task() is run.task and len(reads) == 1
     assert run.settings.eval_batch == len(run.task.eval_table.texts) and os.listdir(tmp_path) == []

@@ -155,7 +155,7 @@ def test_the_defaults_live_in_the_declarations_only(command):
     held = [a.option_strings[0] for a in _flags(command) if getattr(args, a.dest) not in (None, False)]
     assert held == []
     if command == "rlhf":
-        from purejaxppo.cli.rlhf_flags import RLHFCommand
+        from purejaxppo.cli.rlhf_cmd import RLHFCommand
 
         assert record_of(RLHFCommand, args) == RLHFCommand()
         record = RLHFCommand
@@ -172,7 +172,7 @@ def test_the_defaults_live_in_the_declarations_only(command):
 
 def test_a_new_runs_settings_take_the_declared_defaults(tmp_path, monkeypatch):
     """``--eval-every`` left out is RLHFSettings' own default (no override in the command)."""
-    from purejaxppo.cli.rlhf_prepare import _settings
+    from purejaxppo.cli.rlhf_cmd import _settings
     from purejaxppo.programs.rlhf_program import RLHFSettings
 
     monkeypatch.chdir(tmp_path)

@@ -16,7 +16,7 @@ from purejaxppo.lm.ppo.token_ppo import make_token_ppo
 
 
 def parser():
-    from purejaxppo.cli.rlhf_flags import add_rlhf
+    from purejaxppo.cli.rlhf_cmd import add_rlhf
 
     p = argparse.ArgumentParser(exit_on_error=False)
     add_rlhf(p)
@@ -25,7 +25,7 @@ def parser():
 
 def test_every_config_field_has_a_flag_whose_default_is_the_configs():
     from purejaxppo.cli.flags import show_default
-    from purejaxppo.cli.rlhf_flags import config_flag, token_config
+    from purejaxppo.cli.rlhf_cmd import config_flag, token_config
 
     p = parser()
     actions = {a.option_strings[0]: a for a in p._actions if a.option_strings}

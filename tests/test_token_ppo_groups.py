@@ -245,8 +245,9 @@ def test_nonsense_group_settings_are_refused(tiny):
 def test_the_rlhf_flags_carry_the_group_fields_and_refuse_in_their_words():
     import argparse
 
-    from purejaxppo.cli.errors import UserError
-    from purejaxppo.cli.rlhf_flags import add_rlhf, token_config
+    from purejaxppo.cli.rlhf_cmd import add_rlhf, config_flag, token_config
+    from purejaxppo.config import ConfigError
+    from purejaxppo.lm.ppo.token_config import validate_token_config
 
     p = argparse.ArgumentParser(exit_on_error=False)
     add_rlhf(p)
@@ -256,8 +257,8 @@ def test_the_rlhf_flags_carry_the_group_fields_and_refuse_in_their_words():
         (["--advantage", "grpo"], "--group-size 1 must be >= 2"),
         (["--group-size", "5", "--batch", "8"], "--batch 8 responses must split into groups of --group-size 5"),
     ):
-        with pytest.raises(UserError, match=match):
-            token_config(p.parse_args(argv), text=True)
+        with pytest.raises(ConfigError, match=match):  # the session validates it once, in the flags' words
+            validate_token_config(token_config(p.parse_args(argv), text=True), flag_of=config_flag)
     for argv in (["--group-size", "2.5"], ["--kl-in", "critic"]):  # refused as parsed: the type, the choices
         with pytest.raises(argparse.ArgumentError):
             p.parse_args(argv)

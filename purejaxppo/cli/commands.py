@@ -54,7 +54,7 @@ COMMANDS = {
     "rlhf": Command(
         "token-level PPO for a language model: a built-in task, or your own Hugging Face model "
         "folder, prompts and reward (a Python function or a reward model)",
-        _P + "rlhf_flags:add_rlhf",
+        _P + "rlhf_cmd:add_rlhf",
         _P + "rlhf_cmd:cmd_rlhf",
     ),
     "export": Command(

@@ -52,7 +52,8 @@ from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute
 from purejaxppo.lm.models.gpt2 import GPT2
 from purejaxppo.lm.models.kv_cache import KVCache
 from purejaxppo.lm.models.llama import Llama
-from purejaxppo.lm.models.llama_config import LlamaConfig, llama_config_from_hf, llama_config_to_hf
+from purejaxppo.lm.checkpoints.llama_hf import llama_config_from_hf, llama_config_to_hf
+from purejaxppo.lm.models.llama_config import LlamaConfig
 from purejaxppo.lm.models.lora import Adapters, lora_attach, lora_init, lora_merge
 from purejaxppo.lm.models.lora import count as count_params
 from purejaxppo.lm.models.causal_lm import CausalLM, CausalModule

@@ -20,6 +20,8 @@ import numpy as np
 
 from purejaxppo.config import ConfigError
 from purejaxppo.config.fields import setting
+from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
+from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.lm.ppo.data_parallel import data_parallel
 from purejaxppo.lm.sft.sft_training import init_tiny_lm
@@ -138,7 +140,7 @@ class RLHFSettings:
         SFT, the program) shares the one object (a text task's reward keeps its failure there)."""
         if self.model_dir:
             return _text_task(self._data_only())[0]
-        return _builtin_task(self.task, self.task_options)
+        return _builtin_task(self.task, **dict(self.task_options))
 
     def text_data(self):
         """What the text task read (:class:`~purejaxppo.lm.tasks.text_task.TextData`: prompts cut, hashes)."""
@@ -157,11 +159,11 @@ class RLHFSettings:
             raise ConfigError(f"dtype={self.dtype!r} must be one of {sorted(DTYPES)}")
         task = self.make_task()
         if self.model_dir:
-            return _load_model(self.model_dir, self.dtype)
+            return _load_model(self.model_dir, DTYPES[self.dtype])
         if self.init:
             from purejaxppo.lm.models.adapters import FlaxLM
 
-            module, params = _load_gpt2(self.init, self.dtype)
+            module, params = _load_gpt2(self.init, dtype=DTYPES[self.dtype])
             if module.vocab_size < task.vocab_size:
                 raise ConfigError(
                     f"--init {self.init}: its vocabulary ({module.vocab_size}) is smaller than the "
@@ -177,25 +179,11 @@ class RLHFSettings:
         return init_tiny_lm(task, key, self.d_model, self.n_layers, self.n_heads, DTYPES[self.dtype])
 
 
-@functools.lru_cache(maxsize=8)
-def _builtin_task(name: str, options: tuple):
-    return make_task(name, **dict(options))
-
-
-@functools.lru_cache(maxsize=4)
-def _load_gpt2(folder: str, dtype: str):
-    """One load per GPT-2 folder and dtype in a process (the command checks it, SFT then uses it)."""
-    from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
-
-    return load_gpt2(folder, dtype=DTYPES[dtype])
-
-
-@functools.lru_cache(maxsize=4)
-def _load_model(folder: str, dtype: str):
-    """One load per folder and dtype in a process (the command checks it, SFT then uses it)."""
-    from purejaxppo.lm.checkpoints.pretrained import load_pretrained
-
-    return load_pretrained(folder, DTYPES[dtype])
+# Each read once per process (the session checks it, the SFT stage then uses it): the library's
+# loaders themselves, cached.
+_builtin_task = functools.lru_cache(maxsize=8)(make_task)
+_load_model = functools.lru_cache(maxsize=4)(load_pretrained)
+_load_gpt2 = functools.lru_cache(maxsize=4)(load_gpt2)
 
 
 @functools.lru_cache(maxsize=4)

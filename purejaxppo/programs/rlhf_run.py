@@ -115,8 +115,8 @@ def train_rlhf(
     SFT model is the one used; ``sft`` is then only the record). ``init_from``: the record of the
     run the model came from (:func:`purejaxppo.programs.rlhf_init_from.start_from_run`), kept in
     ``config.json``."""
-    validate_token_config(config)
     settings = checked_data(settings, resume)
+    validate_token_config(config)
     group = processes.current()
     if resume and group.share(lambda: latest_checkpoint(os.path.join(run_dir, rf.CHECKPOINTS)) is None):
         _start_again(run_dir, init_from)  # it stopped before its first checkpoint

@@ -36,7 +36,7 @@ from purejaxppo.lm.checkpoints.hf_folder import (
     write_folder,
 )
 from purejaxppo.lm.models.llama import Llama
-from purejaxppo.lm.models.llama_config import llama_config_from_hf, llama_config_to_hf
+from purejaxppo.lm.checkpoints.llama_hf import llama_config_from_hf, llama_config_to_hf
 from purejaxppo.lm.checkpoints.llama_hf import params_from_hf, params_to_hf, reward_params_from_hf, reward_params_to_hf
 from purejaxppo.lm.models.adapters import FlaxLM
 

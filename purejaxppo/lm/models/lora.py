@@ -81,6 +81,22 @@ def lora_paths(params, targets: Sequence[str] = DEFAULT_TARGETS) -> list[tuple]:
     return sorted(found)
 
 
+def check_targets(params, rank: int, alpha: float, targets: Sequence[str] = ()) -> None:
+    """That ``targets`` (empty: :data:`DEFAULT_TARGETS`) select a kernel of ``params``, before
+    any adapter is made.
+
+    Args:
+      params: the model's variables; rank, alpha, targets: as :func:`lora_init`.
+    Returns:
+      None.
+    Raises:
+      ValueError: :func:`lora_init`'s, listing the kernels the model has.
+    """
+    targets = tuple(targets) or DEFAULT_TARGETS
+    if not lora_paths(params, targets):
+        lora_init(jax.random.PRNGKey(0), params, rank, alpha, targets)
+
+
 def _set(tree: dict, keys: tuple, value) -> None:
     for k in keys[:-1]:
         tree = tree.setdefault(k, {})
