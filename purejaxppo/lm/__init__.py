@@ -10,7 +10,8 @@ implementation and may move. They are, bottom to top (each imports only the ones
   its chat template.
 * ``ppo``: the token stages (KL-shaped rewards, masked GAE, the clipped loss), group advantages
   (GRPO, RLOO), experience, the update, the iteration's phases and their composition
-  (:func:`make_token_ppo`), the data-parallel split, export of a trained policy.
+  (:func:`make_token_ppo`), the data-parallel split, export of a trained policy, evaluation by
+  pass@k.
 * ``rewards``: reward models, the Bradley-Terry loss and step, rewards written as Python
   functions on text.
 * ``data``: prompt files and preference pairs.
@@ -67,6 +68,8 @@ from purejaxppo.lm.ppo.experience import filtered_logprobs
 from purejaxppo.lm.ppo.experience import finish as finish_experience
 from purejaxppo.lm.ppo.experience import sample as sample_experience
 from purejaxppo.lm.ppo.experience import score as score_experience
+from purejaxppo.lm.ppo.pass_at_k import correct_counts, mean_at_k, pass_at_k
+from purejaxppo.lm.ppo.pass_at_k_eval import PassAtK, evaluate_pass_at_k, sample_and_score
 from purejaxppo.lm.ppo.group_advantages import group_advantages, k3_kl, repeat_prompts, token_advantages
 from purejaxppo.lm.ppo.policy_export import merged_policy, save_policy
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
@@ -211,6 +214,12 @@ __all__ = [
     "train_sft",
     "init_tiny_lm",
     "evaluate_policy",
+    "evaluate_pass_at_k",
+    "PassAtK",
+    "sample_and_score",
+    "pass_at_k",
+    "mean_at_k",
+    "correct_counts",
     # export
     "merged_policy",
     "save_policy",
