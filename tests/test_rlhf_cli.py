@@ -342,7 +342,8 @@ def test_a_text_run_is_read_once_and_every_stage_shares_its_task(bad, tmp_path, 
     whose reward the command asks after a failed run."""
     import purejaxppo.lm.tasks.text_task as text_task
     from purejaxppo.cli.parser import build_parser
-    from purejaxppo.cli.rlhf_cmd import count_devices, rlhf_request
+    from purejaxppo.cli.devices import count_devices
+    from purejaxppo.cli.rlhf_cmd import rlhf_request
     from purejaxppo.programs import rlhf_program
     from purejaxppo.programs.rlhf_session import SessionHooks, open_run
     from purejaxppo.programs.rlhf_run import checked_data

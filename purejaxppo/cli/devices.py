@@ -71,3 +71,16 @@ def choose_devices(spec: str, divides: int, what: str, check: bool = True) -> in
             f"{forced.group(1)} (or fewer), or unset xla_force_host_platform_device_count in XLA_FLAGS"
         )
     return devices
+
+
+def count_devices(spec: str, divides: int, what: str, group) -> int:
+    """``--devices`` as a count: on one process its devices (set before JAX starts); across
+    processes (``group.many``) every process's devices together
+    (:func:`~purejaxppo.cli.distributed.global_devices`)."""
+    from purejaxppo.cli.distributed import global_devices
+
+    if group.many:
+        return global_devices(spec, divides, what)
+    devices = choose_devices(spec, divides, what)
+    set_devices(devices)
+    return devices

@@ -240,3 +240,28 @@ def config_from_args(args, base=None):
             base = preset_config(env) if preset else PPOConfig()
     changes = {k[4:]: v for k, v in vars(args).items() if k.startswith("cfg_") and v is not None}
     return base.replace(**changes)
+
+
+def field_values(items, flag: str, example: str) -> tuple:
+    """``--flag FIELD=VALUE`` given several times, typed: ``["max_len=6", "partial=true"]`` ->
+    ``(("max_len", 6), ("partial", True))`` (sorted; a number, ``true`` or ``false``); a malformed
+    item is a :class:`~purejaxppo.cli.errors.UserError` naming ``flag`` (``example``: a well-formed one)."""
+    from purejaxppo.cli.errors import UserError
+
+    out = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or not field:
+            raise UserError(f"{flag} {item!r} must be FIELD=VALUE (e.g. {example})")
+        low = value.lower()
+        try:
+            out[field] = (
+                True
+                if low == "true"
+                else False
+                if low == "false"
+                else (int(value) if value.lstrip("-").isdigit() else float(value))
+            )
+        except ValueError:
+            raise UserError(f"{flag} {item!r}: the value must be a number, true or false") from None
+    return tuple(sorted(out.items()))

@@ -30,6 +30,7 @@ import dataclasses
 import os
 from typing import Optional
 
+from purejaxppo.cli.devices import count_devices
 from purejaxppo.cli.distributed import add_process_flags, join
 from purejaxppo.cli.errors import UserError, seed_setting
 from purejaxppo.cli import flags
@@ -244,27 +245,6 @@ def check_plain(args, text: bool) -> None:
         raise UserError(f"--d-model {d} must be divisible by --heads {h} (each head takes d_model / heads dims)")
 
 
-def task_options(items) -> tuple:
-    """``["max_len=6", "partial_credit=true"]`` -> ``(("max_len", 6), ("partial_credit", True))``."""
-    out = {}
-    for item in items:
-        field, sep, value = item.partition("=")
-        if not sep or not field:
-            raise UserError(f"--task-option {item!r} must be FIELD=VALUE (e.g. max_len=6)")
-        low = value.lower()
-        try:
-            out[field] = (
-                True
-                if low == "true"
-                else False
-                if low == "false"
-                else (int(value) if value.lstrip("-").isdigit() else float(value))
-            )
-        except ValueError:
-            raise UserError(f"--task-option {item!r}: the value must be a number, true or false") from None
-    return tuple(sorted(out.items()))
-
-
 def rlhf_request(args):
     """The :class:`~purejaxppo.programs.rlhf_session.RLHFRequest` of the parsed flags: a new
     run's config (unvalidated: the session validates it once, in the flags' words) and settings,
@@ -289,6 +269,7 @@ def rlhf_request(args):
         export_dir=cmd.export_dir,
         chunk=cmd.chunk,
         stop_after=cmd.stop_after,
+        command=args.command,
         quiet=cmd.quiet,
         tensorboard=bool(args.tensorboard),
         wandb=args.wandb,
@@ -330,21 +311,8 @@ def _settings(args, text: bool, many: bool):
     preset = TASK_PRESETS.get(task, {"task_options": {}})
     if "sft_steps" in preset:
         st.setdefault("sft_steps", preset["sft_steps"])
-    options = {**preset["task_options"], **dict(task_options(args.task_options or []))}
+    options = {**preset["task_options"], **dict(flags.field_values(args.task_options or [], "--task-option", "max_len=6"))}
     return RLHFSettings(**{**st, "task": task}, task_options=tuple(sorted(options.items())), dtype=dtype)
-
-
-def count_devices(spec: str, divides: int, what: str, group) -> int:
-    """``--devices`` as a count: on one process its devices (set before JAX starts); across
-    processes every process's devices together (:func:`~purejaxppo.cli.distributed.global_devices`)."""
-    from purejaxppo.cli.devices import choose_devices, set_devices
-    from purejaxppo.cli.distributed import global_devices
-
-    if group.many:
-        return global_devices(spec, divides, what)
-    devices = choose_devices(spec, divides, what)
-    set_devices(devices)
-    return devices
 
 
 @contextlib.contextmanager
@@ -364,8 +332,8 @@ def flag_errors(args):
         yield
     except RewardSpecError as e:
         raise UserError(f"--reward {args.reward}: {e}") from None
-    except CheckpointFolderError as e:
-        flag, typed = ("--model", args.model_dir) if args.model_dir is not None else ("--init", args.init)
-        raise UserError(f"{flag} {typed}: {e}") from None
     except (RewardModelError, PromptFileError, RewardFunctionError, ConfigError) as e:  # they name the flag
         raise UserError(str(e)) from None
+    except CheckpointFolderError as e:  # the policy's folder (a reward model's is a RewardModelError)
+        flag, typed = ("--model", args.model_dir) if args.model_dir is not None else ("--init", args.init)
+        raise UserError(f"{flag} {typed}: {e}") from None

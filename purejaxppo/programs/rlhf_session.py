@@ -33,7 +33,7 @@ from purejaxppo.programs import kinds
 from purejaxppo.programs.rlhf_export import check_exportable, check_out_dir, export_policy
 from purejaxppo.programs.rlhf_init_from import start_from_run
 from purejaxppo.programs.rlhf_program import RLHFSettings
-from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
+from purejaxppo.programs import rlhf_run  # its functions looked up when called (tests replace them)
 from purejaxppo.run.guards import NonFiniteError
 from purejaxppo.run.loop import RunResult
 from purejaxppo.run.progress import progress_bar
@@ -57,6 +57,7 @@ class RLHFRequest:
       export_dir: where run 0's policy is written when the run finishes, or None.
       chunk, stop_after: this session's iterations per compiled chunk and where it stops (None:
         the record's, and the end).
+      command: the command's name (a folder is continued by its own kind's command).
       quiet: no progress bar and no lines printed but errors.
       tensorboard, wandb: also log to TensorBoard (in the run folder), to this W&B project.
     """
@@ -74,6 +75,7 @@ class RLHFRequest:
     export_dir: Optional[str] = None
     chunk: Optional[int] = None
     stop_after: Optional[int] = None
+    command: str = "rlhf"
     quiet: bool = False
     tensorboard: bool = False
     wandb: Optional[str] = None
@@ -154,7 +156,7 @@ def run_session(request: RLHFRequest, hooks: SessionHooks) -> tuple[RunResult, s
         **{k: v for k, v in (("chunk_updates", request.chunk), ("stop_after", request.stop_after)) if v},
     )
     try:
-        result = resume_rlhf(run_dir, record, **options) if run is None else _train(request, run, say, options)
+        result = rlhf_run.resume_rlhf(run_dir, record, **options) if run is None else _train(request, run, say, options)
     finally:
         close()
     if group.writer:  # the others have no folder to read
@@ -168,11 +170,11 @@ def _train(request: RLHFRequest, run: PreparedRun, say, options: dict) -> RunRes
     """A new run: its SFT stage (its line said), then PPO; a reward function that failed inside
     an iteration is the user's to fix (a :class:`RewardFunctionError`, not a divergence)."""
     t = time.perf_counter()
-    sft = sft_model(run.settings, request.seed, run.start)
+    sft = rlhf_run.sft_model(run.settings, request.seed, run.start)
     greedy = {k[5:]: round(v, 3) for k, v in sft[2].items() if k.startswith("eval_")}
     say(f"SFT: {run.settings.sft_steps} steps in {time.perf_counter() - t:.1f}s; greedy {json.dumps(greedy)}")
     try:
-        return train_rlhf(
+        return rlhf_run.train_rlhf(
             run.config,
             run.settings,
             seed=request.seed,
@@ -190,8 +192,9 @@ def _train(request: RLHFRequest, run: PreparedRun, say, options: dict) -> RunRes
 
 
 def open_run(request: RLHFRequest, hooks: SessionHooks) -> PreparedRun:
-    """A new run checked and read once, before any work: the run and export folders, the
-    devices, the task and the model, the ``--init-from`` run, then the config against them.
+    """A new run checked and read once, before any work: the config, the run and export
+    folders, the devices, the task and the model, the ``--init-from`` run, then the config
+    against the model (its vocabulary, LoRA's targets).
 
     Args:
       request: a new run's :class:`RLHFRequest`; hooks: the :class:`SessionHooks`.
@@ -200,7 +203,13 @@ def open_run(request: RLHFRequest, hooks: SessionHooks) -> PreparedRun:
     Raises:
       ConfigError, and the loaders' own errors, naming the flag.
     """
-    config, settings = request.config, request.settings
+    config, settings = validate_token_config(request.config, flag_of=request.flag_of), request.settings
+    if config.lora_rank and settings.reward_model and config.critic == "separate" and needs_critic(config):
+        raise ConfigError(
+            f"--lora-rank {config.lora_rank} with --reward-model: the separate critic would start from the reward "
+            "model, but under LoRA the critic is the frozen base plus its own adapters; add --critic value_head, "
+            "or --advantage grpo or rloo (no critic), or drop --lora-rank"
+        )
     run_dir = request.run_dir or os.path.join("runs", f"rlhf-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     hooks.group.share(lambda: _check_folders(run_dir, request.export_dir, settings))
     devices = hooks.make_devices(request.devices, config.batch_size, f"--batch ({config.batch_size})", hooks.group)
@@ -212,16 +221,9 @@ def open_run(request: RLHFRequest, hooks: SessionHooks) -> PreparedRun:
     if request.init_from is not None:
         init_from, start = start_from_run(request.init_from, settings, params, request.init_from_run)
     vocab = read_config(settings.init)["vocab_size"] if settings.init else task.vocab_size
-    config = validate_token_config(config, flag_of=request.flag_of)
     if config.top_k > vocab:
         raise ConfigError(
             f"--top-k {config.top_k} is more than the vocabulary's {vocab} tokens; give at most {vocab} (0 = off)"
-        )
-    if config.lora_rank and settings.reward_model and config.critic == "separate" and needs_critic(config):
-        raise ConfigError(
-            f"--lora-rank {config.lora_rank} with --reward-model: the separate critic would start from the reward "
-            "model, but under LoRA the critic is the frozen base plus its own adapters; add --critic value_head, "
-            "or --advantage grpo or rloo (no critic), or drop --lora-rank"
         )
     if config.lora_rank:  # its targets select a kernel of the model (here, not in PPO's init after the SFT)
         try:
@@ -239,6 +241,9 @@ def _read(settings: RLHFSettings) -> tuple:
     """``(task, lm, params)``: the settings' task built and its model read (kept for the SFT
     stage; the cheap part: no SFT, no compile). A model folder that cannot be read is a
     :class:`CheckpointFolderError`; a built-in task's bad option a :class:`ConfigError`."""
+    folder = settings.model_dir or settings.init
+    if folder:
+        read_config(folder)  # a folder without its config.json says so (CheckpointFolderError)
     try:
         task = settings.make_task()
     except (ValueError, TypeError) as e:  # a built-in task: an unknown field, a value out of range
@@ -280,12 +285,12 @@ def _check_folders(run_dir: str, export_dir: Optional[str], settings: RLHFSettin
 
 
 def _continued(run_dir: str, request: RLHFRequest):
-    """The record of a folder ``rlhf --resume`` continues (its kind's command is rlhf), with the
+    """The record of a folder the command's ``--resume`` continues (its kind's command is this one), with the
     ``--export`` folder checked against it."""
     kind, record = kinds.folder(run_dir)
-    if kind.command != "rlhf":
+    if kind.command != request.command:
         raise ConfigError(
-            f"{run_dir!r} holds a {kind.what} run, which `rlhf --resume` does not continue; "
+            f"{run_dir!r} holds a {kind.what} run, which `{request.command} --resume` does not continue; "
             f"continue it with python -m purejaxppo {kind.command} --resume {run_dir}"
         )
     if request.export_dir is not None:

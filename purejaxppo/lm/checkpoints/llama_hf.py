@@ -52,29 +52,11 @@ def _rope(config: Mapping) -> tuple[float, Optional[RopeScaling]]:
     return theta, RopeScaling(kind, **{k: params[k] for k in keys if k in params})
 
 
-_OWNED = {
-    "model_type",
-    "architectures",
-    "vocab_size",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "rms_norm_eps",
-    "rope_theta",
-    "rope_scaling",
-    "rope_parameters",
-    "max_position_embeddings",
-    "tie_word_embeddings",
-    "attention_bias",
-    "mlp_bias",
-    "sliding_window",
-    "use_sliding_window",
-    "hidden_act",
-    "torch_dtype",
-    "dtype",
+_OWNED = {  # the config.json keys LlamaConfig models (the rest is kept in its ``extra``)
+    *("model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers"),
+    *("num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "rope_scaling"),
+    *("rope_parameters", "max_position_embeddings", "tie_word_embeddings", "attention_bias", "mlp_bias"),
+    *("sliding_window", "use_sliding_window", "hidden_act", "torch_dtype", "dtype"),
 }
 
 
