@@ -211,3 +211,19 @@ def test_settings_flags_and_checks():
     with pytest.raises(ConfigError):
         PassAtKSettings(pass_threshold=float("nan")).check()
     assert PassAtKSettings(pass_samples=4, pass_k=(2, 4)).check()
+
+
+def test_a_record_holding_the_fields_gets_the_same_declarations():
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Holder:  # as RLHFSettings holds them
+        eval_every: int = 10
+        pass_samples: int = PassAtKSettings.declared("pass_samples")
+        pass_k: tuple = PassAtKSettings.declared("pass_k")
+
+    mine = {f.name: f for f in dataclasses.fields(PassAtKSettings)}
+    for f in dataclasses.fields(Holder)[1:]:
+        assert (f.default, f.metadata) == (mine[f.name].default, mine[f.name].metadata)
+    on = PassAtKSettings.of(Holder(pass_samples=4, pass_k=[2]))
+    assert on == PassAtKSettings(pass_samples=4, pass_k=(2,))  # the fields it lacks: their defaults

@@ -70,6 +70,13 @@ class PassAtKSettings:
     pass_threshold: float = setting(1.0, "a pass@k sample counts as correct where its score is >= this (finite)")
 
     @classmethod
+    def declared(cls, name: str) -> dataclasses.Field:
+        """A fresh field of the declaration of ``name`` (default, help, range), for a settings
+        record that holds these fields itself: ``pass_k: tuple = PassAtKSettings.declared("pass_k")``."""
+        f = cls.__dataclass_fields__[name]
+        return dataclasses.field(default=f.default, metadata=f.metadata)
+
+    @classmethod
     def of(cls, settings) -> Optional["PassAtKSettings"]:
         """These fields of ``settings`` (a record holding them under the same names; a field
         it lacks at its default), or None when pass@k is off."""
@@ -226,8 +233,7 @@ def write_eval_samples(path: str, update: int, record: PassAtK, append: bool = F
     ones, from a session a resume went back over, and a torn last line are dropped), atomically.
     Returns True: the next write of this session may append."""
     lines = [
-        json.dumps({"iteration": update, "index": i, **row}, ensure_ascii=False)
-        for i, row in enumerate(record.rows())
+        json.dumps({"iteration": update, "index": i, **row}, ensure_ascii=False) for i, row in enumerate(record.rows())
     ]
     with interrupts_deferred():  # whole or not at all
         if append:
