@@ -29,6 +29,7 @@ from purejaxppo.lm.tasks.builtin_tasks import TASKS, make_task
 from purejaxppo.lm.rewards.python_reward import TextReward
 from purejaxppo.lm.tasks.text_task import BoundReward
 from purejaxppo.lm.ppo.token_ppo import make_token_ppo
+from purejaxppo.programs.rlhf_eval import PassAtKSettings
 from purejaxppo.run import processes
 from purejaxppo.run.chunked_program import ChunkedProgram
 from purejaxppo.run.guards import tree_finite
@@ -87,6 +88,11 @@ class RLHFSettings:
         10, "greedy evaluation of fixed prompts every N iterations, into metrics.csv and samples.txt (0 = off)", lo=0
     )
     eval_batch: int = setting(256, "prompts of each greedy evaluation", lo=1, cli=False)
+    pass_samples: int = PassAtKSettings.declared("pass_samples")
+    pass_k: tuple = PassAtKSettings.declared("pass_k")
+    pass_prompts: int = PassAtKSettings.declared("pass_prompts")
+    pass_temperature: float = PassAtKSettings.declared("pass_temperature")
+    pass_threshold: float = PassAtKSettings.declared("pass_threshold")
     model_dir: Optional[str] = setting(
         None,
         "a local Hugging Face model folder (config.json, *.safetensors, tokenizer.json): the initial policy "
@@ -133,6 +139,7 @@ class RLHFSettings:
         d = dict(d)
         d["task_options"] = tuple(sorted((d.get("task_options") or {}).items()))
         d["hashes"] = tuple(sorted((d.get("hashes") or {}).items()))
+        d["pass_k"] = tuple(d.get("pass_k") or ())  # config.json gives a list back
         return cls(**d)
 
     def make_task(self):
@@ -149,7 +156,7 @@ class RLHFSettings:
     def _data_only(self) -> "RLHFSettings":
         """These settings with the fields a text task does not read at their defaults: the key
         under which the task is read once (the hashes, the SFT stage, the evaluation's schedule)."""
-        unread = ("hashes", "eval_batch", "eval_every", "sft_steps", "sft_batch", "sft_lr")
+        unread = ("hashes", "eval_batch", "eval_every", "sft_steps", "sft_batch", "sft_lr", *_PASS_FIELDS)
         return dataclasses.replace(self, **{name: getattr(RLHFSettings, name) for name in unread})
 
     def model(self, key):
@@ -178,6 +185,8 @@ class RLHFSettings:
             return FlaxLM(module), params
         return init_tiny_lm(task, key, self.d_model, self.n_layers, self.n_heads, DTYPES[self.dtype])
 
+
+_PASS_FIELDS = tuple(f.name for f in dataclasses.fields(PassAtKSettings))
 
 # Each read once per process (the session checks it, the SFT stage then uses it): the library's
 # loaders themselves, cached.

@@ -31,7 +31,7 @@ from purejaxppo.config import ConfigError
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
 from purejaxppo.lm.rewards.python_reward import RewardFunctionError
 from purejaxppo.lm.sft.sft_training import evaluate_policy, train_sft
-from purejaxppo.programs.rlhf_eval import EVAL_KEY, SHOWN, RLHFEvaluator, final_samples
+from purejaxppo.programs.rlhf_eval import EVAL_KEY, SHOWN, PassAtKSettings, RLHFEvaluator, final_samples
 from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
 from purejaxppo.run import processes, signals
 from purejaxppo.run import run_folder as rf
@@ -132,7 +132,12 @@ def train_rlhf(
         prog.text_reward.skip = signals.pending
     evaluator = (
         RLHFEvaluator(
-            prog.task, lm, settings.eval_every, settings.eval_batch, None if run_dir is None else f"{run_dir}/{SAMPLES}"
+            prog.task,
+            lm,
+            settings.eval_every,
+            settings.eval_batch,
+            None if run_dir is None else f"{run_dir}/{SAMPLES}",
+            pass_at_k=PassAtKSettings.of(settings),
         )
         if settings.eval_every
         else None

@@ -30,6 +30,7 @@ from purejaxppo.lm.models import lora
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, needs_critic, validate_token_config
 from purejaxppo.lm.rewards.python_reward import RewardFunctionError
 from purejaxppo.programs import kinds
+from purejaxppo.programs.rlhf_eval import PassAtKSettings
 from purejaxppo.programs.rlhf_export import check_exportable, check_out_dir, export_policy
 from purejaxppo.programs.rlhf_init_from import start_from_run
 from purejaxppo.programs.rlhf_program import RLHFSettings
@@ -48,6 +49,7 @@ class RLHFRequest:
       config: a new run's :class:`TokenPPOConfig` (validated here, once); None with ``resume``.
       settings: a new run's :class:`RLHFSettings` (paths absolute); None with ``resume``.
       flag_of: ``config field -> the flag that sets it`` (the config's errors name the flags).
+      command: the command's name (a folder is continued by its own kind's command).
       seed, seeds: the SFT stage's and the runs' seed; how many runs train at once.
       devices: the ``--devices`` spec as typed (a count, or ``all``).
       run_dir: a new run's folder, or None (``runs/rlhf-TASK-<time>``).
@@ -57,7 +59,6 @@ class RLHFRequest:
       export_dir: where run 0's policy is written when the run finishes, or None.
       chunk, stop_after: this session's iterations per compiled chunk and where it stops (None:
         the record's, and the end).
-      command: the command's name (a folder is continued by its own kind's command).
       quiet: no progress bar and no lines printed but errors.
       tensorboard, wandb: also log to TensorBoard (in the run folder), to this W&B project.
     """
@@ -65,6 +66,7 @@ class RLHFRequest:
     config: Optional[TokenPPOConfig]
     settings: Optional[RLHFSettings]
     flag_of: Callable[[str], str]
+    command: str
     seed: int = 0
     seeds: int = 1
     devices: str = "1"
@@ -75,7 +77,6 @@ class RLHFRequest:
     export_dir: Optional[str] = None
     chunk: Optional[int] = None
     stop_after: Optional[int] = None
-    command: str = "rlhf"
     quiet: bool = False
     tensorboard: bool = False
     wandb: Optional[str] = None
@@ -210,6 +211,14 @@ def open_run(request: RLHFRequest, hooks: SessionHooks) -> PreparedRun:
             "model, but under LoRA the critic is the frozen base plus its own adapters; add --critic value_head, "
             "or --advantage grpo or rloo (no critic), or drop --lora-rank"
         )
+    passes = PassAtKSettings.of(settings)
+    if passes is not None:  # pass@k runs at the evaluations
+        passes.check(lambda name: "--" + name.replace("_", "-"))  # their flags are the fields' names
+        if not settings.eval_every:
+            raise ConfigError(
+                f"--pass-samples {settings.pass_samples} samples at each evaluation, and --eval-every is 0 (none; "
+                "across processes always, for now); give --eval-every N"
+            )
     run_dir = request.run_dir or os.path.join("runs", f"rlhf-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     hooks.group.share(lambda: _check_folders(run_dir, request.export_dir, settings))
     devices = hooks.make_devices(request.devices, config.batch_size, f"--batch ({config.batch_size})", hooks.group)
