@@ -13,8 +13,10 @@ implementation and may move. They are, bottom to top (each imports only the ones
   (:func:`make_token_ppo`), the data-parallel split, export of a trained policy, evaluation by
   pass@k.
 * ``rewards``: reward models, the Bradley-Terry loss and step, rewards written as Python
-  functions on text.
-* ``data``: prompt files and preference pairs.
+  functions on text (each dataset row's columns reaching them by name), built-in verifiable
+  rewards (math, reasoning-gym, format, length) and their weighted combination.
+* ``data``: prompt files, datasets of rows with columns (JSONL, Parquet, saved ``datasets``
+  folders, reasoning-gym generators) and preference pairs.
 * ``tasks``: the task protocol (:class:`Task`), the built-in tasks and the user's own data as a task.
 * ``sft``: supervised fine-tuning and evaluation by sampling.
 
@@ -49,6 +51,7 @@ from purejaxppo.lm.checkpoints.pretrained import (
 from purejaxppo.lm.checkpoints.tokenizer import TextTokenizer, load_tokenizer, strip_special
 from purejaxppo.lm.data.preferences import read_pairs, split_pairs, tokenize_pairs
 from purejaxppo.lm.data.prompts import PromptTable, Record, encode_prompts, read_records, table_prompts
+from purejaxppo.lm.data.row_sources import read_rows, split_rows
 from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute
 from purejaxppo.lm.models.gpt2 import GPT2
 from purejaxppo.lm.models.kv_cache import KVCache
@@ -100,6 +103,9 @@ from purejaxppo.lm.rewards.bradley_terry import (
     reward_step,
 )
 from purejaxppo.lm.rewards.python_reward import TextReward, load_reward_function
+from purejaxppo.lm.rewards.reward_mix import CombinedReward
+from purejaxppo.lm.rewards.reward_mix import combine as combine_rewards
+from purejaxppo.lm.rewards.reward_mix import get as get_reward
 from purejaxppo.lm.rewards.reward_model import load_reward_model, make_reward_fn, save_reward_model
 from purejaxppo.lm.sft.sft_training import evaluate_policy, init_tiny_lm, sft_loss, train_sft
 from purejaxppo.lm.tasks.builtin_tasks import GrammarTask, ReverseTask, Task, make_task
@@ -188,6 +194,9 @@ __all__ = [
     "make_reward_fn",
     "load_reward_function",
     "TextReward",
+    "get_reward",
+    "combine_rewards",
+    "CombinedReward",
     "PairBatch",
     "bradley_terry_loss",
     "pair_rewards",
@@ -196,6 +205,8 @@ __all__ = [
     "reward_step",
     # data and tasks
     "read_records",
+    "read_rows",
+    "split_rows",
     "encode_prompts",
     "table_prompts",
     "PromptTable",

@@ -5,6 +5,9 @@ File formats (one record per line, the line numbers named in every error):
 * ``.jsonl``: a JSON object per line with a ``"prompt"`` string or a chat ``"messages"`` list
   (``[{"role": "user", "content": "..."}, ...]``, rendered through the model's chat template
   with the generation prompt added); SFT data adds a ``"response"`` string. Blank lines are skipped.
+  A ``"question"`` string serves as the prompt when the row has neither, and a column map
+  names another column. Every other key of the row is kept as a column (:attr:`Record.columns`),
+  which reaches a Python reward by name (:mod:`purejaxppo.lm.rewards.python_reward`).
 * ``.txt``: one prompt per line (its trailing newline dropped); blank lines are skipped. No SFT data.
 
 A prompt longer than the budget (the model's positions minus the response budget, or
@@ -40,20 +43,24 @@ class Record:
       prompt: the prompt string, or None when the line is a chat.
       messages: the chat, a tuple of ``(key, value)`` item tuples per message (sorted), or None.
       response: the SFT response string (SFT data only), else None.
+      columns: every other column of the row, ``{name: value}`` (the prompt's own column left
+        out), or None; not compared (two records with the same text are equal).
     """
 
     where: str
     prompt: Optional[str] = None
     messages: Optional[tuple] = None
     response: Optional[str] = None
+    columns: Optional[dict] = dataclasses.field(default=None, compare=False)
 
 
-def read_records(path: str, need_response: bool = False) -> list:
+def read_records(path: str, need_response: bool = False, columns: Optional[dict] = None) -> list:
     """Read a prompt file (``.jsonl`` or ``.txt``) or an SFT file (``.jsonl`` with responses).
 
     Args:
       path: the file; the formats are in the module's docstring.
       need_response: SFT data: every line needs a ``"response"`` string (``.jsonl`` only).
+      columns: a column map ``{name: column of the file}`` (:func:`row_record`), ``.jsonl`` only.
 
     Returns:
       A list of :class:`Record`, blank lines skipped.
@@ -78,44 +85,87 @@ def read_records(path: str, need_response: bool = False) -> list:
         if not line.strip():
             continue
         where = f"{path}:{n}"
-        out.append(_jsonl_record(line, where, need_response) if ext == ".jsonl" else Record(where, prompt=line))
+        out.append(_jsonl_record(line, where, need_response, columns) if ext == ".jsonl" else Record(where, line))
     if not out:
         raise PromptFileError(f"{path} holds no prompts")
     return out
 
 
-def _jsonl_record(line: str, where: str, need_response: bool) -> Record:
+def _jsonl_record(line: str, where: str, need_response: bool, columns: Optional[dict]) -> Record:
     try:
         obj = json.loads(line)
     except ValueError as e:
         raise PromptFileError(f"{where} is not JSON ({e})") from None
+    return row_record(obj, where, need_response, columns)
+
+
+PROMPT_COLUMNS = ("prompt", "messages", "question")  # the prompt's column when no map names one
+
+
+def row_record(obj, where: str, need_response: bool = False, columns: Optional[dict] = None) -> Record:
+    """One row (a dict of columns) as a :class:`Record`.
+
+    Args:
+      obj: the row, ``{column: value}``.
+      where: how errors name it (``file:line``).
+      need_response: SFT data: the row needs a ``"response"`` string.
+      columns: a column map ``{name: column of the row}``: ``"prompt"`` names the prompt's
+        column (a string, or a chat list); any other entry renames a column (``{"answer":
+        "solution"}``: the reward's ``answer`` is the row's ``solution``). Without ``"prompt"``
+        the prompt is the row's ``"prompt"`` or ``"messages"`` (exactly one), else its
+        ``"question"``.
+
+    Returns:
+      A :class:`Record`; every column but the prompt's kept in :attr:`Record.columns`.
+
+    Raises:
+      PromptFileError: not a dict, no prompt (or two), a prompt that is not a string or a chat,
+        a mapped column the row lacks, or SFT data without a response.
+    """
     if not isinstance(obj, dict):
         raise PromptFileError(
             f"{where} holds {type(obj).__name__}; each line must be a JSON object like "
             '{"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}'
         )
-    prompt, messages, response = obj.get("prompt"), obj.get("messages"), obj.get("response")
-    if (prompt is None) == (messages is None):
-        raise PromptFileError(f"{where} needs exactly one of \"prompt\" (a string) or \"messages\" (a chat list)")
-    if prompt is not None and not isinstance(prompt, str):
-        raise PromptFileError(f"{where}: \"prompt\" must be a string, not {type(prompt).__name__}")
-    if messages is not None:
+    mapping = dict(columns or {})
+    missing = [c for c in mapping.values() if c not in obj]
+    if missing:
+        raise PromptFileError(f"{where} has no column {missing[0]!r} (its columns: {', '.join(map(str, obj))})")
+    key = mapping.pop("prompt", None)
+    if key is None:
+        if "prompt" in obj and "messages" in obj or not any(k in obj for k in PROMPT_COLUMNS):
+            raise PromptFileError(
+                f'{where} needs exactly one of "prompt" (a string) or "messages" (a chat list) (or a "question")'
+            )
+        key = next(k for k in PROMPT_COLUMNS if k in obj)
+    value, rest = obj[key], {k: v for k, v in obj.items() if k != key}
+    for name, col in mapping.items():
+        rest[name] = obj[col]
+        if col != name and col != key:
+            rest.pop(col, None)
+    prompt = messages = None
+    if isinstance(value, str):
+        prompt = value
+    elif key != "messages" and not isinstance(value, list):
+        raise PromptFileError(f'{where}: "{key}" must be a string, not {type(value).__name__}')
+    else:
         good = (
-            isinstance(messages, list)
-            and messages
+            isinstance(value, list)
+            and value
             and all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages
+                for m in value
             )
         )
         if not good:
             raise PromptFileError(
-                f"{where}: \"messages\" must be a non-empty list of {{\"role\": \"...\", \"content\": \"...\"}} objects"
+                f'{where}: "{key}" must be a non-empty list of {{"role": "...", "content": "..."}} objects'
             )
-        messages = tuple(tuple(sorted(m.items())) for m in messages)
+        messages = tuple(tuple(sorted(m.items())) for m in value)
+    response = obj.get("response")
     if need_response and not isinstance(response, str):
         raise PromptFileError(f"{where} needs a \"response\" string (SFT data is prompt/response pairs)")
-    return Record(where, prompt, messages, response if need_response else None)
+    return Record(where, prompt, messages, response if need_response else None, rest)
 
 
 def render(record: Record, tokenizer, chat: bool) -> str:
@@ -143,6 +193,8 @@ class PromptTable:
       valid: ``[N, P]`` bool, False on padding.
       texts: tuple of the ``N`` rendered prompt strings.
       cut: how many prompts were cut to the budget (``truncate``).
+      columns: tuple of the ``N`` rows' other columns (:attr:`Record.columns`, ``{}`` when
+        none): row ``i``'s are ``columns[i]``, the row id :func:`table_prompts` draws.
       prompt_len: ``P`` (a property).
     """
 
@@ -150,6 +202,7 @@ class PromptTable:
     valid: np.ndarray
     texts: tuple
     cut: int
+    columns: tuple = ()
 
     @property
     def prompt_len(self) -> int:
@@ -196,7 +249,7 @@ def encode_prompts(records: list, tokenizer, budget: int, truncate: bool, chat: 
     valid = np.zeros((len(ids), width), bool)
     for i, x in enumerate(ids):
         tokens[i, width - len(x) :], valid[i, width - len(x) :] = x, True
-    return PromptTable(tokens, valid, tuple(texts), len(long))
+    return PromptTable(tokens, valid, tuple(texts), len(long), tuple(dict(r.columns or {}) for r in records))
 
 
 def encode_responses(records: list, tokenizer, max_new: int) -> tuple:
@@ -217,21 +270,24 @@ def encode_responses(records: list, tokenizer, max_new: int) -> tuple:
     return response, mask
 
 
-def table_prompts(table: PromptTable):
+def table_prompts(table: PromptTable, rows: bool = False):
     """A table as the prompt source of token-level PPO (``make_token_ppo(..., prompts=...)``).
 
     Args:
       table: a :class:`PromptTable`; it is copied to the device once.
+      rows: also return each drawn prompt's row id (its index in ``table``), which the
+        iteration carries to the reward so each response is scored with its row's columns.
 
     Returns:
-      ``prompts(key, batch) -> (prompt [B, P] int32, prompt_valid [B, P] bool)``: ``batch`` rows
-      drawn uniformly with replacement (jittable; ``batch`` static).
+      ``prompts(key, batch) -> (prompt [B, P] int32, prompt_valid [B, P] bool)``, with
+      ``rows``: ``-> (prompt, prompt_valid, row [B] int32)``: ``batch`` rows drawn uniformly
+      with replacement (jittable; ``batch`` static).
     """
     tokens, valid, n = jnp.asarray(table.tokens), jnp.asarray(table.valid), table.tokens.shape[0]
 
     def prompts(key, batch: int):
-        rows = jax.random.randint(key, (batch,), 0, n)
-        return tokens[rows], valid[rows]
+        drawn = jax.random.randint(key, (batch,), 0, n)
+        return (tokens[drawn], valid[drawn], drawn.astype(jnp.int32)) if rows else (tokens[drawn], valid[drawn])
 
     return prompts
 

@@ -3,8 +3,10 @@
 
 :func:`token_iteration` is ``state, prompts -> state, metrics``, read top to bottom:
 
-1. **prompts**: ``batch_size / group_size`` prompts, each ``group_size`` times;
-2. **sample**: a response per row with the policy's KV cache, scored by the reward;
+1. **prompts**: ``batch_size / group_size`` prompts, each ``group_size`` times, with their
+   dataset row ids (-1 when the prompt source gives none);
+2. **sample**: a response per row with the policy's KV cache, scored by the reward (given each
+   row's id when it takes ``rows``: its dataset columns reach a Python reward);
 3. **width**: the rung of response widths that holds the longest response; the next three
    phases (:func:`score_finish_update`) run at it, one branch of a ``lax.switch`` per rung;
 4. **score**: teacher-forced log-probs of the policy and the reference (and the critic's values,
@@ -106,17 +108,19 @@ def token_iteration(parts: TokenParts, state, batch_prompts, cfg) -> tuple[Any, 
     Args:
       parts: the :class:`TokenParts` the iteration is built from.
       state: the :class:`~purejaxppo.lm.ppo.token_ppo.TokenPPOState` before it.
-      batch_prompts: ``(prompt, prompt_valid) [B / G, P]``, or None to draw them with
-        ``parts.prompts``.
+      batch_prompts: ``(prompt, prompt_valid) [B / G, P]`` (and ``row [B / G]`` int32, the
+        prompts' dataset row ids), or None to draw them with ``parts.prompts``.
       cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig` (traced numeric fields).
     Returns:
       ``(state, metrics)``: the next state and a dict of float32 scalars (the batch's
       statistics, the update's means, ``response_width``, ``task_<name>`` diagnostics).
     """
     keys = IterationKeys(*jax.random.split(state.key, 5))
-    prompt, prompt_valid = ph.prompt_phase(parts.prompts, keys.prompt, batch_prompts, cfg, parts.models.policy)
+    prompt, prompt_valid, rows = ph.prompt_phase(parts.prompts, keys.prompt, batch_prompts, cfg, parts.models.policy)
     params = trained_params(state.train.params, state.reference, parts.models)  # LoRA adapters on the base
-    sampled = ph.sample_phase(parts.models, params, state.reward, keys.sample, prompt, prompt_valid, cfg, parts.devices)
+    sampled = ph.sample_phase(
+        parts.models, params, state.reward, keys.sample, prompt, prompt_valid, cfg, parts.devices, rows
+    )
     ptx_batch = parts.ptx(keys.ptx, cfg.batch_size) if cfg.ptx else None
     sizes, index = ph.width_phase(sampled.mask, cfg, parts.devices)
 

@@ -2,9 +2,10 @@
 
 :func:`~purejaxppo.lm.ppo.token_ppo.make_token_ppo` composes them, in order:
 
-1. :func:`prompt_phase`: the iteration's prompts, each ``group_size`` times in a row;
+1. :func:`prompt_phase`: the iteration's prompts, each ``group_size`` times in a row, with
+   their dataset row ids (-1 from a prompt source without rows);
 2. :func:`sample_phase`: this device's rows' responses (the policy's KV cache, one key per
-   row) and their scores by the reward;
+   row) and their scores by the reward (given each row's id when it takes ``rows``);
 3. :func:`width_phase`: the rung of response widths that holds the longest response
    (:mod:`purejaxppo.lm.models.length_buckets`); the next three phases run at that width;
 4. :func:`score_phase`: the sequences read back teacher-forced (policy, reference and, for GAE,
@@ -22,6 +23,7 @@ the row keys one device would use) until :func:`finish_phase` gathers them.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -37,7 +39,8 @@ from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
 from purejaxppo.lm.ppo.token_update import Devices
 from purejaxppo.stages import device_rows
 
-#: ``prompts(key, n) -> (prompt [n, P] int32, prompt_valid [n, P] bool)``, left-padded
+#: ``prompts(key, n) -> (prompt [n, P] int32, prompt_valid [n, P] bool[, row [n] int32])``,
+#: left-padded; ``row``: each prompt's id in its dataset, carried to the reward (none: -1)
 PromptFn = Callable[[jax.Array, int], tuple]
 
 
@@ -49,6 +52,8 @@ class Sampled(NamedTuple):
       response, logp_sampled, mask: ``[b, T]`` int / float32 / bool, right-padded (``mask``
         the valid response tokens): the sampler's :class:`~purejaxppo.lm.models.sampling.Response`.
       scores: ``[b]`` float, the reward's.
+      row: ``[b]`` int32, each row's prompt's id in its dataset (-1: none), the one the reward
+        was given; None in a record built without it.
     """
 
     prompt: jax.Array
@@ -57,6 +62,15 @@ class Sampled(NamedTuple):
     logp_sampled: jax.Array
     mask: jax.Array
     scores: jax.Array
+    row: Optional[jax.Array] = None
+
+
+def takes_rows(reward) -> bool:
+    """Whether a reward function takes the row ids: a parameter named ``rows``."""
+    try:
+        return "rows" in inspect.signature(reward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def position_rows(model) -> Optional[int]:
@@ -74,10 +88,10 @@ def check_prompts(batch_prompts, cfg: TokenPPOConfig, policy) -> None:
     """Shapes are static under ``jit``: a prompts function's wrong batch or a prompt table wider
     than the model's positions is refused at trace time, naming the fix (instead of a vmap
     error, or positions past the table that clamp silently)."""
-    try:
-        prompt, valid = batch_prompts
-    except (TypeError, ValueError):
-        raise ConfigError("prompts(key, n) must return (prompt [n, P] int32, prompt_valid [n, P] bool)") from None
+    form = "prompts(key, n) must return (prompt [n, P] int32, prompt_valid [n, P] bool[, row [n] int32])"
+    if not isinstance(batch_prompts, (tuple, list)) or len(batch_prompts) not in (2, 3):
+        raise ConfigError(form)
+    prompt, valid = batch_prompts[:2]
     n = cfg.batch_size // cfg.group_size
     if prompt.ndim != 2 or prompt.shape != valid.shape or prompt.shape[0] != n:
         what = f"batch_size={cfg.batch_size}" if cfg.group_size == 1 else f"batch_size / group_size = {n}"
@@ -85,6 +99,8 @@ def check_prompts(batch_prompts, cfg: TokenPPOConfig, policy) -> None:
             f"prompts(key, {n}) returned prompt {tuple(prompt.shape)} and prompt_valid "
             f"{tuple(valid.shape)}; both must be [{what}, P]"
         )
+    if len(batch_prompts) == 3 and tuple(jnp.shape(batch_prompts[2])) != (n,):
+        raise ConfigError(f"{form}; its row ids have shape {tuple(jnp.shape(batch_prompts[2]))}, not ({n},)")
     rows = position_rows(policy)
     if rows is not None and prompt.shape[1] + cfg.max_new_tokens > rows:
         raise ConfigError(
@@ -94,16 +110,20 @@ def check_prompts(batch_prompts, cfg: TokenPPOConfig, policy) -> None:
 
 
 def prompt_phase(prompts: Optional[PromptFn], key, batch_prompts, cfg: TokenPPOConfig, policy) -> tuple:
-    """``(prompt, prompt_valid) [B, P]``: ``batch_prompts`` (``B / G`` prompts), or drawn with
-    ``prompts(key, B / G)`` when None, each repeated ``G = group_size`` times in a row."""
+    """``(prompt, prompt_valid) [B, P]`` and ``row [B]`` int32: ``batch_prompts`` (``B / G``
+    prompts, with or without row ids), or drawn with ``prompts(key, B / G)`` when None, each
+    repeated ``G = group_size`` times in a row (so is its row id; -1 when the source has none)."""
     if batch_prompts is None:
         if prompts is None:
             raise ConfigError("iteration() without prompts needs make_token_ppo(..., prompts=fn)")
         batch_prompts = prompts(key, cfg.batch_size // cfg.group_size)
     check_prompts(batch_prompts, cfg, policy)
+    prompt, valid = batch_prompts[:2]
+    n = prompt.shape[0]
+    row = jnp.asarray(batch_prompts[2], jnp.int32) if len(batch_prompts) == 3 else jnp.full((n,), -1, jnp.int32)
     if cfg.group_size == 1:
-        return tuple(batch_prompts)
-    return repeat_prompts(*batch_prompts, cfg.group_size)
+        return prompt, valid, row
+    return (*repeat_prompts(prompt, valid, cfg.group_size), jnp.repeat(row, cfg.group_size, axis=0))
 
 
 def sample_phase(
@@ -115,6 +135,7 @@ def sample_phase(
     prompt_valid: jax.Array,
     cfg: TokenPPOConfig,
     devices: Devices,
+    rows: Optional[jax.Array] = None,
 ) -> Sampled:
     """This device's rows of the prompts, their responses and the reward's scores.
 
@@ -128,15 +149,19 @@ def sample_phase(
       prompt, prompt_valid: the global ``[B, P]`` prompts, left-padded.
       cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig`.
       devices: the :class:`~purejaxppo.lm.ppo.token_update.Devices` split.
+      rows: the global ``[B]`` int32 row ids of the prompts (:func:`prompt_phase`; None: -1),
+        split with them; a reward with a ``rows`` parameter is given this device's.
     Returns:
       The :class:`Sampled` rows ``[b, ...]`` of this device (``b = B / D``).
     """
-    prompt, prompt_valid = device_rows.mine((prompt, prompt_valid), devices.axis_name, devices.num_devices)
+    rows = jnp.full(prompt.shape[:1], -1, jnp.int32) if rows is None else rows
+    prompt, prompt_valid, row = device_rows.mine((prompt, prompt_valid, rows), devices.axis_name, devices.num_devices)
     row_keys = device_rows.mine(jax.random.split(key, cfg.batch_size), devices.axis_name, devices.num_devices)
     response, logp_sampled, mask = experience.sample(models, params, row_keys, prompt, prompt_valid, cfg)
-    # the reward reads the whole [b, T] response (a task may index by column)
-    scores = models.reward(reward_params, prompt, prompt_valid, response, mask)
-    return Sampled(prompt, prompt_valid, response, logp_sampled, mask, scores)
+    # the reward reads the whole [b, T] response (a task may index by column), and its rows' ids if it takes them
+    extra = {"rows": row} if takes_rows(models.reward) else {}
+    scores = models.reward(reward_params, prompt, prompt_valid, response, mask, **extra)
+    return Sampled(prompt, prompt_valid, response, logp_sampled, mask, scores, row)
 
 
 def width_phase(mask: jax.Array, cfg: TokenPPOConfig, devices: Devices) -> tuple[tuple[int, ...], jax.Array]:

@@ -1,10 +1,13 @@
 """A reward written as a plain Python function on text, called from inside the compiled iteration.
 
 ``--reward FILE.py:FUNCTION`` (or ``module:FUNCTION``) names
-``fn(prompts: list[str], responses: list[str]) -> list[float]``: the decoded prompt (padding
-dropped) and response (up to, not including, its first stop token; padding dropped) of each
-row, one finite number per row. Its score sits on the last valid response token as every
-token-level reward does.
+``fn(prompts: list[str], responses: list[str], **columns) -> list[float | None]``: the decoded
+prompt (padding dropped) and response (up to, not including, its first stop token; padding
+dropped) of each row, one finite number (or None: not applicable, scored 0 and counted) per
+row; the row's dataset columns reach it by name (TRL's convention,
+:mod:`purejaxppo.lm.rewards.reward_columns`): the iteration carries each response's row id
+(:meth:`TextReward.__call__`'s ``rows``) and :meth:`TextReward.bind_rows` gives the rows'
+columns. Its score sits on the last valid response token as every token-level reward does.
 
 Where it runs: through ``jax.pure_callback`` inside the compiled iteration (one host call per
 iteration with every seed's rows at once), so the iteration stays one program and the chunk
@@ -27,7 +30,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import math
 import os
 import sys
 import time
@@ -38,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.lm.checkpoints.tokenizer import strip_special
+from purejaxppo.lm.rewards import reward_columns as rc
 
 
 class RewardSpecError(ValueError):
@@ -52,7 +55,8 @@ def load_reward_function(spec: str) -> Callable:
 
     Returns:
       The function, checked callable with two positional parameters
-      ``fn(prompts: list[str], responses: list[str]) -> list[float]``.
+      ``fn(prompts: list[str], responses: list[str], **columns) -> list[float | None]`` (the
+      columns it names are checked against the data's when rows are bound).
 
     Raises:
       RewardSpecError: a malformed spec, a missing file, a module that fails to import (its
@@ -81,7 +85,7 @@ def load_reward_function(spec: str) -> Callable:
     if not callable(fn):
         raise RewardSpecError(f"{where} has no function {name!r}")
     try:
-        inspect.signature(fn).bind([], [])
+        inspect.signature(fn).bind([], [], **{c: None for c in rc.required_columns(fn)})
     except TypeError:
         raise RewardSpecError(f"{spec}: the function must take (prompts, responses), two lists of strings") from None
     except ValueError:  # a builtin without a signature: tried when called
@@ -98,19 +102,24 @@ class TextReward:
     ``jax.pure_callback`` from inside the compiled iteration (see the module).
 
     ``reward(prompt [..., B, P] int32, prompt_valid [..., B, P] bool, response [..., B, T]
-    int32, response_mask [..., B, T] bool) -> [..., B] float32``: jittable and vmappable
-    (every leading axis in one host call). A failing function does not raise inside XLA: its
-    scores come back NaN and :attr:`error` says why (:meth:`raise_if_failed` raises it).
+    int32, response_mask [..., B, T] bool, rows=None [..., B] int32) -> [..., B] float32``:
+    jittable and vmappable (every leading axis in one host call). ``rows``: each row's id in
+    the bound :attr:`rows` (-1 or None: none), whose columns ``fn`` gets by name. A failing
+    function does not raise inside XLA: its scores come back NaN and :attr:`error` says why
+    (:meth:`raise_if_failed` raises it).
 
     Args:
-      fn: ``fn(prompts: list[str], responses: list[str]) -> list[float]``, one finite number
-        per row (:func:`load_reward_function`).
+      fn: ``fn(prompts: list[str], responses: list[str], **columns) -> list[float | None]``,
+        one finite number or None (not applicable: scored 0, counted) per row
+        (:func:`load_reward_function`, :mod:`purejaxppo.lm.rewards.reward_columns`).
       name: how errors name ``fn``.
       tokenizer: a :class:`~purejaxppo.lm.checkpoints.tokenizer.TextTokenizer` (``decode``,
         ``stop_ids``, ``pad_id``).
 
     Attributes:
       fn, name, tokenizer: as given.
+      rows: the dataset's rows' columns, ``({name: value}, ...)`` indexed by row id
+        (:meth:`bind_rows`; empty: none).
       error: the first failure's message (naming the function and the row), or None.
       seconds: the host time spent so far (decoding and the function).
       skip: ``() -> bool``, set by the caller (default: never): while true, a call returns NaN
@@ -123,69 +132,107 @@ class TextReward:
         self.error: Optional[str] = None
         self.seconds = 0.0
         self.skip: Callable[[], bool] = lambda: False
+        self.rows: tuple = ()
+        self._names: tuple = ()
+        self.tally = rc.Tally()
 
-    def texts(self, prompt, prompt_valid, response, response_mask) -> tuple:
-        """Host side: the decoded prompts and responses of ``[N, P]`` / ``[N, T]`` rows."""
+    def bind_rows(self, rows) -> None:
+        """The dataset's rows, ``[{column: value}, ...]`` indexed by row id: row ``i``'s columns
+        reach ``fn`` with each response the iteration draws from row ``i``.
+
+        Args:
+          rows: a sequence of dicts (:attr:`~purejaxppo.lm.data.prompts.PromptTable.columns`).
+
+        Raises:
+          RewardSpecError: ``fn`` needs a column (a parameter without a default) the rows lack.
+        """
+        self.rows = tuple(rows)
+        self._names = tuple(dict.fromkeys(k for r in self.rows for k in r))
+        missing = [c for c in rc.required_columns(self.fn) if c not in self._names and c != "completion_ids"]
+        if missing:
+            raise RewardSpecError(
+                f"the reward function {self.name} takes the column {missing[0]!r}, which the data lacks "
+                f"(its columns: {', '.join(self._names) or 'none'}); map one to it or give it a default"
+            )
+
+    def take_stats(self) -> dict:
+        """Host side: the statistics since the last take, as metric columns: ``reward_scored``
+        (the fraction of responses scored, not None) and, for a
+        :func:`~purejaxppo.lm.rewards.reward_mix.combine`, each reward's mean and fraction scored
+        (:meth:`~purejaxppo.lm.rewards.reward_mix.CombinedReward.take_stats`); a built-in's
+        counts as ``reward_<name>_<count>`` (``reward_math_timeouts``).
+
+        Returns:
+          ``{name: float}``; empty when nothing was scored since the last take.
+        """
+        counts = self.tally.take()
+        own = {"reward_scored": rc.ratio(counts["scored"], counts["rows"])} if counts.get("rows") else {}
+        if callable(getattr(self.fn, "take_stats", None)):  # a combination: its rewards' own columns
+            return {**own, **self.fn.take_stats()}
+        if callable(getattr(self.fn, "take_counts", None)):  # a built-in reward's counts (timeouts, ...)
+            name = getattr(self.fn, "__name__", "fn")
+            return {**own, **{f"reward_{name}_{k}": v for k, v in self.fn.take_counts().items()}}
+        return own
+
+    def columns(self, rows, completion_ids: list) -> dict:
+        """Host side: ``{column: [value per response]}`` of the row ids ``rows`` (None where a
+        row has no such column, or the id is -1) and ``completion_ids``."""
+        picked = [self.rows[i] if 0 <= i < len(self.rows) else {} for i in np.asarray(rows).tolist()]
+        return {**{k: [r.get(k) for r in picked] for k in self._names}, "completion_ids": completion_ids}
+
+    def texts(self, prompt, prompt_valid, response, response_mask, ids: bool = False) -> tuple:
+        """Host side: the decoded prompts and responses of ``[N, P]`` / ``[N, T]`` rows (and,
+        with ``ids``, the responses' token ids, stop and padding stripped)."""
         tok = self.tokenizer
         prompts = [tok.decode([int(t) for t, v in zip(p, pv) if v]) for p, pv in zip(prompt, prompt_valid)]
-        responses = [
-            tok.decode(strip_special([t for t, m in zip(r, rm) if m], tok.stop_ids, tok.pad_id))
+        kept = [
+            strip_special([int(t) for t, m in zip(r, rm) if m], tok.stop_ids, tok.pad_id)
             for r, rm in zip(response, response_mask)
         ]
-        return prompts, responses
+        responses = [tok.decode(x) for x in kept]
+        return (prompts, responses, kept) if ids else (prompts, responses)
 
     def raise_if_failed(self) -> None:
         """:class:`RewardFunctionError` when a call has failed (host side, after a compiled call)."""
         if self.error is not None:
             raise RewardFunctionError(self.error)
 
-    def _host(self, prompt, prompt_valid, response, response_mask):
+    def _host(self, prompt, prompt_valid, response, response_mask, rows):
         lead = prompt.shape[:-1]
-        rows = int(np.prod(lead))
+        n = int(np.prod(lead))
         if self.error is not None or self.skip():  # the run is stopping: no more calls
             return np.full(lead, np.nan, np.float32)
         t0 = time.perf_counter()
         try:
-            prompts, responses = self.texts(
-                *(np.asarray(x).reshape(rows, -1) for x in (prompt, prompt_valid, response, response_mask))
+            prompts, responses, ids = self.texts(
+                *(np.asarray(x).reshape(n, -1) for x in (prompt, prompt_valid, response, response_mask)), ids=True
             )
-            out = self._call(prompts, responses)
+            out = self._call(prompts, responses, self.columns(np.asarray(rows).reshape(n), ids))
         finally:
             self.seconds += time.perf_counter() - t0
         return out.reshape(lead)
 
-    def _call(self, prompts, responses) -> np.ndarray:
-        bad = np.full(len(prompts), np.nan, np.float32)
+    def _call(self, prompts, responses, columns: Optional[dict] = None) -> np.ndarray:
+        columns = {} if columns is None else columns
         try:
-            values = self.fn(prompts, responses)
+            values = self.fn(prompts, responses, **rc.reward_kwargs(self.fn, columns))
         except Exception as e:
-            self.error = self._which_row(prompts, responses, e)
-            return bad
+            self.error = self._which_row(prompts, responses, columns, e)
+            return np.full(len(prompts), np.nan, np.float32)
         try:
-            values = [float(v) for v in values]
-        except (TypeError, ValueError) as e:
-            self.error = f"the reward function {self.name} must return a list of numbers ({e})"
-            return bad
-        if len(values) != len(prompts):
-            self.error = (
-                f"the reward function {self.name} returned {len(values)} values for {len(prompts)} rows; "
-                "return one number per (prompt, response) pair"
-            )
-            return bad
-        for i, v in enumerate(values):
-            if not math.isfinite(v):
-                self.error = (
-                    f"the reward function {self.name} returned {v} for row {i} (prompt {prompts[i]!r}, "
-                    f"response {responses[i]!r}); return finite numbers"
-                )
-                return bad
-        return np.asarray(values, np.float32)
+            values = rc.check_values(values, self.name, prompts, responses)
+        except ValueError as e:
+            self.error = str(e)
+            return np.full(len(prompts), np.nan, np.float32)
+        scored = [v is not None for v in values]
+        self.tally.add(rows=len(values), scored=sum(scored))
+        return np.asarray([0.0 if v is None else v for v in values], np.float32)
 
-    def _which_row(self, prompts, responses, error) -> str:
+    def _which_row(self, prompts, responses, columns, error) -> str:
         """The message for a raise: the first row that raises alone, else the whole batch's error."""
         for i, (p, r) in enumerate(zip(prompts, responses)):
             try:
-                self.fn([p], [r])
+                self.fn([p], [r], **rc.reward_kwargs(self.fn, {k: v[i : i + 1] for k, v in columns.items()}))
             except Exception as e:
                 return (
                     f"the reward function {self.name} raised {type(e).__name__}: {e} on row {i} (prompt {p!r}, "
@@ -195,8 +242,18 @@ class TextReward:
             f"the reward function {self.name} raised {type(error).__name__}: {error} on a batch of {len(prompts)} rows"
         )
 
-    def __call__(self, prompt, prompt_valid, response, response_mask):
+    def __call__(self, prompt, prompt_valid, response, response_mask, rows=None):
+        """The scores, ``[..., B]`` float32 (see the class).
+
+        Args:
+          prompt, prompt_valid: ``[..., B, P]``; response, response_mask: ``[..., B, T]``.
+          rows: ``[..., B]`` int32, each row's id in :attr:`rows` (-1: none); None: none.
+
+        Returns:
+          ``[..., B]`` float32: ``fn``'s numbers (None as 0; NaN after a failure).
+        """
         shape = jax.ShapeDtypeStruct(prompt.shape[:-1], jnp.float32)
+        rows = jnp.full(prompt.shape[:-1], -1, jnp.int32) if rows is None else jnp.asarray(rows, jnp.int32)
         return jax.pure_callback(
-            self._host, shape, prompt, prompt_valid, response, response_mask, vmap_method="broadcast_all"
+            self._host, shape, prompt, prompt_valid, response, response_mask, rows, vmap_method="broadcast_all"
         )

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.lm.data import prompts as pd
+from purejaxppo.lm.data import row_sources as rs
 from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError, read_config
 from purejaxppo.lm.checkpoints.tokenizer import load_tokenizer, strip_special
 
@@ -86,8 +87,10 @@ class TextTask:
       eval_table: the fixed evaluation prompts (:meth:`evaluation_prompts`).
       max_new: ``T``, the response budget.
       vocab_size: the model's vocabulary ``V``.
-      reward: ``reward(prompt, prompt_valid, response, mask) -> [B]`` float32, jittable: a
-        :class:`~purejaxppo.lm.rewards.python_reward.TextReward` or a bound reward model.
+      reward: ``reward(prompt, prompt_valid, response, mask[, rows]) -> [B]`` float32,
+        jittable: a :class:`~purejaxppo.lm.rewards.python_reward.TextReward` (given the
+        task's :attr:`rows` here: :meth:`~purejaxppo.lm.rewards.python_reward.TextReward.bind_rows`)
+        or a bound reward model.
       sft: ``(PromptTable, response [N, T] int32, mask [N, T] bool)`` of SFT pairs, or None.
 
     Attributes:
@@ -95,6 +98,11 @@ class TextTask:
       prompt_len: ``P``, the widest of the tables.
       pad_id, stop_ids: the tokenizer's.
       prompts: ``prompts(key, batch) -> (prompt [B, P], prompt_valid [B, P])`` over ``table``.
+      row_prompts: the same draws with their row ids, ``-> (prompt, prompt_valid, row [B]
+        int32)``: the prompt source that lets each response be scored with its row's columns.
+      rows: every row's columns, ``table``'s (ids ``0..N-1``) then ``eval_table``'s when it is
+        another table (ids from :attr:`eval_offset`).
+      eval_offset: the row id of ``eval_table``'s first row.
       tokenizer, table, eval_table, max_new, vocab_size, reward, sft: as given.
     """
 
@@ -115,9 +123,19 @@ class TextTask:
         self.pad_id, self.stop_ids = tokenizer.pad_id, tuple(tokenizer.stop_ids)
         self.prompt_len = max(table.prompt_len, eval_table.prompt_len, sft[0].prompt_len if sft else 0)
         self.prompts = pd.table_prompts(table)
+        self.row_prompts = pd.table_prompts(table, rows=True)
+        self.eval_offset = 0 if eval_table is table else len(table.texts)
+        self.rows = tuple(table.columns) + (() if eval_table is table else tuple(eval_table.columns))
+        if hasattr(reward, "bind_rows"):
+            reward.bind_rows(self.rows)
 
     def evaluation_prompts(self, batch: int):
         return pd.first_rows(self.eval_table, batch)
+
+    def evaluation_rows(self, batch: int):
+        """The row ids of :meth:`evaluation_prompts`' ``batch`` prompts, ``[batch]`` int32 (pass
+        them to :meth:`score` so an evaluation's rewards read the rows' columns)."""
+        return jnp.asarray(np.arange(batch) % len(self.eval_table.texts) + self.eval_offset, jnp.int32)
 
     def demonstrations(self, key, batch: int):
         if self.sft is None:
@@ -131,8 +149,18 @@ class TextTask:
             jnp.asarray(mask)[rows],
         )
 
-    def score(self, prompt, prompt_valid, response, response_mask):
+    def score(self, prompt, prompt_valid, response, response_mask, rows=None):
+        """The reward's scores ``[..., B]``; ``rows``: the responses' row ids (a reward that
+        takes them reads their columns; None: none)."""
+        if rows is not None and hasattr(self.reward, "bind_rows"):
+            return self.reward(prompt, prompt_valid, response, response_mask, rows=rows)
         return self.reward(prompt, prompt_valid, response, response_mask)
+
+    def reward_fn(self, reward_params, prompt, prompt_valid, response, response_mask, rows=None):
+        """The task's score as token-level PPO's reward function
+        (:class:`~purejaxppo.lm.ppo.experience.Models`'s ``reward``) for a reward with no
+        parameters (``reward_params`` unused), taking the row ids the iteration carries."""
+        return self.score(prompt, prompt_valid, response, response_mask, rows=rows)
 
     def diagnostics(self, prompt, prompt_valid, response, response_mask):
         return {}
@@ -215,6 +243,10 @@ def make_text_task(
     max_prompt_tokens: int = 0,
     truncate: bool = False,
     chat: bool = False,
+    columns: Optional[dict] = None,
+    source_options: Optional[dict] = None,
+    held_out: float = 0,
+    split_seed: int = 0,
 ) -> tuple:
     """The user's model folder and files as a task; every file is read and every size checked
     (prompts and responses against the model's positions, ids against its vocabulary) BEFORE
@@ -222,25 +254,37 @@ def make_text_task(
 
     Args:
       model: the local model folder (its ``config.json`` and tokenizer are read).
-      prompts: the training prompt file (``.jsonl`` or ``.txt``).
+      prompts: the training prompts: a ``.jsonl`` / ``.txt`` / ``.parquet`` file, a folder
+        saved by ``datasets``, or ``reasoning-gym:NAME``
+        (:func:`~purejaxppo.lm.data.row_sources.read_rows`); each row's other columns reach
+        a :class:`~purejaxppo.lm.rewards.python_reward.TextReward` by row id.
       reward_for: ``reward_for(tokenizer) -> reward``, the task's score.
       max_new: ``T``, the response budget.
-      eval_prompts: a file of fixed evaluation prompts (default: ``prompts``).
+      eval_prompts: fixed evaluation prompts, a source as ``prompts`` (default: ``prompts``).
       sft_data: a ``.jsonl`` file of prompt/response pairs (``TextTask.demonstrations``).
       max_prompt_tokens: the prompt budget; 0: the model's positions minus ``max_new``
         (1024 when ``config.json`` names no positions).
       truncate: cut a prompt over the budget from the left instead of refusing it.
       chat: render plain prompts as one user message through the chat template.
+      columns: a column map ``{name: column of the source}`` (``"prompt"``: the prompt's).
+      source_options: ``read_rows``' ``size``, ``seed``, ``config`` (reasoning-gym) or
+        ``split`` (a saved ``DatasetDict``), for ``prompts`` and ``eval_prompts``.
+      held_out: the evaluation prompts held out of ``prompts`` instead (a fraction or a count,
+        :func:`~purejaxppo.lm.data.row_sources.split_rows`), not trained on; not with
+        ``eval_prompts``.
+      split_seed: the held-out split's seed.
 
     Returns:
       ``(TextTask, TextData)``: the task, and what was read for the run's record (prompts
-      cut per file, hashes of the files and of the folder's weights and tokenizer).
+      cut per file, hashes of the sources and of the folder's weights and tokenizer).
 
     Raises:
       CheckpointFolderError: a model folder without a usable ``config.json`` or tokenizer,
         or a tokenizer larger than the model's vocabulary.
       PromptFileError: a bad prompt or SFT file, or budgets that do not fit the model's
         positions (the message names the flag and ``file:line``).
+      RewardSpecError: the reward takes a column the rows lack.
+      MissingExtraError: a source's optional package is not installed.
     """
     vocab, positions = model_shape(model)
     tokenizer = load_tokenizer(model, model_vocab=vocab)
@@ -261,23 +305,37 @@ def make_text_task(
             f"{positions} positions; lower one of them"
         )
 
-    def read(path, flag, sft=False):  # the file's table (and responses), its errors naming the flag
+    def encode(records, flag, sft=False):  # the rows' table (and responses), its errors naming the flag
         try:
-            records = pd.read_records(path, need_response=sft)
             table = pd.encode_prompts(records, tokenizer, budget, truncate, chat)
             return (table, *pd.encode_responses(records, tokenizer, max_new)) if sft else table
         except pd.PromptFileError as e:
             raise pd.PromptFileError(f"{flag} {e}") from None
 
-    table = read(prompts, "--prompts")
-    cut, hashes = {"prompts": table.cut}, {"prompts": file_hash(prompts)}
-    eval_table = table
+    def rows(source, flag, sft=False):
+        try:
+            if sft:
+                return pd.read_records(source, need_response=True)
+            return rs.read_rows(source, columns=columns, **(source_options or {}))
+        except pd.PromptFileError as e:
+            raise pd.PromptFileError(f"{flag} {e}") from None
+
+    if held_out and eval_prompts:
+        raise pd.PromptFileError("--eval-prompts and a held-out share both name evaluation prompts; give one")
+    train = rows(prompts, "--prompts")
+    if held_out:
+        train, held = rs.split_rows(train, held_out, split_seed)
+    table = encode(train, "--prompts")
+    cut, hashes = {"prompts": table.cut}, {"prompts": rs.source_hash(prompts, source_options)}
+    eval_table = encode(held, "--prompts (held out)") if held_out else table
     if eval_prompts:
-        eval_table = read(eval_prompts, "--eval-prompts")
-        cut["eval_prompts"], hashes["eval_prompts"] = eval_table.cut, file_hash(eval_prompts)
+        eval_table = encode(rows(eval_prompts, "--eval-prompts"), "--eval-prompts")
+        cut["eval_prompts"], hashes["eval_prompts"] = eval_table.cut, rs.source_hash(eval_prompts, source_options)
+    if held_out:
+        cut["held_out"] = eval_table.cut
     sft = None
     if sft_data:
-        sft = read(sft_data, "--sft-data", sft=True)
+        sft = encode(rows(sft_data, "--sft-data", sft=True), "--sft-data", sft=True)
         cut["sft_data"], hashes["sft_data"] = sft[0].cut, file_hash(sft_data)
     task = TextTask(tokenizer, table, eval_table, max_new, vocab, reward_for(tokenizer), sft)
     return task, TextData(cut, {**folder_hashes(model), **hashes})
