@@ -297,6 +297,8 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
     ),
     (TEXT + ["--sft-data", "{sft_noresp.jsonl}"], "--sft-data {sft_noresp.jsonl}:1 needs a \"response\" string"),
     (TEXT + ["--sft-data", "{sft_long.jsonl}"], "over --max-new-tokens 16"),
+    (TEXT + ["--pass-samples", "4", "--eval-every", "0"], "--pass-samples 4 samples at each evaluation"),
+    (TEXT + ["--pass-samples", "4", "--pass-k", "1,8"], "--pass-k 1,8: each k must be in [1, --pass-samples = 4]"),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}"], "must be FILE.py:FUNCTION"),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:nope"], "has no function 'nope'"),
     (

@@ -98,10 +98,15 @@ class PassAtKSettings:
                 self.ks()
             except ValueError:
                 raise ConfigError(
-                    f"{spelled('pass_k', self.pass_k, flag_of)}: each k must be in [1, "
+                    f"{_shown_ks(self.pass_k, flag_of)}: each k must be in [1, "
                     f"{spelled('pass_samples', flag_of=flag_of)} = {self.pass_samples}]"
                 ) from None
         return self
+
+
+def _shown_ks(ks: tuple, flag_of) -> str:
+    """``--pass-k 1,8`` as typed (``pass_k=(1, 8)`` for the Python API)."""
+    return f"{flag_of('pass_k')} {','.join(map(str, ks))}" if flag_of else spelled("pass_k", ks)
 
 
 class RLHFEvaluator(PeriodicEvaluator):
