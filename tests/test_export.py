@@ -21,7 +21,7 @@ from purejaxppo.lm.models.gpt2 import GPT2
 from purejaxppo.lm.checkpoints.gpt2_hf import save_gpt2
 from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 from purejaxppo.programs.rlhf_export import final_policy
-from purejaxppo.programs.rlhf_program import RLHFSettings
+from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.programs.rlhf_run import resume_rlhf, train_rlhf
 from purejaxppo.run.checkpoint import latest_checkpoint, read_leaves
 

@@ -358,7 +358,7 @@ def test_pairs_the_cut_makes_equal_are_refused():
 
 def test_an_interrupted_sft_stage_says_what_starts_over(monkeypatch):
     import purejaxppo.programs.rlhf_run as rlhf_run
-    from purejaxppo.programs.rlhf_program import RLHFSettings
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
     from purejaxppo.run.guards import TrainingInterrupted
 
     def interrupted(*a, **k):

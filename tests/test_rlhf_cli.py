@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
-from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
+from purejaxppo.programs.rlhf_program import RLHFProgram
+from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
 from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint
 from purejaxppo.run.guards import NonFiniteError
@@ -239,8 +240,8 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
     (["--prompts", "{prompts.jsonl}"], "--prompts needs --model DIR"),
     (["--max-new-tokens", "4"], "--max-new-tokens needs --model DIR"),
     (["--model", "{good}"], "--model needs --prompts FILE"),
-    (["--model", "{good}", "--prompts", "{prompts.jsonl}"], "--model needs one reward"),
-    (TEXT + ["--reward-model", "{good}"], "--model needs one reward"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}"], "--model needs a reward"),
+    (TEXT + ["--reward-model", "{good}"], "--model needs a reward"),
     (TEXT + ["--task", "reverse"], "--task belongs to the built-in tasks"),
     (
         ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{othervocab}"],
@@ -298,6 +299,10 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
     (TEXT + ["--sft-data", "{sft_noresp.jsonl}"], "--sft-data {sft_noresp.jsonl}:1 needs a \"response\" string"),
     (TEXT + ["--sft-data", "{sft_long.jsonl}"], "over --max-new-tokens 16"),
     (TEXT + ["--pass-samples", "4", "--eval-every", "0"], "--pass-samples 4 samples at each evaluation"),
+    (TEXT + ["--reward-weights", "1,2"], "--reward-weights 1.0,2.0: 2 weights for 1 rewards"),
+    (TEXT + ["--reward-option", "length.limit=8"], "--reward-option length.limit=8: name a built-in reward given"),
+    (TEXT + ["--reward", "math", "--reward-option", "math.nope=1"], "--reward math: reward 'math' with options"),
+    (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "nope"], "--reward nope: "),
     (TEXT + ["--pass-samples", "4", "--pass-k", "1,8"], "--pass-k 1,8: each k must be in [1, --pass-samples = 4]"),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}"], "must be FILE.py:FUNCTION"),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward", "{reward.py}:nope"], "has no function 'nope'"),
@@ -346,7 +351,7 @@ def test_a_text_run_is_read_once_and_every_stage_shares_its_task(bad, tmp_path, 
     from purejaxppo.cli.parser import build_parser
     from purejaxppo.cli.devices import count_devices
     from purejaxppo.cli.rlhf_cmd import rlhf_request
-    from purejaxppo.programs import rlhf_program
+    from purejaxppo.programs import rlhf_settings
     from purejaxppo.programs.rlhf_session import SessionHooks, open_run
     from purejaxppo.programs.rlhf_run import checked_data
     from purejaxppo.run import processes
@@ -354,7 +359,7 @@ def test_a_text_run_is_read_once_and_every_stage_shares_its_task(bad, tmp_path, 
     reads = []
     real = text_task.make_text_task
     monkeypatch.setattr(text_task, "make_text_task", lambda *a, **kw: reads.append(1) or real(*a, **kw))
-    rlhf_program._text_task.cache_clear()
+    rlhf_settings._text_task.cache_clear()
     monkeypatch.chdir(tmp_path)
     argv = ["rlhf", "--model", str(bad / "good"), "--prompts", str(bad / "prompts.jsonl"), "--quiet"]
     args = build_parser().parse_args([*argv, "--reward", f"{bad / 'reward.py'}:score", "--run-dir", "r"])
@@ -669,3 +674,35 @@ def test_a_reward_model_scores_the_run_and_starts_the_critic(tmp_path):
     header, first = rows(run)[0], rows(run)[1]
     score = float(first[header.index("score")])
     assert np.isfinite(score) and score != 0.0 and "reward_fn_s" not in header
+
+
+@pytest.mark.slow
+def test_each_completion_s_reward_reads_its_own_rows_answer_through_the_command(tmp_path):
+    """A reward function that takes the ``answer`` column gets, for every completion, the answer
+    of the row its prompt came from: prompts drawn at random, in groups, over 2 devices, a held-out
+    share evaluated with pass@k (the rows checked here against the data file, not the code)."""
+    model = _text_setup(tmp_path)
+    rows = [{"prompt": f"what is {i} plus one", "answer": f"ans{i}"} for i in range(12)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seen = tmp_path / "seen.jsonl"
+    (tmp_path / "reward.py").write_text(
+        "import json\n"
+        "def score(prompts, completions, answer):\n"
+        f"    with open({str(seen)!r}, 'a') as f:\n"
+        "        f.writelines(json.dumps([p, a]) + '\\n' for p, a in zip(prompts, answer))\n"
+        "    return [0.0] * len(prompts)\n"
+    )
+    run = str(tmp_path / "run")
+    flags = ["--batch", "8", "--group-size", "2", "--advantage", "grpo", "--devices", "2", "--held-out", "3"]
+    flags += ["--iterations", "2", "--minibatches", "2", "--epochs", "1", "--max-new-tokens", "4"]
+    flags += ["--eval-every", "1", "--pass-samples", "2", "--run-dir", run, "--quiet"]
+    proc = _cli(
+        ["rlhf", "--model", model, "--prompts", str(tmp_path / "data.jsonl"), "--reward", f"{tmp_path}/reward.py:score"]
+        + flags
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    gold = {r["prompt"]: r["answer"] for r in rows}
+    pairs = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(pairs) >= 2 * 8 and {a for _, a in pairs} - {None} == {a for p, a in pairs}
+    for prompt, answer in pairs:
+        assert gold[prompt] == answer, (prompt, answer)

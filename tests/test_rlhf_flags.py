@@ -83,7 +83,7 @@ def test_every_enum_flag_lists_its_choices_in_help(command, capsys):
     from purejaxppo.cli.flags import field_flag
     from purejaxppo.lm.ppo.token_config import TokenPPOConfig
     from purejaxppo.programs.reward_program import RewardConfig
-    from purejaxppo.programs.rlhf_program import RLHFSettings
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
 
     with pytest.raises(SystemExit):
         build_parser().parse_args([command, "--help"])
@@ -173,7 +173,7 @@ def test_the_defaults_live_in_the_declarations_only(command):
 def test_a_new_runs_settings_take_the_declared_defaults(tmp_path, monkeypatch):
     """``--eval-every`` left out is RLHFSettings' own default (no override in the command)."""
     from purejaxppo.cli.rlhf_cmd import _settings
-    from purejaxppo.programs.rlhf_program import RLHFSettings
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
 
     monkeypatch.chdir(tmp_path)
     settings = _settings(build_parser().parse_args(["rlhf"]), text=False, many=False)

@@ -20,7 +20,7 @@ import pytest
 
 from purejaxppo.cli.main import main
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
-from purejaxppo.programs.rlhf_program import RLHFSettings
+from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.run.checkpoint import latest_checkpoint, read_leaves
 from purejaxppo.run.record import RunRecord
 

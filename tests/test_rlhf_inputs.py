@@ -115,7 +115,7 @@ def test_chunk_defaults_to_the_run_records_and_a_resume_takes_it(tmp_path, monke
 
     import purejaxppo.programs.rlhf_run as rlhf_run
     from purejaxppo.cli import main
-    from purejaxppo.programs.rlhf_program import RLHFSettings
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
     from purejaxppo.run.record import CHUNK_UPDATES, RunRecord
 
     # the Python API's default is the record's

@@ -107,7 +107,8 @@ def test_init_on_several_processes_gives_arrays_replicated_over_the_runs_mesh(mo
 
     from purejaxppo.lm.ppo.token_config import TokenPPOConfig
     from purejaxppo.lm.ppo.data_parallel import prompt_mesh
-    from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings, on_every_process
+    from purejaxppo.programs.rlhf_program import RLHFProgram, on_every_process
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
     from purejaxppo.run import processes
 
     def replicated(x):

@@ -21,7 +21,7 @@ from purejaxppo import PPOConfig
 from purejaxppo.cli.main import main
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.programs.pbt_program import PBTSettings
-from purejaxppo.programs.rlhf_program import RLHFSettings
+from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.run.record import RunRecord
 from purejaxppo.algorithms.pbt import parse_search, search_space
 

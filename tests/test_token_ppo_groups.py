@@ -269,7 +269,8 @@ def test_a_grpo_run_folder_resumes_bit_for_bit(tmp_path):
     import csv
 
     from purejaxppo.lm.ppo.token_config import TokenPPOConfig
-    from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
+    from purejaxppo.programs.rlhf_program import RLHFProgram
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
     from purejaxppo.programs.rlhf_run import resume_rlhf, sft_model, train_rlhf
     from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint
 

@@ -23,7 +23,7 @@ import numpy as np
 import objective as obj
 from purejaxppo.lm import load_reward_model, policy_params, token_logprobs, TokenPPOConfig
 from purejaxppo.programs import kinds
-from purejaxppo.programs.rlhf_program import RLHFSettings
+from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.programs.rlhf_run import run_keys, train_rlhf
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import latest_checkpoint, restore_checkpoint

@@ -7,6 +7,7 @@ strictly by its type, its help, choices and range from the field's declaration
 from __future__ import annotations
 
 import argparse
+import math
 import dataclasses
 import typing
 from typing import Optional
@@ -58,6 +59,22 @@ def _parse_int_tuple(s: str) -> tuple:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers like 64,64 (no empty items), got {s!r}"
+        ) from None
+
+
+def _parse_float_tuple(s: str) -> tuple:
+    """``1,0.5`` -> ``(1.0, 0.5)``: finite numbers, no empty item."""
+    items = s.split(",")
+    try:
+        if any(not x.strip() for x in items):
+            raise ValueError
+        out = tuple(parse_float(x) for x in items)
+        if not all(math.isfinite(x) for x in out):
+            raise ValueError
+        return out
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated finite numbers like 1,0.5 (no empty items), got {s!r}"
         ) from None
 
 
@@ -204,7 +221,9 @@ def flag_type(t, name: str = ""):
     if t is bool:
         return _parse_bool
     if inner is tuple:
-        parse = {"obs_keep": _parse_indices, "lora_targets": _parse_names}.get(name, _parse_int_tuple)
+        parse = {"obs_keep": _parse_indices, "lora_targets": _parse_names, "reward_weights": _parse_float_tuple}.get(
+            name, _parse_int_tuple
+        )
         return (lambda s, parse=parse: None if s.lower() in NONE else parse(s)) if optional else parse
     if optional and inner is float:
         return _parse_optional_float
@@ -242,10 +261,11 @@ def config_from_args(args, base=None):
     return base.replace(**changes)
 
 
-def field_values(items, flag: str, example: str) -> tuple:
+def field_values(items, flag: str, example: str, text: bool = False) -> tuple:
     """``--flag FIELD=VALUE`` given several times, typed: ``["max_len=6", "partial=true"]`` ->
-    ``(("max_len", 6), ("partial", True))`` (sorted; a number, ``true`` or ``false``); a malformed
-    item is a :class:`~purejaxppo.cli.errors.UserError` naming ``flag`` (``example``: a well-formed one)."""
+    ``(("max_len", 6), ("partial", True))`` (sorted; a number, ``true`` or ``false``, or with
+    ``text`` any other value as a string); a malformed item is a
+    :class:`~purejaxppo.cli.errors.UserError` naming ``flag`` (``example``: a well-formed one)."""
     from purejaxppo.cli.errors import UserError
 
     out = {}
@@ -263,5 +283,7 @@ def field_values(items, flag: str, example: str) -> tuple:
                 else (int(value) if value.lstrip("-").isdigit() else float(value))
             )
         except ValueError:
-            raise UserError(f"{flag} {item!r}: the value must be a number, true or false") from None
+            if not text:
+                raise UserError(f"{flag} {item!r}: the value must be a number, true or false") from None
+            out[field] = value
     return tuple(sorted(out.items()))

@@ -67,6 +67,11 @@ TEXT_ONLY = (
     "eval_prompts",
     "sft_data",
     "reward",
+    "reward_weights",
+    "reward_options",
+    "columns",
+    "data_options",
+    "held_out",
     "reward_model",
     "chat_template",
     "max_new_tokens",
@@ -127,7 +132,7 @@ class RLHFCommand:
 
 def _records():
     from purejaxppo.lm.ppo.token_config import TokenPPOConfig
-    from purejaxppo.programs.rlhf_program import RLHFSettings
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
 
     return TokenPPOConfig, RLHFSettings
 
@@ -144,7 +149,7 @@ def settings_flag(name: str) -> str:
 
 def _preset_notes() -> dict:
     """How the built-in tasks' presets change the defaults, for ``--help``."""
-    from purejaxppo.programs.rlhf_program import RLHFSettings
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
 
     notes = {name: f"the built-in tasks: {value:g}" for name, value in TOY_CONFIG.items()}
     steps = ", ".join(f"{task} {p['sft_steps']}" for task, p in TASK_PRESETS.items())
@@ -228,7 +233,8 @@ def check_plain(args, text: bool) -> None:
             raise UserError("--model needs --prompts FILE (.jsonl or .txt) to train on")
         if bool(args.reward) == bool(args.reward_model):
             raise UserError(
-                "--model needs one reward: --reward FILE.py:FUNCTION (a function of the texts) or --reward-model DIR"
+                "--model needs a reward: --reward NAME or FILE.py:FUNCTION (a built-in or a function of the texts; "
+                "repeat for several) or --reward-model DIR (one of the two, for now)"
             )
         if args.sft_steps and not args.sft_data:
             raise UserError(f"--sft-steps {args.sft_steps} needs --sft-data FILE (prompt/response pairs)")
@@ -288,7 +294,7 @@ def rlhf_request(args):
 def _settings(args, text: bool, many: bool):
     """The :class:`RLHFSettings` of the flags: the fields given, the rest the declared defaults
     but for the rules below (paths made absolute: a resume may start elsewhere)."""
-    from purejaxppo.programs.rlhf_program import RLHFSettings
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
 
     st = given_settings(args)
     st.pop("task_options", None)
@@ -298,12 +304,21 @@ def _settings(args, text: bool, many: bool):
         st.setdefault("sft_steps", 0)
     dtype = "bfloat16" if args.bf16 else "float32"
     if text:
+        from purejaxppo.lm.data.row_sources import absolute
+
         for dest in ("model_dir", "prompts", "eval_prompts", "sft_data", "reward_model"):
             if st.get(dest):
-                st[dest] = os.path.abspath(st[dest])
-        path, sep, name = (st.get("reward") or "").rpartition(":")
-        if sep and path.endswith(".py"):
-            st["reward"] = f"{os.path.abspath(path)}:{name}"
+                st[dest] = absolute(st[dest])  # a path made absolute; a generator (reasoning-gym:NAME) as given
+        specs = []
+        for spec in st.get("reward") or ():  # a file's path made absolute; a built-in name or module as given
+            path, sep, name = spec.rpartition(":")
+            specs.append(f"{os.path.abspath(path)}:{name}" if sep and path.endswith(".py") else spec)
+        st["reward"] = tuple(specs)
+        for dest, flag, example in (
+            ("reward_options", "--reward-option", "length.limit=48"),
+            ("data_options", "--data-option", "size=2000"),
+        ):
+            st[dest] = flags.field_values(st.get(dest) or (), flag, example, text=True)
         if not st.get("sft_data"):  # no demonstrations: no SFT stage
             st.setdefault("sft_steps", 0)
         return RLHFSettings(task="text", dtype=dtype, **st)
@@ -330,9 +345,7 @@ def flag_errors(args):
 
     try:
         yield
-    except RewardSpecError as e:
-        raise UserError(f"--reward {args.reward}: {e}") from None
-    except (RewardModelError, PromptFileError, RewardFunctionError, ConfigError) as e:  # they name the flag
+    except (RewardSpecError, RewardModelError, PromptFileError, RewardFunctionError, ConfigError) as e:  # they name the flag
         raise UserError(str(e)) from None
     except CheckpointFolderError as e:  # the policy's folder (a reward model's is a RewardModelError)
         flag, typed = ("--model", args.model_dir) if args.model_dir is not None else ("--init", args.init)

@@ -38,7 +38,15 @@ import numpy as np
 from purejaxppo.config import ConfigError
 from purejaxppo.config.fields import check_fields, setting, spelled
 from purejaxppo.lm.models.sampling import sample_response
-from purejaxppo.lm.ppo.pass_at_k_eval import PassAtK, decoded, evaluation_prompts, resolved_ks, sample_and_score
+from purejaxppo.lm.ppo.pass_at_k_eval import (
+    PassAtK,
+    decoded,
+    evaluation_prompts,
+    evaluation_rows,
+    resolved_ks,
+    sample_and_score,
+    task_scores,
+)
 from purejaxppo.lm.ppo.token_ppo import policy_params
 from purejaxppo.run.compile_once import signature
 from purejaxppo.run.guards import interrupts_deferred
@@ -123,6 +131,7 @@ class RLHFEvaluator(PeriodicEvaluator):
         self.task, self.batch, self.samples_path = task, batch, samples_path
         # a text task's own evaluation prompts, else the task's drawn with EVAL_KEY
         prompt, valid = evaluation_prompts(task, batch, jax.random.PRNGKey(EVAL_KEY))
+        rows = evaluation_rows(task, batch)  # a text task's rewards read the rows' columns
 
         def one(params):
             response, _, mask = sample_response(
@@ -137,7 +146,7 @@ class RLHFEvaluator(PeriodicEvaluator):
                 top_k=1,
             )  # greedy
             stats = {
-                "score": jnp.mean(task.score(prompt, valid, response, mask)),
+                "score": jnp.mean(task_scores(task, prompt, valid, response, mask, rows)),
                 **task.diagnostics(prompt, valid, response, mask),
             }
             shown = (prompt[:SHOWN], valid[:SHOWN], jnp.where(mask, response, task.pad_id)[:SHOWN])
@@ -151,7 +160,8 @@ class RLHFEvaluator(PeriodicEvaluator):
         if self.pass_at_k is not None:
             cfg = self.pass_at_k
             self._pass_prompts = evaluation_prompts(task, cfg.pass_prompts or batch, jax.random.PRNGKey(EVAL_KEY))
-            self._pass_fn = _pass_program(lm, task, self._pass_prompts, cfg)
+            rows = evaluation_rows(task, cfg.pass_prompts or batch)
+            self._pass_fn = _pass_program(lm, task, self._pass_prompts, cfg, rows)
             blank = PassAtK.from_scores(np.zeros((1, cfg.pass_samples)), cfg.ks())
             self._pass_names = tuple(blank.metrics(prefix="eval_"))
 
@@ -214,13 +224,13 @@ class RLHFEvaluator(PeriodicEvaluator):
         return f"prompt: {text(self.task.decode_prompt(prompt, valid))}\nresponse: {text(self.task.decode(response))}"
 
 
-def _pass_program(lm, task, prompts, cfg: PassAtKSettings):
+def _pass_program(lm, task, prompts, cfg: PassAtKSettings, rows=None):
     """The compiled pass@k sampling of every run (``params [R, ...]``): ``(run 0's tokens
     [P, n, T], scores [R, P, n])``; every run draws with the same ``PASS_KEY``."""
 
     def one(params):
         out, scores = sample_and_score(
-            lm, params, task, *prompts, jax.random.PRNGKey(PASS_KEY), cfg.pass_samples, cfg.pass_temperature
+            lm, params, task, *prompts, jax.random.PRNGKey(PASS_KEY), cfg.pass_samples, cfg.pass_temperature, rows=rows
         )
         return jnp.where(out.mask, out.tokens, task.pad_id), scores
 

@@ -17,7 +17,7 @@ import jax
 from purejaxppo.config import ConfigError
 from purejaxppo.lm.checkpoints.pretrained import save_pretrained
 from purejaxppo.lm.ppo.policy_export import merged_policy
-from purejaxppo.programs.rlhf_program import RLHFSettings
+from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import CheckpointError, latest_checkpoint
 

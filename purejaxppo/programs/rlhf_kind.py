@@ -27,7 +27,7 @@ class TokenRuns:
     command = "rlhf"
     what = "token-level PPO (rlhf)"
     config_type = kinds.Lazy("purejaxppo.lm.ppo.token_config", "TokenPPOConfig")
-    settings_type = kinds.Lazy("purejaxppo.programs.rlhf_program", "RLHFSettings")
+    settings_type = kinds.Lazy("purejaxppo.programs.rlhf_settings", "RLHFSettings")
     headline = ("score", "score")
     warm_start = None  # its state is a language model's: it cannot start a control run
 

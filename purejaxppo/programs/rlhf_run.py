@@ -32,7 +32,8 @@ from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
 from purejaxppo.lm.rewards.python_reward import RewardFunctionError
 from purejaxppo.lm.sft.sft_training import evaluate_policy, train_sft
 from purejaxppo.programs.rlhf_eval import EVAL_KEY, SHOWN, PassAtKSettings, RLHFEvaluator, final_samples
-from purejaxppo.programs.rlhf_program import RLHFProgram, RLHFSettings
+from purejaxppo.programs.rlhf_program import RLHFProgram
+from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.run import processes, signals
 from purejaxppo.run import run_folder as rf
 from purejaxppo.run.checkpoint import latest_checkpoint

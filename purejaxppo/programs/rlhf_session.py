@@ -33,7 +33,7 @@ from purejaxppo.programs import kinds
 from purejaxppo.programs.rlhf_eval import PassAtKSettings
 from purejaxppo.programs.rlhf_export import check_exportable, check_out_dir, export_policy
 from purejaxppo.programs.rlhf_init_from import start_from_run
-from purejaxppo.programs.rlhf_program import RLHFSettings
+from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.programs import rlhf_run  # its functions looked up when called (tests replace them)
 from purejaxppo.run.guards import NonFiniteError
 from purejaxppo.run.loop import RunResult

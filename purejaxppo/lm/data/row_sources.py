@@ -32,6 +32,12 @@ GYM = "reasoning-gym:"
 DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
 
 
+def absolute(source: str) -> str:
+    """A source as a run records it: a file or folder's absolute path (a resume may start
+    elsewhere); a generator (``reasoning-gym:NAME``) as given."""
+    return source if source.startswith(GYM) else os.path.abspath(source)
+
+
 def source_kind(source: str) -> str:
     """``"file"`` (``.jsonl`` / ``.txt``), ``"parquet"``, ``"datasets"`` (a saved folder) or
     ``"reasoning-gym"``; a source of none of these kinds is refused."""

@@ -82,7 +82,9 @@ class PassAtK:
         ]
 
 
-def sample_and_score(lm, params, task, prompt, prompt_valid, key, n: int, temperature=1.0, top_k: int = 0, top_p=1.0):
+def sample_and_score(
+    lm, params, task, prompt, prompt_valid, key, n: int, temperature=1.0, top_k: int = 0, top_p=1.0, rows=None
+):
     """``n`` completions of every prompt, sampled with the KV cache, and the task's score of each.
 
     Jittable and vmappable (``lm``, ``task``, ``n`` and ``top_k`` static; :func:`evaluate_pass_at_k`
@@ -99,18 +101,20 @@ def sample_and_score(lm, params, task, prompt, prompt_valid, key, n: int, temper
       key: a PRNG key.
       n: completions per prompt.
       temperature, top_k, top_p: as :func:`~purejaxppo.lm.models.sampling.sample_tokens`.
+      rows: ``[P]`` the prompts' row ids (:func:`evaluation_rows`: a text task's rewards read
+        their columns), or None.
 
     Returns:
       ``(Response, scores)``: the completions, a :class:`~purejaxppo.lm.models.sampling.Response`
       of ``[P, n, T]`` arrays, and ``scores [P, n]`` float32.
     """
     p = prompt.shape[0]
-    rows = jnp.repeat(prompt, n, axis=0), jnp.repeat(prompt_valid, n, axis=0)
+    repeated = jnp.repeat(prompt, n, axis=0), jnp.repeat(prompt_valid, n, axis=0)
     out = sample_response(
         lm,
         params,
         jax.random.split(key, p * n),
-        *rows,
+        *repeated,
         task.max_new,
         jnp.asarray(task.stop_ids),
         task.pad_id,
@@ -119,11 +123,27 @@ def sample_and_score(lm, params, task, prompt, prompt_valid, key, n: int, temper
         top_p=top_p,
         per_row=True,
     )
-    scores = task.score(*rows, out.tokens, out.mask).astype(jnp.float32)
+    ids = None if rows is None else jnp.repeat(rows, n)
+    scores = task_scores(task, *repeated, out.tokens, out.mask, ids).astype(jnp.float32)
     return Response(*(x.reshape(p, n, -1) for x in out)), scores.reshape(p, n)
 
 
 _compiled = jax.jit(sample_and_score, static_argnames=("lm", "task", "n", "top_k", "top_p"))
+
+
+def evaluation_rows(task, batch: int):
+    """The row ids ``[batch]`` of :func:`evaluation_prompts`' prompts where the task has rows (a
+    text task: its rewards read the rows' columns by id), else None."""
+    rows = getattr(task, "evaluation_rows", None)
+    return rows(batch) if rows else None
+
+
+def task_scores(task, prompt, prompt_valid, response, mask, rows=None):
+    """``task.score`` of ``[B]`` responses, given their row ids where there are some (None: the
+    task's plain four-argument score)."""
+    if rows is None:
+        return task.score(prompt, prompt_valid, response, mask)
+    return task.score(prompt, prompt_valid, response, mask, rows=rows)
 
 
 def decoded(task, prompt, prompt_valid, tokens) -> tuple:
@@ -150,6 +170,7 @@ def evaluate_pass_at_k(
     top_k: int = 0,
     top_p=1.0,
     decode: bool = True,
+    rows=None,
 ) -> PassAtK:
     """pass@k of a policy on held-out prompts: ``n`` completions sampled per prompt
     (:func:`sample_and_score`, jitted), each scored by the task's reward.
@@ -167,6 +188,7 @@ def evaluate_pass_at_k(
         (:func:`~purejaxppo.lm.models.sampling.sample_tokens`).
       threshold: a completion counts as correct where its score is ``>= threshold``.
       decode: decode the prompts and completions (``task.decode``) into the record.
+      rows: ``[P]`` the prompts' row ids (:func:`evaluation_rows`), or None.
 
     Returns:
       A :class:`PassAtK`: pass@k for each k, mean@n, the correct counts, every score and
@@ -179,7 +201,7 @@ def evaluate_pass_at_k(
     ks = resolved_ks(ks, n)
     before = getattr(task, "reward_error", lambda: None)()
     response, scores = _compiled(
-        lm, params, task, prompt, prompt_valid, key, n, jnp.asarray(temperature, jnp.float32), top_k, top_p
+        lm, params, task, prompt, prompt_valid, key, n, jnp.asarray(temperature, jnp.float32), top_k, top_p, rows
     )
     if before is None:  # a text reward that failed on these completions
         getattr(task, "check_reward", lambda _: None)(before)

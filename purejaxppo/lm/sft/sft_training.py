@@ -22,6 +22,7 @@ from purejaxppo.lm.ppo import token_stages as tk
 from purejaxppo.lm.models.adapters import FlaxLM
 from purejaxppo.lm.models.tiny_lm import TinyLM
 from purejaxppo.lm.models.sampling import sample_response
+from purejaxppo.lm.ppo.pass_at_k_eval import evaluation_prompts, evaluation_rows, task_scores
 from purejaxppo.lm.tasks.builtin_tasks import make_task
 
 
@@ -112,8 +113,8 @@ def init_tiny_lm(task, key, d_model: int = 32, n_layers: int = 2, n_heads: int =
 @functools.partial(jax.jit, static_argnames=("lm", "task", "batch", "greedy"))
 def _evaluate(lm, params, task, key, temperature, *, batch: int, greedy: bool):
     k_prompt, k_gen = jax.random.split(key)
-    fixed = getattr(task, "evaluation_prompts", None)  # a text task's own evaluation prompts
-    prompt, prompt_valid = fixed(batch) if fixed else task.prompts(k_prompt, batch)
+    prompt, prompt_valid = evaluation_prompts(task, batch, k_prompt)  # a text task's own, else drawn
+    rows = evaluation_rows(task, batch)  # their row ids (a text task's rewards read the columns), or None
     response, _, mask = sample_response(
         lm,
         params,
@@ -126,7 +127,7 @@ def _evaluate(lm, params, task, key, temperature, *, batch: int, greedy: bool):
         temperature=temperature,
         top_k=1 if greedy else 0,
     )
-    score = task.score(prompt, prompt_valid, response, mask)
+    score = task_scores(task, prompt, prompt_valid, response, mask, rows)
     return {"score": jnp.mean(score), **task.diagnostics(prompt, prompt_valid, response, mask)}
 
 
