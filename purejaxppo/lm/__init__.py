@@ -75,6 +75,7 @@ from purejaxppo.lm.ppo.pass_at_k import correct_counts, mean_at_k, pass_at_k
 from purejaxppo.lm.ppo.pass_at_k_eval import PassAtK, evaluate_pass_at_k, sample_and_score
 from purejaxppo.lm.ppo.group_advantages import group_advantages, k3_kl, repeat_prompts, token_advantages
 from purejaxppo.lm.ppo.policy_export import merged_policy, save_policy
+from purejaxppo.lm.ppo.recipes import RECIPES, apply_recipe
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
 from purejaxppo.lm.ppo.token_phases import finish_phase, sample_phase, score_phase
 from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
@@ -148,6 +149,8 @@ __all__ = [
     # the iteration
     "TokenPPOConfig",
     "validate_token_config",
+    "RECIPES",
+    "apply_recipe",
     "TokenPPO",
     "TokenPPOState",
     "make_token_ppo",

@@ -272,10 +272,14 @@ def advantages(total, kl, values, mask, beta, cfg) -> tuple[jax.Array, jax.Array
     ``values [B, L]``; ``beta * kl`` is subtracted from the rewards under ``kl_in == "reward"``.
 
     ``gae``: the score on the last valid token, masked GAE, optionally whitened over the batch.
-    ``grpo`` / ``rloo``: the sequence reward (score minus ``beta *`` the sequence's KL) against
-    its group's baseline (:func:`purejaxppo.lm.ppo.group_advantages.group_advantages`, rows
-    ``[g*G, (g+1)*G)`` one prompt's), broadcast over the response's valid tokens; returns 0 (no
-    critic learns from them)."""
+    ``grpo`` / ``dr-grpo`` / ``rloo``: the sequence reward (score minus ``beta *`` the sequence's
+    KL) against its group's baseline (:func:`purejaxppo.lm.ppo.group_advantages.group_advantages`,
+    rows ``[g*G, (g+1)*G)`` one prompt's), broadcast over the response's valid tokens.
+    ``reinforce++`` (Hu 2025): the score on the last valid token (``reinforce++-baseline``: minus
+    its group's mean score), ``-beta * kl`` on every token, each token's return
+    (:func:`~purejaxppo.lm.ppo.token_stages.discounted_returns`, ``cfg.gamma``) normalised over
+    the batch's valid tokens (every device's rows: the batch is gathered before). Returns are 0
+    but for gae (no critic learns from them)."""
     kl = kl if cfg.kl_in == "reward" else jnp.zeros_like(kl)
     if cfg.advantage == "gae":
         rewards = tk.shaped_rewards(total, kl, mask, beta)
@@ -283,6 +287,12 @@ def advantages(total, kl, values, mask, beta, cfg) -> tuple[jax.Array, jax.Array
         if cfg.whiten_advantages:
             adv = jnp.where(mask, tk.masked_whiten(adv, mask), 0.0)
         return adv, ret
+    if cfg.advantage in ("reinforce++", "reinforce++-baseline"):
+        if cfg.advantage == "reinforce++-baseline":  # the group's mean score out (Dr. GRPO's group step)
+            total = group.group_advantages(total, cfg.group_size, "dr-grpo")
+        returns = tk.discounted_returns(tk.shaped_rewards(total, kl, mask, beta), mask, cfg.gamma)
+        adv = jnp.where(mask, tk.masked_whiten(returns, mask), 0.0)
+        return adv, jnp.zeros_like(adv)
     seq = group.group_advantages(total - beta * tk.sequence_kl(kl, mask), cfg.group_size, cfg.advantage)
     adv = group.token_advantages(seq, mask)
     return adv, jnp.zeros_like(adv)
@@ -290,6 +300,12 @@ def advantages(total, kl, values, mask, beta, cfg) -> tuple[jax.Array, jax.Array
 
 def finish(exp: Experience, beta, cfg) -> tuple[TokenBatch, dict]:
     """The advantages of the whole batch (:func:`advantages`) and its statistics.
+
+    The score of a sequence is the reward's, minus ``missing_eos_penalty`` without a stop token,
+    plus DAPO's soft overlong punishment under ``overlong_buffer``
+    (:func:`~purejaxppo.lm.ppo.token_stages.overlong_penalty`). Under ``mask_truncated`` the
+    rows without a stop token leave the update's ``mask`` (no weight in any loss term; their
+    advantages and returns 0) after the advantages are computed with them.
 
     Args:
       exp: every row's :class:`~purejaxppo.lm.ppo.token_records.Experience` (``[B, L]``; rows
@@ -306,13 +322,20 @@ def finish(exp: Experience, beta, cfg) -> tuple[TokenBatch, dict]:
     """
     mask = exp.mask
     total = exp.score - cfg.missing_eos_penalty * (~exp.has_stop)
+    if cfg.overlong_buffer:
+        lengths = jnp.sum(mask, axis=1)
+        total = total + tk.overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
     kl = tk.kl_penalty(exp.logp_old, exp.logp_ref, cfg.kl_estimator, mask)
     adv, ret = advantages(total, kl, exp.values_old, mask, beta, cfg)
+    loss_mask = mask
+    if cfg.mask_truncated:
+        loss_mask = mask & exp.has_stop[:, None]
+        adv, ret = jnp.where(loss_mask, adv, 0.0), jnp.where(loss_mask, ret, 0.0)
     data = TokenBatch(
         advantages=adv,
         logp_old=exp.logp_old,
         logp_ref=exp.logp_ref if cfg.kl_in == "loss" else None,
-        mask=mask,
+        mask=loss_mask,
         ptx_mask=None,
         ptx_tokens=None,
         ptx_valid=None,

@@ -1,4 +1,4 @@
-"""Critic-free advantages from a GROUP of responses per prompt (GRPO, RLOO) as pure functions.
+"""Critic-free advantages from a GROUP of responses per prompt (GRPO, Dr. GRPO, RLOO) as pure functions.
 
 Layout: a batch of ``B = n_prompts * G`` sequences where rows ``[g*G, (g+1)*G)`` answer the same
 prompt (the prompt repeated ``G`` times, each row sampled with its own key). The baseline of a
@@ -6,6 +6,9 @@ row is computed from its group's sequence rewards alone:
 
 * ``grpo`` (Shao et al. 2024, DeepSeekMath): ``(r_i - mean_g) / (std_g + eps)``, ``std_g`` the
   unbiased (``ddof=1``) standard deviation, as TRL's GRPOTrainer computes it;
+* ``dr-grpo`` (Liu et al. 2025, "Understanding R1-Zero-Like Training"): ``r_i - mean_g``, no
+  division by the group's std (which weights the groups whose rewards barely differ most);
+  REINFORCE++-baseline's group step too;
 * ``rloo`` (Ahmadian et al. 2024): ``r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean_g)``.
 
 A group whose rewards are all equal carries no signal: its advantages are exactly 0 (never
@@ -18,7 +21,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-METHODS = ("grpo", "rloo")
+METHODS = ("grpo", "dr-grpo", "rloo")
 
 
 def _groups(rewards: jax.Array, group_size: int) -> jax.Array:
@@ -52,6 +55,8 @@ def group_advantages(rewards: jax.Array, group_size: int, method: str = "grpo", 
     if method == "grpo":
         std = jnp.sqrt(jnp.sum(centred**2, axis=1, keepdims=True) / (g - 1))
         adv = centred / (std + eps)
+    elif method == "dr-grpo":
+        adv = centred
     else:
         adv = centred * (g / (g - 1))
     flat = jnp.max(r, axis=1, keepdims=True) == jnp.min(r, axis=1, keepdims=True)

@@ -21,10 +21,13 @@ from purejaxppo.config.ppo_config import fields_from_dict, fields_to_dict
 
 CRITICS = ("separate", "value_head")
 KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
-AGGREGATIONS = ("token-mean", "seq-mean")
+AGGREGATIONS = ("token-mean", "seq-mean", "token-sum-norm")
 BASE_DTYPES = ("float32", "bfloat16")
-ADVANTAGES = ("gae", "grpo", "rloo")
+ADVANTAGES = ("gae", "grpo", "dr-grpo", "rloo", "reinforce++", "reinforce++-baseline")
+#: the advantages whose baseline is the other responses to the same prompt (group_size >= 2)
+GROUP_ADVANTAGES = ("grpo", "dr-grpo", "rloo", "reinforce++-baseline")
 KL_IN = ("reward", "loss")
+IMPORTANCE_LEVELS = ("token", "sequence")
 
 
 @documented
@@ -48,14 +51,17 @@ class TokenPPOConfig:
     group_size: int = setting(
         1,
         "responses sampled per prompt (rows [g*G, (g+1)*G) answer one prompt, each with its own key); "
-        "grpo and rloo need 2 or more",
+        "grpo, dr-grpo, rloo and reinforce++-baseline need 2 or more",
         lo=1,
         static=True,
     )
     advantage: str = setting(
         "gae",
         "how a response's advantage is estimated: gae = the critic's GAE per token; grpo = (score - "
-        "group mean) / group std; rloo = score - the mean of the group's other responses (no critic)",
+        "group mean) / group std; dr-grpo = score - group mean (Dr. GRPO: no std division); rloo = score - "
+        "the mean of the group's other responses; reinforce++ = each token's return (the sum of the "
+        "rewards from it on), normalised over the batch's valid tokens; reinforce++-baseline = the same, "
+        "the group's mean score subtracted first (none but gae has a critic)",
         choices=ADVANTAGES,
         static=True,
     )
@@ -101,13 +107,35 @@ class TokenPPOConfig:
     aggregation: str = setting(
         "token-mean",
         "how token losses are averaged: token-mean = over all valid tokens; seq-mean = per sequence, then "
-        "over sequences",
+        "over sequences; token-sum-norm = summed, divided by the sequences x max_new_tokens (Dr. GRPO's "
+        "constant)",
         choices=AGGREGATIONS,
+        static=True,
+    )
+    importance_level: str = setting(
+        "token",
+        "the importance ratio of the clipped loss: token = each token's pi/pi_old; sequence = GSPO's (Zheng "
+        "et al. 2025) exp(mean over the response's tokens of log pi - log pi_old), clipped per sequence",
+        choices=IMPORTANCE_LEVELS,
+        static=True,
+    )
+    overlong_buffer: int = setting(
+        0,
+        "DAPO's soft overlong punishment: a response longer than max_new_tokens minus this many tokens "
+        "loses --overlong-penalty x (its excess / this) from its score, the whole penalty at the budget "
+        "(a buffer longer than the budget counts as the budget; 0 = off)",
+        lo=0,
+        static=True,
+    )
+    mask_truncated: bool = setting(
+        False,
+        "responses that end without a stop token (cut at the budget) get no weight in the loss (DAPO's "
+        "overlong filtering)",
         static=True,
     )
     critic: str = setting(
         "separate",
-        "gae's critic (grpo and rloo have none): separate = its own model and parameters; value_head = a "
+        "gae's critic (the other advantages have none): separate = its own model and parameters; value_head = a "
         "head on the policy's trunk",
         choices=CRITICS,
         static=True,
@@ -164,7 +192,24 @@ class TokenPPOConfig:
         1.0, "each network's gradient is clipped apart to this global norm", lo=0, lo_open=True
     )
     adam_eps: float = setting(1e-8, "Adam's epsilon, added to the root of the second moment (numerical safety)", lo=0)
-    clip_eps: float = setting(0.2, "PPO's clip range of the probability ratio", lo=0, lo_open=True)
+    clip_eps: float = setting(
+        0.2,
+        "PPO's clip range of the probability ratio (below 1; above 1 too unless --clip-eps-high)",
+        lo=0,
+        lo_open=True,
+    )
+    clip_eps_high: float = setting(
+        0.0,
+        "the clip range above 1 of the probability ratio (DAPO's clip-higher: [1 - clip-eps, 1 + this]; "
+        "0 = the same as --clip-eps)",
+        lo=0,
+    )
+    dual_clip: float = setting(
+        0.0,
+        "dual-clip PPO (Ye et al. 2020): a token with a negative advantage A loses at most this x |A| "
+        "(0 = off, else > 1)",
+        lo=0,
+    )
     vf_clip_eps: float = setting(0.2, "the clip range of the critic's value updates (with --clip-value)", lo=0)
     vf_coef: float = setting(0.5, "weight of the value loss (a value_head critic shares the policy's loss)", lo=0)
     ent_coef: float = setting(0.0, "weight of the entropy bonus", lo=0)
@@ -186,6 +231,9 @@ class TokenPPOConfig:
         1.0, "the sampling temperature of the responses (1 = the policy's own distribution)", lo=0, lo_open=True
     )
     missing_eos_penalty: float = setting(1.0, "subtracted from the score of a response with no stop token", lo=0)
+    overlong_penalty: float = setting(
+        1.0, "the soft overlong punishment at the budget (with --overlong-buffer): up to this is subtracted", lo=0
+    )
     ptx_coef: float = setting(0.0, "weight of the pretraining NLL (with ptx)", lo=0, cli=False)
 
     @property
@@ -236,6 +284,7 @@ def validate_token_config(cfg: TokenPPOConfig, flag_of: Optional[Callable[[str],
             f"{say('micro_batches', cfg.micro_batches)}"
         )
     _check_groups(cfg, say)
+    _check_loss_family(cfg, say)
     if not all(isinstance(i, numbers.Integral) for i in cfg.stop_ids):
         raise ConfigError(f"{say('stop_ids', cfg.stop_ids)} must be token ids (ints)")
     if cfg.pad_id in cfg.stop_ids:  # the sampler never draws pad_id: a stop equal to it could never be sampled
@@ -248,7 +297,7 @@ def validate_token_config(cfg: TokenPPOConfig, flag_of: Optional[Callable[[str],
 
 
 def needs_critic(cfg: TokenPPOConfig) -> bool:
-    """Whether the advantages need a critic (GAE's values); grpo / rloo use a group baseline."""
+    """Whether the advantages need a critic (GAE's values); the others use a group or batch baseline."""
     return cfg.advantage == "gae"
 
 
@@ -259,11 +308,25 @@ def _check_groups(cfg: TokenPPOConfig, say) -> None:
             f"{say('group_size', cfg.group_size)} ({say('batch_size')} / {say('group_size')} prompts per "
             f"iteration); make {say('batch_size')} a multiple of {say('group_size')}"
         )
-    if cfg.advantage != "gae" and cfg.group_size < 2:
+    if cfg.advantage in GROUP_ADVANTAGES and cfg.group_size < 2:
         raise ConfigError(
             f"{say('advantage', cfg.advantage)} takes its baseline from the other responses to the same prompt: "
             f"{say('group_size', cfg.group_size)} must be >= 2 (or use {say('advantage', 'gae')}, the critic's "
             "baseline)"
+        )
+
+
+def _check_loss_family(cfg: TokenPPOConfig, say) -> None:
+    dual = cfg.dual_clip
+    if isinstance(dual, numbers.Real) and dual != 0 and not dual > 1:  # a traced value is the caller's
+        raise ConfigError(
+            f"{say('dual_clip', dual)} must be 0 (off) or > 1: it bounds a negative-advantage token's loss "
+            "by that many times |A|, above the clipped loss's own bound (e.g. 3)"
+        )
+    if cfg.mask_truncated and not cfg.stop_ids:
+        raise ConfigError(
+            f"{say('mask_truncated')} drops the responses without a stop token, and with no stop ids "
+            f"(stop_ids=()) every response is one; give the model's stop ids or drop {say('mask_truncated')}"
         )
 
 

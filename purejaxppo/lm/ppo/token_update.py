@@ -93,9 +93,13 @@ def trained_params(params: dict, base, models: Optional[experience.Models] = Non
 
 
 def units(mask, aggregation):
-    """What the loss averages over: valid tokens, or non-empty sequences."""
+    """What the loss averages over: valid tokens (``token-mean``), non-empty sequences
+    (``seq-mean``), or every sequence (``token-sum-norm``: its divisor is the rows x the
+    budget, so a pass's share of it is its share of the rows)."""
     if aggregation == "token-mean":
         return jnp.sum(mask, dtype=jnp.float32)
+    if aggregation == "token-sum-norm":
+        return jnp.float32(mask.shape[0])
     return jnp.sum(jnp.any(mask, axis=1), dtype=jnp.float32)
 
 
@@ -114,7 +118,7 @@ def kl_loss(logp, logp_ref, mask, cfg: TokenPPOConfig) -> jax.Array:
     ``KL(policy || reference)`` per token, its gradient through ``logp [B, L]``, averaged as the
     policy loss is (``cfg.aggregation``)."""
     kl = tk.kl_penalty(logp, logp_ref, cfg.kl_estimator, mask)
-    w = tk.aggregation_weights(mask, cfg.aggregation)
+    w = tk.aggregation_weights(mask, cfg.aggregation, cfg.max_new_tokens)
     return tk.masked_mean(kl if w is None else kl * jax.lax.stop_gradient(w), mask)
 
 
@@ -152,6 +156,10 @@ def share_loss(
         ent_coef=cfg.ent_coef,
         vf_clip_eps=cfg.vf_clip_eps if cfg.clip_value else None,
         aggregation=cfg.aggregation,
+        clip_eps_high=cfg.clip_eps_high,
+        dual_clip=cfg.dual_clip,
+        importance_level=cfg.importance_level,
+        max_new_tokens=cfg.max_new_tokens,
     )
     if not critic:
         del m["critic_loss"]  # identically 0: there is no critic
