@@ -75,7 +75,9 @@ class PassAtKSettings:
     )
     pass_prompts: int = setting(0, "prompts of each pass@k evaluation (0: the greedy evaluation's)", lo=0)
     pass_temperature: float = setting(1.0, "the pass@k samples' temperature", lo=0, lo_open=True)
-    pass_threshold: float = setting(1.0, "a pass@k sample counts as correct where its score is >= this (finite)")
+    pass_threshold: float = setting(
+        1.0, "a pass@k sample counts as correct where its score is >= this", lo=0, lo_open=True
+    )
 
     @classmethod
     def declared(cls, name: str) -> dataclasses.Field:
