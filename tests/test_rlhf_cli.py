@@ -706,3 +706,24 @@ def test_each_completion_s_reward_reads_its_own_rows_answer_through_the_command(
     assert len(pairs) >= 2 * 8 and {a for _, a in pairs} - {None} == {a for p, a in pairs}
     for prompt, answer in pairs:
         assert gold[prompt] == answer, (prompt, answer)
+
+
+def test_a_recipe_sets_the_papers_values_on_the_tasks_budget_and_a_flag_given_overrides_it(bad, tmp_path, monkeypatch):
+    """``--recipe dapo`` (Yu et al. 2025): group advantages scaled by the std, clip 0.2 / 0.28, no
+    KL, the soft overlong punishment over the last fifth of the response budget (10 tokens here:
+    2); ``--clip-eps-high 0.3`` given stays; the recipe is recorded in the settings."""
+    from purejaxppo.cli.devices import count_devices
+    from purejaxppo.cli.parser import build_parser
+    from purejaxppo.cli.rlhf_cmd import rlhf_request
+    from purejaxppo.programs.rlhf_session import SessionHooks, open_run
+    from purejaxppo.run import processes
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["rlhf", "--model", str(bad / "good"), "--prompts", str(bad / "prompts.jsonl"), "--quiet"]
+    argv += ["--reward", f"{bad / 'reward.py'}:score", "--recipe", "dapo", "--group-size", "4"]
+    args = build_parser().parse_args([*argv, "--clip-eps-high", "0.3", "--max-new-tokens", "10", "--run-dir", "r"])
+    run = open_run(rlhf_request(args), SessionHooks(processes.current(), count_devices))
+    c = run.config
+    got = (c.advantage, c.clip_eps, c.clip_eps_high, c.beta, c.aggregation, c.overlong_buffer, c.max_new_tokens)
+    assert got == ("grpo", 0.2, 0.3, 0.0, "token-mean", 2, 10)
+    assert run.settings.recipe == "dapo" and c.group_size == 4

@@ -288,7 +288,8 @@ def rlhf_request(args):
     text = args.model_dir is not None
     check_plain(args, text)
     many = args.distributed or args.coordinator is not None
-    return RLHFRequest(token_config(args, text), _settings(args, text, many), **session)
+    given = frozenset(given_config(args)) | ({"adaptive_kl"} if args.cfg_kl_target is not None else set())
+    return RLHFRequest(token_config(args, text), _settings(args, text, many), given=given, **session)
 
 
 def _settings(args, text: bool, many: bool):
@@ -326,7 +327,10 @@ def _settings(args, text: bool, many: bool):
     preset = TASK_PRESETS.get(task, {"task_options": {}})
     if "sft_steps" in preset:
         st.setdefault("sft_steps", preset["sft_steps"])
-    options = {**preset["task_options"], **dict(flags.field_values(args.task_options or [], "--task-option", "max_len=6"))}
+    options = {
+        **preset["task_options"],
+        **dict(flags.field_values(args.task_options or [], "--task-option", "max_len=6")),
+    }
     return RLHFSettings(**{**st, "task": task}, task_options=tuple(sorted(options.items())), dtype=dtype)
 
 
@@ -345,7 +349,13 @@ def flag_errors(args):
 
     try:
         yield
-    except (RewardSpecError, RewardModelError, PromptFileError, RewardFunctionError, ConfigError) as e:  # they name the flag
+    except (
+        RewardSpecError,
+        RewardModelError,
+        PromptFileError,
+        RewardFunctionError,
+        ConfigError,
+    ) as e:  # they name the flag
         raise UserError(str(e)) from None
     except CheckpointFolderError as e:  # the policy's folder (a reward model's is a RewardModelError)
         flag, typed = ("--model", args.model_dir) if args.model_dir is not None else ("--init", args.init)

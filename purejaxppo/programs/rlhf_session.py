@@ -27,12 +27,14 @@ import jax
 from purejaxppo.config import ConfigError
 from purejaxppo.lm.checkpoints.pretrained import CheckpointFolderError, read_config
 from purejaxppo.lm.models import lora
+from purejaxppo.lm.ppo.recipes import apply_recipe
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, needs_critic, validate_token_config
 from purejaxppo.lm.rewards.python_reward import RewardFunctionError
 from purejaxppo.programs import kinds
 from purejaxppo.programs.rlhf_eval import PassAtKSettings
 from purejaxppo.programs.rlhf_export import check_exportable, check_out_dir, export_policy
 from purejaxppo.programs.rlhf_init_from import start_from_run
+from purejaxppo.programs.rlhf_program import task_config
 from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.programs import rlhf_run  # its functions looked up when called (tests replace them)
 from purejaxppo.run.guards import NonFiniteError
@@ -49,6 +51,7 @@ class RLHFRequest:
       config: a new run's :class:`TokenPPOConfig` (validated here, once); None with ``resume``.
       settings: a new run's :class:`RLHFSettings` (paths absolute); None with ``resume``.
       flag_of: ``config field -> the flag that sets it`` (the config's errors name the flags).
+      given: the config fields the flags set (a ``--recipe`` leaves them as given).
       command: the command's name (a folder is continued by its own kind's command).
       seed, seeds: the SFT stage's and the runs' seed; how many runs train at once.
       devices: the ``--devices`` spec as typed (a count, or ``all``).
@@ -67,6 +70,7 @@ class RLHFRequest:
     settings: Optional[RLHFSettings]
     flag_of: Callable[[str], str]
     command: str
+    given: frozenset = frozenset()
     seed: int = 0
     seeds: int = 1
     devices: str = "1"
@@ -143,7 +147,12 @@ def run_session(request: RLHFRequest, hooks: SessionHooks) -> tuple[RunResult, s
         run = open_run(request, hooks)
         run_dir, label, config = run.run_dir, run.settings.task, run.config
     on_chunk, close = progress_bar(
-        request.quiet, f"rlhf {label}", metric="score", eval_metric="eval_score", shown="score", steps="sequences",
+        request.quiet,
+        f"rlhf {label}",
+        metric="score",
+        eval_metric="eval_score",
+        shown="score",
+        steps="sequences",
         fmt=".3f",
     )
     loggers = []  # the metric sinks asked for (TensorBoard, W&B), beside metrics.csv, on process 0
@@ -229,6 +238,8 @@ def open_run(request: RLHFRequest, hooks: SessionHooks) -> PreparedRun:
     init_from = start = None
     if request.init_from is not None:
         init_from, start = start_from_run(request.init_from, settings, params, request.init_from_run)
+    if settings.recipe:  # on the task's response budget (dapo's overlong buffer is a fifth of it)
+        config = apply_recipe(task_config(config, task), settings.recipe, request.given, request.flag_of)
     vocab = read_config(settings.init)["vocab_size"] if settings.init else task.vocab_size
     if config.top_k > vocab:
         raise ConfigError(

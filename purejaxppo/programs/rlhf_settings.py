@@ -17,6 +17,7 @@ from purejaxppo.config import ConfigError
 from purejaxppo.config.fields import setting
 from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
 from purejaxppo.lm.checkpoints.pretrained import load_pretrained
+from purejaxppo.lm.ppo.recipes import RECIPES
 from purejaxppo.lm.rewards.python_reward import TextReward
 from purejaxppo.lm.sft.sft_training import init_tiny_lm
 from purejaxppo.lm.tasks.builtin_tasks import TASKS, make_task
@@ -67,6 +68,12 @@ class RLHFSettings:
         None,
         "start a built-in task from a local GPT-2 folder (config.json + model.safetensors) instead of a TinyLM",
         metavar="DIR",
+    )
+    recipe: Optional[str] = setting(
+        None,
+        "a loss recipe in one word: the advantage, clip range, ratio, aggregation, KL and length shaping of "
+        "ppo, grpo, dapo, dr-grpo, gspo, reinforce++ or rloo (lm.RECIPES); a flag of any of those still overrides",
+        choices=tuple(RECIPES),
     )
     sft_steps: int = setting(100, "supervised (SFT) steps before PPO", lo=0)
     sft_batch: int = setting(64, "demonstrations per SFT step", lo=1)
@@ -126,7 +133,8 @@ class RLHFSettings:
         metavar="KEY=VALUE",
     )
     held_out: float = setting(
-        0.0, "hold out this share (< 1) or count (>= 1) of --prompts' rows as the evaluation prompts (not trained on)",
+        0.0,
+        "hold out this share (< 1) or count (>= 1) of --prompts' rows as the evaluation prompts (not trained on)",
         lo=0,
     )
     reward_model: Optional[str] = setting(
@@ -273,7 +281,9 @@ def text_reward(settings: RLHFSettings):
     fns = []
     for spec in settings.reward:
         try:
-            fns.append(rewards.get(spec, **options.get(spec, {})) if spec in rewards.BUILTIN else load_reward_function(spec))
+            fns.append(
+                rewards.get(spec, **options.get(spec, {})) if spec in rewards.BUILTIN else load_reward_function(spec)
+            )
         except TypeError as e:  # an option the reward does not take
             raise RewardSpecError(f"--reward-option {spec}: {e}") from None
         except RewardSpecError as e:
