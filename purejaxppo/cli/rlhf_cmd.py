@@ -13,13 +13,7 @@ field of one of three records: :class:`RLHFCommand` (how this session runs: seed
 devices), ``RLHFSettings`` (the setup: task or data, model, SFT, evaluation) and
 ``TokenPPOConfig`` (PPO). The declaration holds the flag's name, help, choices, range and
 default; ranges and choices are checked as argparse parses. A built-in task brings its own
-preset (:data:`TASK_PRESETS`), said in ``--help``.
-
-The run folder is a control run's (config.json, metrics.csv with one row per iteration and
-seed, checkpoints, summary.json) plus ``samples.txt`` (greedy generations, decoded, at every
-``--eval-every`` and at the final iteration); a text run's config.json also records the model
-folder and the sha256 of its weights, its tokenizer and the data files (``rlhf.hashes``, checked
-on ``--resume``).
+preset (:data:`TASK_PRESETS`), said in ``--help``. The run folder: ``docs/token_ppo.md``.
 """
 
 from __future__ import annotations
@@ -62,20 +56,8 @@ TASK_PRESETS = {
 }
 # RLHFSettings fields that belong to one way in: the user's own model and data, or a built-in task
 TEXT_ONLY = (
-    "model_dir",
-    "prompts",
-    "eval_prompts",
-    "sft_data",
-    "reward",
-    "reward_weights",
-    "reward_options",
-    "columns",
-    "data_options",
-    "held_out",
-    "reward_model",
-    "chat_template",
-    "max_new_tokens",
-    "max_prompt_tokens",
+    *("model_dir", "prompts", "eval_prompts", "sft_data", "columns", "data_options", "held_out", "reward_model"),
+    *("reward", "reward_weights", "reward_options", "chat_template", "max_new_tokens", "max_prompt_tokens"),
     "truncate_prompts",
 )
 TASK_ONLY = ("task", "task_options", "d_model", "n_layers", "n_heads", "init")
