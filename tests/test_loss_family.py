@@ -22,6 +22,7 @@ from purejaxppo.lm.models.adapters import FullRecompute
 from purejaxppo.lm.ppo import experience
 from purejaxppo.lm.ppo import token_config as tc
 from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.ppo import token_loss as tl
 from purejaxppo.lm.ppo.group_advantages import group_advantages
 from purejaxppo.lm.ppo.recipes import RECIPE_FIELDS, RECIPES, apply_recipe
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
@@ -88,7 +89,7 @@ def jx_policy_loss(logp, **kw):
     z = jnp.zeros(MASK.shape)
 
     def f(lp):
-        _, m = tk.token_ppo_loss(
+        _, m = tl.token_ppo_loss(
             lp, z, z, jnp.asarray(LOGP_OLD), z, jnp.asarray(ADV), z, jnp.asarray(MASK), vf_coef=0.0, ent_coef=0.0, **kw
         )
         return m["actor_loss"]
@@ -123,9 +124,9 @@ def test_the_default_loss_is_plain_ppo_and_the_same_program_as_before():
         importance_level=cfg.importance_level,
         max_new_tokens=cfg.max_new_tokens,
     )
-    now = jax.make_jaxpr(lambda *a: tk.token_ppo_loss(*a, **kw, aggregation=cfg.aggregation, **family))(*args)
+    now = jax.make_jaxpr(lambda *a: tl.token_ppo_loss(*a, **kw, aggregation=cfg.aggregation, **family))(*args)
     assert str(now) == str(jax.make_jaxpr(before)(*args))
-    loss, m = jax.jit(lambda *a: tk.token_ppo_loss(*a, **kw, **family))(*args)
+    loss, m = jax.jit(lambda *a: tl.token_ppo_loss(*a, **kw, **family))(*args)
     actor, _ = np_policy_loss(LOGP_NEW, LOGP_OLD, ADV, MASK)
     vn, vo, ret, ent = (np.asarray(x, np.float64) for x in (values_new, values_old, returns, entropy))
     critic = np.mean(
@@ -159,7 +160,7 @@ def test_asymmetric_clip_is_dapos_clip_higher():
 def jx_policy_loss_traced(hi):
     z = jnp.zeros(MASK.shape)
     lp, old, adv, mask = (jnp.asarray(x) for x in (LOGP_NEW, LOGP_OLD, ADV, MASK))
-    _, m = tk.token_ppo_loss(lp, z, z, old, z, adv, z, mask, clip_eps=0.2, vf_coef=0.0, ent_coef=0.0, clip_eps_high=hi)
+    _, m = tl.token_ppo_loss(lp, z, z, old, z, adv, z, mask, clip_eps=0.2, vf_coef=0.0, ent_coef=0.0, clip_eps_high=hi)
     return m["actor_loss"]
 
 
@@ -178,7 +179,7 @@ def test_dual_clip_bounds_a_negative_advantage_tokens_loss():
 
     @jax.jit
     def traced(c):
-        return tk.token_ppo_loss(lp, z, z, old, z, adv, z, mask, clip_eps=0.2, vf_coef=0.0, ent_coef=0.0, dual_clip=c)[
+        return tl.token_ppo_loss(lp, z, z, old, z, adv, z, mask, clip_eps=0.2, vf_coef=0.0, ent_coef=0.0, dual_clip=c)[
             1
         ]["actor_loss"]
 
@@ -196,7 +197,7 @@ def test_aggregations(agg):
     close(grad, want_grad)
     if agg == "token-sum-norm":
         with pytest.raises(ValueError, match="max_new_tokens"):
-            tk.aggregation_weights(jnp.asarray(MASK), agg)
+            tl.aggregation_weights(jnp.asarray(MASK), agg)
 
 
 def test_gspo_sequence_ratio_clips_whole_sequences():
@@ -215,7 +216,7 @@ def test_gspo_sequence_ratio_clips_whole_sequences():
     z = jnp.zeros(MASK.shape)
 
     def f(lp):
-        _, m = tk.token_ppo_loss(
+        _, m = tl.token_ppo_loss(
             lp,
             z,
             z,
@@ -352,7 +353,7 @@ def test_mask_truncated_gives_the_rows_without_a_stop_no_weight():
     adv = np.asarray(kept.advantages, np.float64)
     want, _ = np_policy_loss(LOGP_NEW, LOGP_OLD, adv, keep)
     z = jnp.zeros(MASK.shape)
-    _, m = tk.token_ppo_loss(
+    _, m = tl.token_ppo_loss(
         jnp.asarray(LOGP_NEW),
         z,
         z,
@@ -469,7 +470,7 @@ def test_the_settings_are_validated():
             tc.validate_token_config(TokenPPOConfig(**base, advantage=advantage))
     cfg = tc.validate_token_config(TokenPPOConfig(**base, advantage="reinforce++"))  # no group needed
     assert not tc.needs_critic(cfg)
-    assert tc.AGGREGATIONS == tk.AGGREGATIONS and tc.IMPORTANCE_LEVELS == tk.IMPORTANCE_LEVELS
+    assert tc.AGGREGATIONS == tl.AGGREGATIONS and tc.IMPORTANCE_LEVELS == tl.IMPORTANCE_LEVELS
 
 
 def test_the_rlhf_command_has_a_flag_for_each_setting(capsys):

@@ -282,7 +282,10 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
         ["--model", "{good}", "--prompts", "{badline.jsonl}", "--reward", "{reward.py}:score"],
         "--prompts {badline.jsonl}:2: \"prompt\" must be a string",
     ),
-    (["--model", "{good}", "--prompts", "{p.csv}", "--reward", "{reward.py}:score"], "expected a .jsonl, .txt or .parquet file"),
+    (
+        ["--model", "{good}", "--prompts", "{p.csv}", "--reward", "{reward.py}:score"],
+        "expected a .jsonl, .txt or .parquet file",
+    ),
     (
         [
             "--model",

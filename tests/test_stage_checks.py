@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from purejaxppo.lm.ppo import token_stages as tk
+
+from purejaxppo.lm.ppo import token_loss as tl
 from purejaxppo.stages.gae import gae
 from purejaxppo.stages.losses import actor_loss, masked_mean, ppo_loss, value_loss
 
@@ -42,7 +44,7 @@ def _gae(**kw):
         (lambda: tk.kl_penalty(tb.T, tb, "k1"), "logp_ref"),
         (lambda: tk.shaped_rewards(jnp.ones((B, 1)), tb.T, tbool.T, 0.1), "score has shape (3, 1), expected (3,)"),
         (lambda: tk.sequence_kl(tb.T, tbool), "mask has shape (5, 3)"),
-        (lambda: tk.token_ppo_loss(*(tb.T,) * 6, tb, tbool.T, clip_eps=0.2, vf_coef=0.5, ent_coef=0.0), "returns"),
+        (lambda: tl.token_ppo_loss(*(tb.T,) * 6, tb, tbool.T, clip_eps=0.2, vf_coef=0.5, ent_coef=0.0), "returns"),
     ],
 )
 def test_wrong_shapes_and_float_masks_raise_naming_the_argument(call, needle):

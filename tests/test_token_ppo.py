@@ -21,6 +21,7 @@ import pytest
 from purejaxppo.config import ConfigError
 from purejaxppo.lm.ppo import experience
 from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.ppo import token_loss as tl
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.lm.models.adapters import FlaxLM, FullRecompute
 from purejaxppo.lm.models.tiny_lm import TinyLM
@@ -278,7 +279,7 @@ def test_micro_batches_sum_to_the_one_pass_gradient(tiny):
     def direct(p):  # the library's loss on the whole minibatch, with no shares at all
         logits, values = experience.heads(models, p, data.tokens, data.valid)
         logp, ent = experience.filtered_logprobs(logits, data.tokens, cfg)
-        return tk.token_ppo_loss(
+        return tl.token_ppo_loss(
             logp,
             ent,
             values,

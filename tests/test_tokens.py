@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from purejaxppo.lm.ppo import token_stages as tk
+
+from purejaxppo.lm.ppo import token_loss as tl
 from purejaxppo.lm.models.tiny_lm import TinyLM
 
 
@@ -181,7 +183,7 @@ def test_clip_losses_hand_vectors_token_and_seq_mean():
     # max: .25, 1, 2.25
     ent = jnp.array([[1.0, 2.0, 0.0], [0.0, 4.0, 0.0]])
     kw = dict(clip_eps=0.2, vf_coef=0.5, ent_coef=0.01, vf_clip_eps=0.5)
-    loss, m = tk.token_ppo_loss(lr, ent, vn, zeros, vo, adv, ret, mask, **kw)
+    loss, m = tl.token_ppo_loss(lr, ent, vn, zeros, vo, adv, ret, mask, **kw)
     actor = -(2.4 + 0.5 - 3.0) / 3
     critic = 0.5 * (0.25 + 1 + 2.25) / 3
     entropy = (1 + 2 + 4) / 3
@@ -190,7 +192,7 @@ def test_clip_losses_hand_vectors_token_and_seq_mean():
     np.testing.assert_allclose(loss, actor + 0.5 * critic - 0.01 * entropy, atol=1e-5)
     np.testing.assert_allclose(m["clip_frac"], 1.0, atol=1e-6)  # all three ratios outside [0.8, 1.2]
     # per-sequence mean: row means first, then across rows
-    loss_s, ms = tk.token_ppo_loss(lr, ent, vn, zeros, vo, adv, ret, mask, aggregation="seq-mean", **kw)
+    loss_s, ms = tl.token_ppo_loss(lr, ent, vn, zeros, vo, adv, ret, mask, aggregation="seq-mean", **kw)
     actor_s = -((2.4 + 0.5) / 2 + (-3.0)) / 2
     critic_s = 0.5 * ((0.25 + 1) / 2 + 2.25) / 2
     ent_s = ((1 + 2) / 2 + 4) / 2
@@ -199,14 +201,14 @@ def test_clip_losses_hand_vectors_token_and_seq_mean():
     np.testing.assert_allclose(ms["entropy"], ent_s, atol=1e-5)
     np.testing.assert_allclose(loss_s, actor_s + 0.5 * critic_s - 0.01 * ent_s, atol=1e-5)
     with pytest.raises(ValueError):
-        tk.aggregation_weights(mask, "sum")
+        tl.aggregation_weights(mask, "sum")
 
 
 # --- masked slots: NaN/inf must not matter ----------------------------------------------
 def _loss_from_logits(logits, values_new, toks, mask, logp_old, v_old, adv, ret, aggregation):
     logp = tk.token_logprobs(logits, toks)
     ent = tk.token_entropy(logits)
-    loss, _ = tk.token_ppo_loss(
+    loss, _ = tl.token_ppo_loss(
         logp,
         ent,
         values_new,

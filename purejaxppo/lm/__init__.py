@@ -80,9 +80,9 @@ from purejaxppo.lm.ppo.token_config import TokenPPOConfig, validate_token_config
 from purejaxppo.lm.ppo.token_phases import finish_phase, sample_phase, score_phase
 from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
 from purejaxppo.lm.ppo.token_ppo import TokenPPO, TokenPPOState, init_state, make_token_ppo, policy_params
+from purejaxppo.lm.ppo.token_loss import aggregation_weights, token_ppo_loss
 from purejaxppo.lm.ppo.token_stages import (
     adaptive_kl_update,
-    aggregation_weights,
     kl_penalty,
     last_valid_mask,
     masked_whiten,
@@ -92,7 +92,6 @@ from purejaxppo.lm.ppo.token_stages import (
     token_entropy,
     token_gae,
     token_logprobs,
-    token_ppo_loss,
 )
 from purejaxppo.lm.ppo.token_update import Devices, trained_params, update_phase
 from purejaxppo.lm.rewards.bradley_terry import (

@@ -25,6 +25,7 @@ import optax
 from purejaxppo.lm.ppo import experience
 from purejaxppo.lm.models import lora
 from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.ppo import token_loss as tl
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig, needs_critic
 from purejaxppo.lm.ppo.token_records import TokenBatch
 from purejaxppo.stages import device_rows
@@ -118,7 +119,7 @@ def kl_loss(logp, logp_ref, mask, cfg: TokenPPOConfig) -> jax.Array:
     ``KL(policy || reference)`` per token, its gradient through ``logp [B, L]``, averaged as the
     policy loss is (``cfg.aggregation``)."""
     kl = tk.kl_penalty(logp, logp_ref, cfg.kl_estimator, mask)
-    w = tk.aggregation_weights(mask, cfg.aggregation, cfg.max_new_tokens)
+    w = tl.aggregation_weights(mask, cfg.aggregation, cfg.max_new_tokens)
     return tk.masked_mean(kl if w is None else kl * jax.lax.stop_gradient(w), mask)
 
 
@@ -142,7 +143,7 @@ def share_loss(
     logits, values = experience.heads(models, params, mb.tokens, mb.valid, first)
     logp, entropy = experience.filtered_logprobs(logits, mb.tokens, cfg, first)
     critic = needs_critic(cfg)
-    loss, m = tk.token_ppo_loss(
+    loss, m = tl.token_ppo_loss(
         logp,
         entropy,
         values,
