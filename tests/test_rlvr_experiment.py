@@ -96,13 +96,35 @@ def test_intervals_by_hand():
     assert m == pytest.approx(2.5) and h == pytest.approx(3.182446 * np.std([1, 2, 3, 4], ddof=1) / 2, rel=1e-5)
     d, h = plots.welch_interval([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
     assert d == 0.0 and h > 0
+
+
+def test_recipes_are_compared_at_equal_samples():
+    # recipe a: 0.1 -> 0.5 + seed/100 at 640 samples; b draws twice as many (dynamic sampling's
+    # extra draws): 0.1 -> 0.7 at 1280, so at the common budget of 640 it is halfway, 0.4
     rows = [
-        {"recipe": r, "seed": s, "update": u, "samples": (u + 1) * 64, "wall_s": u, "eval_pass@1": v, "eval_pass@8": v}
-        for r, base in (("a", 0.5), ("b", 0.2))
+        {"recipe": r, "seed": s, "update": u, "samples": n, "wall_s": u, "eval_pass@1": v, "eval_pass@8": v}
+        for r, scale, end in (("a", 1, 0.5), ("b", 2, 0.7))
         for s in range(3)
-        for u, v in ((0, 0.1), (9, base + 0.01 * s))
+        for u, n, v in ((-1, 0, 0.1), (9, 640 * scale, end + 0.01 * s))
     ]
+    assert plots.common_budget(rows, ["a", "b"]) == 640
+    assert plots.at_budget(rows, "b", "eval_pass@1", 640) == pytest.approx([0.4, 0.405, 0.41])
     table = plots.summary_table(rows, ["a", "b"])
-    assert [t["pass@1_final"] for t in table] == [pytest.approx(0.51), pytest.approx(0.21)]
+    assert [t["pass@1_budget"] for t in table] == [pytest.approx(0.51), pytest.approx(0.405)]
+    assert [t["pass@1_final"] for t in table] == [pytest.approx(0.51), pytest.approx(0.71)]
+    assert [t["samples"] for t in table] == [640, 1280]
     comp = plots.comparison(rows, ["a", "b"])
-    assert comp["best_by_pass@1"] == "a" and comp["differences"]["b"]["pass@1"][0] == pytest.approx(0.3)
+    assert comp["best_by_pass@1"] == "a" and comp["differences"]["b"]["pass@1"][0] == pytest.approx(0.105)
+
+
+def test_samples_count_dynamic_sampling_draws(tmp_path):
+    run = _run_module()
+    folder = tmp_path / "rl_dapo"
+    folder.mkdir()
+    lines = ["seed,update,score,extra_draws,eval_pass@1,eval_pass@8"]
+    lines += [f"0,{u},0.5,{x},{'' if u < 1 else 0.4},{'' if u < 1 else 0.8}" for u, x in ((0, 1.0), (1, 0.0))]
+    (folder / "metrics.csv").write_text("\n".join(lines) + "\n")
+    p = {"iterations": 2, "batch": 8}
+    evals, training = run.read_metrics(str(tmp_path), "dapo", {"run_s": 10.0}, p, {"eval_pass@1": 0.2})
+    assert [(e["update"], e["samples"], e["wall_s"]) for e in evals] == [(-1, 0, 0.0), (1, 24, 10.0)]
+    assert [t["samples"] for t in training] == [16, 24]  # 8 x (1 + 1 extra draw), then 8 more

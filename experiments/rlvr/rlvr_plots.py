@@ -14,7 +14,8 @@ from collections import defaultdict
 
 import numpy as np
 
-TRAINING = ("score", "entropy", "kl", "response_length", "eos_rate", "clip_frac")
+#: the training columns kept (``first_draw_score``, ``extra_draws``: dynamic sampling's, DAPO)
+TRAINING = ("score", "first_draw_score", "extra_draws", "entropy", "kl", "response_length", "eos_rate", "clip_frac")
 COLORS = {
     "ppo": "tab:blue",
     "grpo": "tab:orange",
@@ -60,9 +61,9 @@ def welch_interval(a, b) -> tuple:
 
 
 def curves(rows: list, recipe: str, key: str) -> tuple:
-    """``(updates [U], samples [U], wall_s [U], values [U, seeds])`` of one recipe's ``key``,
-    the seeds in order (samples and wall_s: the first seed's, the same for all: one program
-    trains them all)."""
+    """``(updates [U], samples [U, seeds], wall_s [U], values [U, seeds])`` of one recipe's
+    ``key``, the seeds in order (wall_s: the first seed's, the same for all: one program trains
+    them all; samples: each seed's own, which differ where dynamic sampling draws more)."""
     by = defaultdict(dict)
     for r in rows:
         if r["recipe"] == recipe:
@@ -70,34 +71,50 @@ def curves(rows: list, recipe: str, key: str) -> tuple:
     updates = sorted(by)
     seeds = sorted(by[updates[0]]) if updates else []
     values = np.array([[float(by[u][s][key]) for s in seeds] for u in updates])
-    samples = np.array([float(by[u][seeds[0]]["samples"]) for u in updates])
+    samples = np.array([[float(by[u][s]["samples"]) for s in seeds] for u in updates])
     wall = np.array([float(by[u][seeds[0]]["wall_s"]) for u in updates])
     return np.array(updates), samples, wall, values
 
 
+def common_budget(rows: list, recipes: list) -> float:
+    """The largest sample count every seed of every recipe reached: where they are compared."""
+    ends = [curves(rows, r, "eval_pass@1")[1][-1].min() for r in recipes if any(x["recipe"] == r for x in rows)]
+    return float(min(ends)) if ends else 0.0
+
+
+def at_budget(rows: list, recipe: str, key: str, budget: float) -> np.ndarray:
+    """Each seed's ``key`` at ``budget`` samples, linear between its evaluations ``[seeds]``."""
+    _, samples, _, v = curves(rows, recipe, key)
+    return np.array([np.interp(budget, samples[:, s], v[:, s]) for s in range(v.shape[1])])
+
+
 def summary_table(rows: list, recipes: list) -> list:
-    """One dict per recipe: pass@1 and pass@8 at the first and the last evaluation (mean, 95%
-    interval, per seed) and the wall time of the run."""
+    """One dict per recipe: pass@1 and pass@8 of the SFT model (the first evaluation), at the
+    common sample budget (:func:`common_budget`), at the last evaluation, and the best of the
+    seed mean (mean, 95% interval, per seed), and the run's samples and wall time."""
+    budget = common_budget(rows, recipes)
     table = []
     for recipe in recipes:
         if not any(r["recipe"] == recipe for r in rows):
             continue
-        rec = {"recipe": recipe}
+        rec = {"recipe": recipe, "budget": int(budget)}
         for key, _ in METRICS:
             updates, samples, wall, v = curves(rows, recipe, key)
             name = key.removeprefix("eval_")
             m0, h0 = t_interval(v[0])
+            mb, hb = t_interval(at_budget(rows, recipe, key, budget))
             m, h = t_interval(v[-1])
             best = int(np.argmax(v.mean(1)))
             rec.update(
                 {
                     "seeds": v.shape[1],
-                    "first_update": int(updates[0]) + 1,
                     "last_update": int(updates[-1]) + 1,
-                    "samples": int(samples[-1]),
+                    "samples": int(samples[-1].mean()),
                     "wall_s": round(float(wall[-1]), 1),
                     f"{name}_first": round(m0, 4),
                     f"{name}_first_ci": round(h0, 4),
+                    f"{name}_budget": round(mb, 4),
+                    f"{name}_budget_ci": round(hb, 4),
                     f"{name}_final": round(m, 4),
                     f"{name}_final_ci": round(h, 4),
                     f"{name}_final_per_seed": [round(float(x), 3) for x in v[-1]],
@@ -110,23 +127,23 @@ def summary_table(rows: list, recipes: list) -> list:
 
 
 def comparison(rows: list, recipes: list) -> dict:
-    """The recipe with the highest final mean pass@1 and its difference to each other recipe
-    (Welch's 95% interval), for pass@1 and pass@8."""
-    finals = {}
+    """At the common sample budget: the recipe with the highest mean pass@1 and its difference
+    to each other recipe (Welch's 95% interval), for pass@1 and pass@8."""
+    budget = common_budget(rows, recipes)
+    at = {}
     for recipe in recipes:
         if any(r["recipe"] == recipe for r in rows):
-            finals[recipe] = {k: curves(rows, recipe, k)[3][-1] for k, _ in METRICS}
-    if not finals:
+            at[recipe] = {k: at_budget(rows, recipe, k, budget) for k, _ in METRICS}
+    if not at:
         return {}
-    best = max(finals, key=lambda r: finals[r]["eval_pass@1"].mean())
-    out = {"best_by_pass@1": best, "differences": {}}
-    for other in finals:
-        if other == best:
-            continue
-        out["differences"][other] = {
-            k.removeprefix("eval_"): [round(x, 4) for x in welch_interval(finals[best][k], finals[other][k])]
-            for k, _ in METRICS
-        }
+    best = max(at, key=lambda r: at[r]["eval_pass@1"].mean())
+    out = {"budget": int(budget), "best_by_pass@1": best, "differences": {}}
+    for other in at:
+        if other != best:
+            out["differences"][other] = {
+                k.removeprefix("eval_"): [round(x, 4) for x in welch_interval(at[best][k], at[other][k])]
+                for k, _ in METRICS
+            }
     return out
 
 
@@ -135,21 +152,27 @@ def _fmt(m, h) -> str:
 
 
 def markdown_table(table: list, comp: dict) -> str:
+    budget = table[0]["budget"] if table else 0
     lines = [
-        "| recipe | pass@1: first eval -> final (95% CI) | pass@8: first -> final | final pass@1 per seed "
-        "| best pass@1 (iteration) | wall s (+ compile) |",
+        f"| recipe | pass@1: SFT -> at {budget} samples (95% CI) -> final | pass@8: SFT -> at {budget} -> final "
+        "| final pass@1 per seed | samples drawn per seed | wall s (+ compile) |",
         "|---|---|---|---|---|---|",
     ]
     for t in table:
         lines.append(
-            f"| {t['recipe']} | {t['pass@1_first']:.3f} -> {_fmt(t['pass@1_final'], t['pass@1_final_ci'])} "
-            f"| {t['pass@8_first']:.3f} -> {_fmt(t['pass@8_final'], t['pass@8_final_ci'])} "
-            f"| {', '.join(f'{x:.2f}' for x in t['pass@1_final_per_seed'])} "
-            f"| {t['pass@1_best']:.3f} ({t['pass@1_best_update']}) | {t['wall_s']:.0f} (+ {t.get('compile_s', 0):.0f}) |"
+            f"| {t['recipe']} | {t['pass@1_first']:.3f} -> {_fmt(t['pass@1_budget'], t['pass@1_budget_ci'])} "
+            f"-> {_fmt(t['pass@1_final'], t['pass@1_final_ci'])} "
+            f"| {t['pass@8_first']:.3f} -> {_fmt(t['pass@8_budget'], t['pass@8_budget_ci'])} "
+            f"-> {_fmt(t['pass@8_final'], t['pass@8_final_ci'])} "
+            f"| {', '.join(f'{x:.2f}' for x in t['pass@1_final_per_seed'])} | {t['samples']} "
+            f"| {t['wall_s']:.0f} (+ {t.get('compile_s', 0):.0f}) |"
         )
     if comp:
         lines.append("")
-        lines.append(f"best final pass@1: **{comp['best_by_pass@1']}**; its difference to each (Welch 95% CI):")
+        lines.append(
+            f"at {comp['budget']} samples per seed the best pass@1 is **{comp['best_by_pass@1']}**; "
+            "its difference to each (Welch 95% CI):"
+        )
         lines.append("")
         for other, d in comp["differences"].items():
             p1, p8 = d["pass@1"], d["pass@8"]
@@ -179,9 +202,9 @@ def plot_all(rows: list, training: list, recipes: list, out: str) -> list:
         for recipe in recipes:
             _, samples, wall, v = curves(rows, recipe, key)
             color = COLORS.get(recipe, None)
-            _band(axes[i, 0], samples, v, color, recipe)
+            _band(axes[i, 0], samples.mean(1), v, color, recipe)
             _band(axes[i, 1], wall, v, color, recipe)
-        axes[i, 0].set_xlabel("responses sampled in training (per seed)")
+        axes[i, 0].set_xlabel("responses sampled in training (per seed; DAPO's extra draws counted)")
         axes[i, 1].set_xlabel("wall time of the run, s (all seeds at once, evaluations included)")
         for ax in axes[i]:
             ax.set_ylabel(label)
@@ -200,14 +223,16 @@ def plot_all(rows: list, training: list, recipes: list, out: str) -> list:
             for recipe in recipes:
                 by = defaultdict(list)
                 for r in training:
-                    if r["recipe"] == recipe and r.get(key, "") not in ("", None):
-                        by[int(r["update"])].append(float(r[key]))
+                    # dynamic sampling's score is over the kept groups: its first draw's compares
+                    k = "first_draw_score" if key == "score" and r.get("first_draw_score") not in ("", None) else key
+                    if r["recipe"] == recipe and r.get(k, "") not in ("", None):
+                        by[int(r["update"])].append(float(r[k]))
                 updates = sorted(by)
                 y = np.array([np.mean(by[u]) for u in updates])
                 if len(y) > 4:  # a 5-iteration moving average
                     y = np.convolve(np.pad(y, (2, 2), mode="edge"), np.ones(5) / 5, mode="valid")
                 ax.plot(np.array(updates) + 1, y, color=COLORS.get(recipe), label=recipe)
-            ax.set_title(key if key != "score" else "training reward (sampled)", fontsize=10)
+            ax.set_title(key if key != "score" else "training reward (first draw)", fontsize=10)
             ax.set_xlabel("iteration")
             ax.grid(alpha=0.3)
         axes[0, 0].legend(fontsize=8)

@@ -30,7 +30,6 @@ import argparse
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -61,6 +60,7 @@ FULL = dict(
     minibatches=2,
     eval_every=6,
     pass_samples=8,
+    length_buckets=16,  # the rlhf default: the passes run at the narrowest of 16, 32, 40 tokens that fits
 )
 QUICK = dict(
     train=1000,
@@ -81,6 +81,7 @@ QUICK = dict(
     minibatches=2,
     eval_every=1,
     pass_samples=8,
+    length_buckets=0,  # one response width: half the compile, which is most of a quick run
 )
 #: recipes that sample a group of responses per prompt (the others: one response per prompt)
 GROUPED = {"grpo", "dapo", "dr-grpo", "gspo", "rloo"}
@@ -156,42 +157,20 @@ def rl_command(out: str, recipe: str, p: dict, seed: int, run_dir: str) -> list:
         str(p["pass_samples"]),
         "--pass-k",
         f"1,{p['pass_samples']}",
+        "--length-buckets",
+        str(p["length_buckets"]),
         "--run-dir",
         run_dir,
     ]
 
 
-PROGRESS = re.compile(rb"(\d+)/(\d+) updates")
-
-
-def run_timed(cmd: list, log_path: str) -> list:
-    """Run ``cmd``, its output into ``log_path``; returns ``[(update, seconds)]``: when the
-    progress bar first showed each update count, in seconds since it first showed 0 (after the
-    compile), so each chunk's training and evaluation are in the time."""
+def run_logged(cmd: list, log_path: str) -> None:
+    """Run ``cmd`` (this checkout's ``purejaxppo`` first on the path), its output into ``log_path``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-    marks, t0 = [], None
-    with open(log_path, "wb") as logf:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-        buf = b""
-        while True:
-            chunk = proc.stdout.read1(4096)
-            if not chunk:
-                break
-            logf.write(chunk)
-            buf += chunk
-            *done, buf = re.split(rb"[\r\n]", buf)
-            now = time.time()
-            for line in done:
-                m = PROGRESS.search(line)
-                if m:
-                    update = int(m.group(1))
-                    if t0 is None:
-                        t0 = now
-                    if not marks or marks[-1][0] != update:
-                        marks.append((update, round(now - t0, 2)))
-        if proc.wait() != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}); see {log_path}")
-    return marks
+    with open(log_path, "wb") as logf:  # run from ROOT: python -m finds this checkout's package first
+        code = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({code}); see {log_path}")
 
 
 def rl_stage(out: str, recipe: str, p: dict, seed: int) -> dict:
@@ -199,7 +178,7 @@ def rl_stage(out: str, recipe: str, p: dict, seed: int) -> dict:
     cmd = rl_command(out, recipe, p, seed, run_dir)
     log(" ".join(["python", *cmd[1:]]).replace(out + "/", ""))
     t = time.time()
-    marks = run_timed(cmd, os.path.join(out, f"rl_{recipe}.log"))
+    run_logged(cmd, os.path.join(out, f"rl_{recipe}.log"))
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     return {
@@ -207,34 +186,40 @@ def rl_stage(out: str, recipe: str, p: dict, seed: int) -> dict:
         "total_s": round(time.time() - t, 1),
         "compile_s": round(summary.get("compile_s", 0.0), 1),
         "run_s": round(summary.get("run_s", 0.0), 1),
-        "progress": marks,
     }
 
 
-def read_metrics(out: str, recipe: str, record: dict, batch: int, start: dict) -> tuple:
-    """``(eval rows, training rows)`` of a recipe's run: each evaluated update and seed, with the
-    samples drawn so far (``update x batch``) and the wall time to it (the progress marks); the
-    SFT model's evaluation ``start`` (``{"eval_pass@1": ...}``) first, at 0 samples, for each seed."""
-    marks = dict((int(u), s) for u, s in record["progress"])
-    evals, training = [], []
+def read_metrics(out: str, recipe: str, record: dict, p: dict, start: dict) -> tuple:
+    """``(eval rows, training rows)`` of a recipe's run.
+
+    Each evaluated update and seed gets the responses that seed has sampled so far
+    (``samples``: ``batch`` per iteration, and ``batch`` more for each of dynamic sampling's
+    extra draws, its ``extra_draws`` column, where the recipe draws them) and the wall time to
+    it (``wall_s``: the run's own seconds after its compile, ``run_s``, training and
+    evaluations of every seed at once, spread evenly over its iterations: an iteration's cost is
+    about constant through a run). The SFT model's evaluation ``start`` (``{"eval_pass@1":
+    ...}``) comes first, at 0 samples, for each seed."""
+    per_iteration, batch = record["run_s"] / p["iterations"], p["batch"]
+    evals, training, drawn = [], [], {}
     with open(os.path.join(out, f"rl_{recipe}", "metrics.csv")) as f:
-        rows = list(csv.DictReader(f))
-        for s in sorted({int(r["seed"]) for r in rows}):
-            evals.append({"recipe": recipe, "seed": s, "update": -1, "samples": 0, "wall_s": 0.0, **start})
-        for r in rows:
-            base = {"recipe": recipe, "seed": int(r["seed"]), "update": int(r["update"])}
-            training.append({**base, **{k: r.get(k, "") for k in plots.TRAINING}})
-            if r.get("eval_pass@1", "") not in ("", "nan"):
-                # the metrics row of update u is logged after its iteration: u + 1 done
-                done = base["update"] + 1
-                evals.append(
-                    {
-                        **base,
-                        "samples": done * batch,
-                        "wall_s": marks.get(done, float("nan")),
-                        **{k: float(r[k]) for k in r if k.startswith("eval_")},
-                    }
-                )
+        rows = sorted(csv.DictReader(f), key=lambda r: (int(r["seed"]), int(r["update"])))
+    for s in sorted({int(r["seed"]) for r in rows}):
+        evals.append({"recipe": recipe, "seed": s, "update": -1, "samples": 0, "wall_s": 0.0, **start})
+    for r in rows:
+        base = {"recipe": recipe, "seed": int(r["seed"]), "update": int(r["update"])}
+        extra = float(r.get("extra_draws") or 0.0)
+        drawn[base["seed"]] = drawn.get(base["seed"], 0) + round(batch * (1 + extra))
+        training.append({**base, "samples": drawn[base["seed"]], **{k: r.get(k, "") for k in plots.TRAINING}})
+        if r.get("eval_pass@1", "") not in ("", "nan"):
+            done = base["update"] + 1  # the metrics row of update u is logged after its iteration
+            evals.append(
+                {
+                    **base,
+                    "samples": drawn[base["seed"]],
+                    "wall_s": round(done * per_iteration, 2),
+                    **{k: float(r[k]) for k in r if k.startswith("eval_")},
+                }
+            )
     return evals, training
 
 
@@ -293,9 +278,9 @@ def main(argv=None) -> int:
     recipes = p["recipes"].split(",")
     for recipe in recipes:
         rec = stage(out, f"rl_{recipe}", rl_stage, out, recipe, p, seed)
-        records[f"rl_{recipe}"] = {k: v for k, v in rec.items() if k != "progress"}
+        records[f"rl_{recipe}"] = rec
         start = {f"eval_{k}": v for k, v in records["sft"]["held_out"].items() if k != "examples"}
-        e, t = read_metrics(out, recipe, rec, p["batch"], start)
+        e, t = read_metrics(out, recipe, rec, p, start)
         evals += e
         training += t
 
