@@ -8,20 +8,22 @@
 2. SFT from scratch on the worked solutions, just enough to score a little (``sft_model/``);
 3. RL from the SFT model with the verifier as the reward (``python -m purejaxppo rlhf --recipe
    R --reward math``: the completion's final answer against the row's ``answer`` column), one
-   program per recipe training ``seeds`` seeds at once, every recipe at equal samples (the same
-   responses per iteration and iterations); held-out pass@1 and pass@8 every ``eval_every``
-   iterations (``--pass-samples 8 --pass-k 1,8``);
+   program per recipe training ``seeds`` seeds at once, every recipe drawing the same responses
+   per iteration (DAPO's dynamic sampling draws more: counted, and the recipes compared at the
+   common sample budget); held-out pass@1 and pass@8 every ``eval_every`` iterations
+   (``--pass-samples 8 --pass-k 1,8``);
 4. the tables and figures: pass@1 / pass@8 against samples and against wall time, means and
    95% intervals over seeds (``summary.json``, ``eval.csv``, ``training.csv``, ``*.png``).
 
 Usage::
 
-    python experiments/rlvr/run.py                 # the full experiment (~30 min), into runs/rlvr
-    python experiments/rlvr/run.py --quick         # every stage, tiny (~2 min), into runs/rlvr-quick
+    python experiments/rlvr/run.py           # the full experiment (~19 min on 2 cores), into runs/rlvr
+    python experiments/rlvr/run.py --quick   # every stage, tiny, ppo and grpo only (~2 min), into runs/rlvr-quick
 
 The sizes are :data:`FULL` (or :data:`QUICK`); ``--set KEY=VALUE`` changes one (``--set
-recipes=grpo,dapo --set seeds=2``). A stage whose record is in ``--out/stages/`` is not run
-again (delete it to redo the stage); the tables and figures are rebuilt every time.
+recipes=grpo,dapo --set seeds=2 --set reward=reasoning-gym``). A stage whose record is in
+``--out/stages/`` is not run again (delete it to redo the stage); the tables and figures are
+rebuilt every time. The results and their reading: RESULTS.md.
 """
 
 from __future__ import annotations
