@@ -683,7 +683,8 @@ def test_a_reward_model_scores_the_run_and_starts_the_critic(tmp_path):
 def test_each_completion_s_reward_reads_its_own_rows_answer_through_the_command(tmp_path):
     """A reward function that takes the ``answer`` column gets, for every completion, the answer
     of the row its prompt came from: prompts drawn at random, in groups, over 2 devices, a held-out
-    share evaluated with pass@k (the rows checked here against the data file, not the code)."""
+    share evaluated with pass@k on fewer prompts than the greedy evaluation's (the rows checked here
+    against the data file, not the code)."""
     model = _text_setup(tmp_path)
     rows = [{"prompt": f"what is {i} plus one", "answer": f"ans{i}"} for i in range(12)]
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -698,7 +699,7 @@ def test_each_completion_s_reward_reads_its_own_rows_answer_through_the_command(
     run = str(tmp_path / "run")
     flags = ["--batch", "8", "--group-size", "2", "--advantage", "grpo", "--devices", "2", "--held-out", "3"]
     flags += ["--iterations", "2", "--minibatches", "2", "--epochs", "1", "--max-new-tokens", "4"]
-    flags += ["--eval-every", "1", "--pass-samples", "2", "--run-dir", run, "--quiet"]
+    flags += ["--eval-every", "1", "--pass-samples", "2", "--pass-prompts", "2", "--run-dir", run, "--quiet"]
     proc = _cli(
         ["rlhf", "--model", model, "--prompts", str(tmp_path / "data.jsonl"), "--reward", f"{tmp_path}/reward.py:score"]
         + flags

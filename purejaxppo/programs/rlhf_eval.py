@@ -162,8 +162,8 @@ class RLHFEvaluator(PeriodicEvaluator):
         if self.pass_at_k is not None:
             cfg = self.pass_at_k
             self._pass_prompts = evaluation_prompts(task, cfg.pass_prompts or batch, jax.random.PRNGKey(EVAL_KEY))
-            rows = evaluation_rows(task, cfg.pass_prompts or batch)
-            self._pass_fn = _pass_program(lm, task, self._pass_prompts, cfg, rows)
+            pass_rows = evaluation_rows(task, cfg.pass_prompts or batch)  # not `rows`: the greedy pass's, above
+            self._pass_fn = _pass_program(lm, task, self._pass_prompts, cfg, pass_rows)
             blank = PassAtK.from_scores(np.zeros((1, cfg.pass_samples)), cfg.ks())
             self._pass_names = tuple(blank.metrics(prefix="eval_"))
 
