@@ -7,9 +7,9 @@ whole sequences teacher-forced (policy, reference, critic) and scores them: an
 :class:`~purejaxppo.lm.ppo.token_records.Experience`. :func:`finish` folds the per-token KL into
 the rewards and puts the score on the LAST valid response token (the stop token when one was
 generated; never a prompt or pad slot), giving the update's
-:class:`~purejaxppo.lm.ppo.token_records.TokenBatch`. The advantages (GAE and
-whitening, or a group baseline: :func:`advantages`) are computed over the whole
-batch (over every device's rows, see :mod:`purejaxppo.lm.ppo.token_phases`).
+:class:`~purejaxppo.lm.ppo.token_records.TokenBatch`. The advantages (GAE and whitening, or a
+group baseline: :mod:`purejaxppo.lm.ppo.sequence_rewards`) are computed over the whole batch
+(over every device's rows, see :mod:`purejaxppo.lm.ppo.token_phases`).
 
 Old log-probs. The policy being trained is the distribution responses are sampled FROM: the
 policy's logits divided by ``temperature`` and cut to the top-k / top-p set
@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 
 from purejaxppo.lm.models.sampling import filter_logits, sample_response
-from purejaxppo.lm.ppo import group_advantages as group
 from purejaxppo.lm.ppo import token_stages as tk
+from purejaxppo.lm.ppo.sequence_rewards import advantages, shaped_score, stopped  # noqa: F401  (named here too)
 from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
 
 #: ``reward(reward_params, prompt [B, P], prompt_valid [B, P], response [B, T], mask [B, T]) -> [B]``
@@ -256,8 +256,7 @@ def score(
     if scores is None:
         scores = models.reward(reward_params, prompt, prompt_valid, response, rmask)
     scores = scores.astype(jnp.float32)
-    stops = jnp.asarray(cfg.stop_ids, response.dtype).reshape(-1)
-    has_stop = jnp.any(rmask & jnp.any(response[..., None] == stops, axis=-1), axis=1)
+    has_stop = stopped(response, rmask, cfg.stop_ids)
     zeros = jnp.zeros_like(logp_old[:, : prompt.shape[1]])
     # computed in this order, the order the program has always computed them in
     logp_old, logp_ref = jnp.where(mask, logp_old, 0.0), jnp.where(mask, logp_ref, 0.0)
@@ -266,52 +265,26 @@ def score(
     return Experience(has_stop, logp_old, logp_ref, logp_sampled, mask, scores, tokens, valid, values_old)
 
 
-def advantages(total, kl, values, mask, beta, cfg) -> tuple[jax.Array, jax.Array]:
-    """``(advantages, returns) [B, L]`` (0 off ``mask``) of the sequences' scores ``total [B]``
-    (the missing-EOS penalty in), the per-token KL estimates ``kl [B, L]`` and the critic's
-    ``values [B, L]``; ``beta * kl`` is subtracted from the rewards under ``kl_in == "reward"``.
-
-    ``gae``: the score on the last valid token, masked GAE, optionally whitened over the batch.
-    ``grpo`` / ``dr-grpo`` / ``rloo``: the sequence reward (score minus ``beta *`` the sequence's
-    KL) against its group's baseline (:func:`purejaxppo.lm.ppo.group_advantages.group_advantages`,
-    rows ``[g*G, (g+1)*G)`` one prompt's), broadcast over the response's valid tokens.
-    ``reinforce++`` (Hu 2025): the score on the last valid token (``reinforce++-baseline``: minus
-    its group's mean score), ``-beta * kl`` on every token, each token's return
-    (:func:`~purejaxppo.lm.ppo.token_stages.discounted_returns`, ``cfg.gamma``) normalised over
-    the batch's valid tokens (every device's rows: the batch is gathered before). Returns are 0
-    but for gae (no critic learns from them)."""
-    kl = kl if cfg.kl_in == "reward" else jnp.zeros_like(kl)
-    if cfg.advantage == "gae":
-        rewards = tk.shaped_rewards(total, kl, mask, beta)
-        adv, ret = tk.token_gae(rewards, values, mask, cfg.gamma, cfg.gae_lambda)
-        if cfg.whiten_advantages:
-            adv = jnp.where(mask, tk.masked_whiten(adv, mask), 0.0)
-        return adv, ret
-    if cfg.advantage in ("reinforce++", "reinforce++-baseline"):
-        if cfg.advantage == "reinforce++-baseline":  # the group's mean score out (Dr. GRPO's group step)
-            total = group.group_advantages(total, cfg.group_size, "dr-grpo")
-        returns = tk.discounted_returns(tk.shaped_rewards(total, kl, mask, beta), mask, cfg.gamma)
-        adv = jnp.where(mask, tk.masked_whiten(returns, mask), 0.0)
-        return adv, jnp.zeros_like(adv)
-    seq = group.group_advantages(total - beta * tk.sequence_kl(kl, mask), cfg.group_size, cfg.advantage)
-    adv = group.token_advantages(seq, mask)
-    return adv, jnp.zeros_like(adv)
-
-
-def finish(exp: Experience, beta, cfg) -> tuple[TokenBatch, dict]:
-    """The advantages of the whole batch (:func:`advantages`) and its statistics.
+def finish(exp: Experience, beta, cfg, keep: Optional[jax.Array] = None) -> tuple[TokenBatch, dict]:
+    """The advantages of the whole batch (:func:`~purejaxppo.lm.ppo.sequence_rewards.advantages`) and
+    its statistics.
 
     The score of a sequence is the reward's, minus ``missing_eos_penalty`` without a stop token,
     plus DAPO's soft overlong punishment under ``overlong_buffer``
-    (:func:`~purejaxppo.lm.ppo.token_stages.overlong_penalty`). Under ``mask_truncated`` the
-    rows without a stop token leave the update's ``mask`` (no weight in any loss term; their
-    advantages and returns 0) after the advantages are computed with them.
+    (:func:`~purejaxppo.lm.ppo.sequence_rewards.shaped_score`).
+    Under ``mask_truncated`` the rows without a stop token leave the update's ``mask`` (no
+    weight in any loss term; their advantages and returns 0) after the advantages are computed
+    with them. The rows outside ``keep`` (dynamic sampling's filler) are out of the update's
+    ``mask`` and out of the advantages' too (a batch normalisation, reinforce++-baseline's,
+    reads the kept rows alone): the update then is the one of the kept rows alone.
 
     Args:
       exp: every row's :class:`~purejaxppo.lm.ppo.token_records.Experience` (``[B, L]``; rows
         ``[g*G, (g+1)*G)`` one prompt's under a group baseline).
       beta: the KL coefficient (scalar, may be traced).
       cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig`.
+      keep: ``[B]`` bool, the rows trained on (whole groups), or None: every row. The
+        statistics are over every row either way.
     Returns:
       ``(data, stats)``: ``data`` the :class:`~purejaxppo.lm.ppo.token_records.TokenBatch`
       the update reads (``[B, L]``, gradients stopped; ``logp_ref`` under ``kl_in == "loss"``,
@@ -321,15 +294,13 @@ def finish(exp: Experience, beta, cfg) -> tuple[TokenBatch, dict]:
       ``|logp_sampled - logp_old|``) and ``beta``.
     """
     mask = exp.mask
-    total = exp.score - cfg.missing_eos_penalty * (~exp.has_stop)
-    if cfg.overlong_buffer:
-        lengths = jnp.sum(mask, axis=1)
-        total = total + tk.overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_penalty)
+    total = shaped_score(exp.score, exp.has_stop, mask, cfg)
     kl = tk.kl_penalty(exp.logp_old, exp.logp_ref, cfg.kl_estimator, mask)
-    adv, ret = advantages(total, kl, exp.values_old, mask, beta, cfg)
-    loss_mask = mask
+    trained = mask if keep is None else mask & keep[:, None]
+    adv, ret = advantages(total, kl, exp.values_old, trained, beta, cfg)
+    loss_mask = trained
     if cfg.mask_truncated:
-        loss_mask = mask & exp.has_stop[:, None]
+        loss_mask = trained & exp.has_stop[:, None]
         adv, ret = jnp.where(loss_mask, adv, 0.0), jnp.where(loss_mask, ret, 0.0)
     data = TokenBatch(
         advantages=adv,

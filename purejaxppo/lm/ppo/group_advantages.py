@@ -12,7 +12,8 @@ row is computed from its group's sequence rewards alone:
 * ``rloo`` (Ahmadian et al. 2024): ``r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean_g)``.
 
 A group whose rewards are all equal carries no signal: its advantages are exactly 0 (never
-0/0 = NaN, never a float residue of ``r - mean``). The sequence advantage is then the advantage
+0/0 = NaN, never a float residue of ``r - mean``); :func:`informative_groups` says which groups
+are not. The sequence advantage is then the advantage
 of every valid response token (:func:`token_advantages`): an outcome reward, no critic.
 """
 
@@ -63,6 +64,24 @@ def group_advantages(rewards: jax.Array, group_size: int, method: str = "grpo", 
     return jnp.where(flat, 0.0, adv).reshape(-1)
 
 
+def informative_groups(rewards: jax.Array, group_size: int) -> jax.Array:
+    """Which groups carry a signal: not all of their rewards are equal (a group that is gets
+    advantages of exactly 0 from :func:`group_advantages`; DAPO's dynamic sampling drops it).
+
+    Args:
+      rewards: ``[B]`` sequence rewards, rows ``[g*G, (g+1)*G)`` one prompt's.
+      group_size: ``G`` (static, >= 2, divides ``B``).
+    Returns:
+      ``[B / G]`` bool, False exactly where :func:`group_advantages` gives 0 for being flat (the
+      largest reward equal to the smallest); a NaN reward counts as a signal, so a failing reward
+      still reaches the update and shows.
+    Raises:
+      ValueError: ``rewards`` not ``[B]``, or groups that do not fit.
+    """
+    r = _groups(rewards, group_size)
+    return ~(jnp.max(r, axis=1) == jnp.min(r, axis=1))
+
+
 def token_advantages(seq_advantages: jax.Array, mask: jax.Array) -> jax.Array:
     """A sequence advantage spread over its response.
 
@@ -99,4 +118,4 @@ def k3_kl(logp: jax.Array, logp_ref: jax.Array) -> jax.Array:
     return jnp.exp(d) - d - 1.0
 
 
-__all__ = ["METHODS", "group_advantages", "token_advantages", "repeat_prompts", "k3_kl"]
+__all__ = ["METHODS", "group_advantages", "informative_groups", "token_advantages", "repeat_prompts", "k3_kl"]

@@ -2,25 +2,27 @@
 overrides: :data:`RECIPES` (name -> ``{field: value}``) and :func:`apply_recipe`.
 
 Every recipe names the same fields (:data:`RECIPE_FIELDS`: the advantage, the clip ranges, the
-importance ratio, the aggregation, the KL and the length shaping), so applying one leaves none
-of another's behind. ``ppo`` is today's defaults; the others change them to the papers' values:
+importance ratio, the aggregation, the KL, the length shaping and dynamic sampling), so applying
+one leaves none of another's behind. ``ppo`` is today's defaults; the others change them to the
+papers' values:
 
-=========== ===================== ========= ======== ============== =================
-recipe      advantage             clip      ratio    aggregation    KL
-=========== ===================== ========= ======== ============== =================
-ppo         gae (a critic)        0.2/0.2   token    token-mean     reward, k1, 0.05
-grpo        grpo (group, / std)   0.2/0.2   token    seq-mean       loss, k3, 0.04
-dapo        grpo (group, / std)   0.2/0.28  token    token-mean     none (beta 0)
-dr-grpo     dr-grpo (no std)      0.2/0.2   token    token-sum-norm none (beta 0)
-gspo        grpo (group, / std)   3e-4/4e-4 sequence seq-mean       none (beta 0)
-reinforce++ reinforce++ (batch)   0.2/0.2   token    token-mean     reward, k1, 0.05
-rloo        rloo (leave-one-out)  0.2/0.2   token    token-mean     reward, k1, 0.05
-=========== ===================== ========= ======== ============== =================
+=========== ===================== ========= ======== ============== ================= ========
+recipe      advantage             clip      ratio    aggregation    KL                dynamic
+=========== ===================== ========= ======== ============== ================= ========
+ppo         gae (a critic)        0.2/0.2   token    token-mean     reward, k1, 0.05  off
+grpo        grpo (group, / std)   0.2/0.2   token    seq-mean       loss, k3, 0.04    off
+dapo        grpo (group, / std)   0.2/0.28  token    token-mean     none (beta 0)     on
+dr-grpo     dr-grpo (no std)      0.2/0.2   token    token-sum-norm none (beta 0)     off
+gspo        grpo (group, / std)   3e-4/4e-4 sequence seq-mean       none (beta 0)     off
+reinforce++ reinforce++ (batch)   0.2/0.2   token    token-mean     reward, k1, 0.05  off
+rloo        rloo (leave-one-out)  0.2/0.2   token    token-mean     reward, k1, 0.05  off
+=========== ===================== ========= ======== ============== ================= ========
 
 ``dapo`` also turns on the soft overlong punishment (factor 1) over the last fifth of the
-response budget: DAPO's 4096-token buffer of a 20480-token budget (Yu et al. 2025). DAPO's
-dynamic sampling is not built. Group recipes take ``group_size`` as given (2 or more: the
-config's validation refuses 1). Sources: Schulman et al. 2017 / Ouyang et al. 2022 (ppo), Shao et
+response budget: DAPO's 4096-token buffer of a 20480-token budget (Yu et al. 2025), and its
+dynamic sampling (``dynamic`` above: the groups whose scores are all equal are dropped and more
+prompts drawn, at most ``max_extra_draws`` batches more, which the recipe leaves as set). Group
+recipes take ``group_size`` as given (2 or more: the config's validation refuses 1). Sources: Schulman et al. 2017 / Ouyang et al. 2022 (ppo), Shao et
 al. 2024 (grpo), Yu et al. 2025 (dapo), Liu et al. 2025 (dr-grpo), Zheng et al. 2025 (gspo), Hu
 2025 (reinforce++), Ahmadian et al. 2024 (rloo).
 """
@@ -47,6 +49,7 @@ RECIPE_FIELDS = (
     "overlong_buffer",
     "overlong_penalty",
     "mask_truncated",
+    "dynamic_sampling",
 )
 
 
@@ -68,6 +71,7 @@ _PPO = dict(
     overlong_buffer=0,
     overlong_penalty=1.0,
     mask_truncated=False,
+    dynamic_sampling=False,
 )
 _NO_KL = dict(kl_in="reward", kl_estimator="k1", beta=0.0)
 
@@ -81,7 +85,14 @@ RECIPES: dict = {
         "kl_estimator": "k3",
         "beta": 0.04,
     },
-    "dapo": {**_PPO, **_NO_KL, "advantage": "grpo", "clip_eps_high": 0.28, "overlong_buffer": fifth_of_the_budget},
+    "dapo": {
+        **_PPO,
+        **_NO_KL,
+        "advantage": "grpo",
+        "clip_eps_high": 0.28,
+        "overlong_buffer": fifth_of_the_budget,
+        "dynamic_sampling": True,
+    },
     "dr-grpo": {**_PPO, **_NO_KL, "advantage": "dr-grpo", "aggregation": "token-sum-norm"},
     "gspo": {
         **_PPO,

@@ -133,6 +133,10 @@ class TokenPPOConfig:
         "overlong filtering)",
         static=True,
     )
+    dynamic_sampling: bool = setting(
+        False, "DAPO's dynamic sampling: groups whose scores all tie are dropped and more prompts drawn", static=True
+    )
+    max_extra_draws: int = setting(3, "with --dynamic-sampling: the most extra draws per iteration", lo=0, static=True)
     critic: str = setting(
         "separate",
         "gae's critic (the other advantages have none): separate = its own model and parameters; value_head = a "
@@ -151,11 +155,8 @@ class TokenPPOConfig:
         cli=False,
         static=True,
     )
-    # the smallest response width the teacher-forced passes and the update run at: the batch is cut
-    # to the first rung of 16, 32, 64, ... (up to max_new_tokens) that holds its longest response
-    # (purejaxppo.lm.models.length_buckets), and the rungs the sampler's KV cache grows by
-    # (sampling.sample_response's rungs); 0 = always the whole budget. Without stop_ids no response
-    # can end early: the passes and the update then run at the budget alone (smallest_width)
+    # purejaxppo.lm.models.length_buckets; also the rungs the sampler's KV cache grows by. Without stop_ids
+    # no response can end early: the passes and the update then run at the budget alone (smallest_width)
     length_buckets: int = setting(
         16,
         "the smallest response width the passes run at: the batch is cut to the first of 16, 32, 64, ... "
@@ -262,10 +263,8 @@ def validate_token_config(cfg: TokenPPOConfig, flag_of: Optional[Callable[[str],
       cfg: the config.
       flag_of: maps a field name to the flag the user typed; the messages then name flags
         (``--batch 10`` instead of ``batch_size=10``). None for the Python API.
-
     Returns:
       ``cfg`` itself.
-
     Raises:
       ConfigError: naming the first bad field (or flag) and the fix.
     """
@@ -313,6 +312,11 @@ def _check_groups(cfg: TokenPPOConfig, say) -> None:
             f"{say('advantage', cfg.advantage)} takes its baseline from the other responses to the same prompt: "
             f"{say('group_size', cfg.group_size)} must be >= 2 (or use {say('advantage', 'gae')}, the critic's "
             "baseline)"
+        )
+    if cfg.dynamic_sampling and cfg.advantage not in GROUP_ADVANTAGES:  # a group one's group_size: checked above
+        raise ConfigError(
+            f"{say('dynamic_sampling')} drops the groups whose scores all tie (no signal to a group baseline): it needs "
+            f"{say('advantage')} one of {GROUP_ADVANTAGES} (not {cfg.advantage!r}) and {say('group_size')} >= 2"
         )
 
 

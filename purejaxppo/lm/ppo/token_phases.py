@@ -5,7 +5,9 @@
 1. :func:`prompt_phase`: the iteration's prompts, each ``group_size`` times in a row, with
    their dataset row ids (-1 from a prompt source without rows);
 2. :func:`sample_phase`: this device's rows' responses (the policy's KV cache, one key per
-   row) and their scores by the reward (given each row's id when it takes ``rows``);
+   row) and their scores by the reward (given each row's id when it takes ``rows``); under
+   ``dynamic_sampling``, :func:`purejaxppo.lm.ppo.dynamic_sampling.dynamic_sample_phase` runs
+   both until the batch holds only groups with a signal (or its draws run out);
 3. :func:`width_phase`: the rung of response widths that holds the longest response
    (:mod:`purejaxppo.lm.models.length_buckets`); the next three phases run at that width;
 4. :func:`score_phase`: the sequences read back teacher-forced (policy, reference and, for GAE,
@@ -211,7 +213,9 @@ def score_phase(
     )
 
 
-def finish_phase(exp: Experience, beta, cfg: TokenPPOConfig, devices: Devices) -> tuple[TokenBatch, dict]:
+def finish_phase(
+    exp: Experience, beta, cfg: TokenPPOConfig, devices: Devices, keep: Optional[jax.Array] = None
+) -> tuple[TokenBatch, dict]:
     """Every device's rows gathered, then the advantages and the batch's statistics.
 
     Args:
@@ -219,12 +223,14 @@ def finish_phase(exp: Experience, beta, cfg: TokenPPOConfig, devices: Devices) -
       beta: the KL coefficient (scalar).
       cfg: the :class:`~purejaxppo.lm.ppo.token_config.TokenPPOConfig`.
       devices: the :class:`~purejaxppo.lm.ppo.token_update.Devices` split.
+      keep: ``[B]`` bool over every device's rows, the rows trained on
+        (:func:`~purejaxppo.lm.ppo.dynamic_sampling.dynamic_sample_phase`), or None: all.
     Returns:
       :func:`purejaxppo.lm.ppo.experience.finish`'s ``(data, stats)`` over all ``B`` rows
       (``data`` a :class:`~purejaxppo.lm.ppo.token_records.TokenBatch` ``[B, L]`` in the
       single-device row order, so a group's rows sit together; ``stats`` float32 scalars).
     """
-    return experience.finish(device_rows.gather(exp, devices.axis_name), beta, cfg)
+    return experience.finish(device_rows.gather(exp, devices.axis_name), beta, cfg, keep)
 
 
 def beta_phase(beta, stats: dict, cfg: TokenPPOConfig) -> jax.Array:
