@@ -209,10 +209,15 @@ def fractions(grpo: dict, peaks: dict) -> list:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--from", dest="src", default=None, help="a vs_trl_grpo.py JSON: the phases' shapes and times")
+    ap.add_argument(
+        "--from",
+        dest="src",
+        default=None,
+        help="vs_trl_grpo.py JSON files, comma-separated: the phases' shapes and times (a shape in a later file wins)",
+    )
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--square", type=int, default=2048, help="the square product's size")
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20, help="timed runs per product (the best counts)")
     ap.add_argument("--torch-python", default=TRL_PYTHON, help="time torch at the same shapes ('' to skip)")
     ap.add_argument("--torch-threads", type=int, default=2)
     ap.add_argument("--json", default=os.path.join(HERE, "results", "matmul_peak.json"))
@@ -222,8 +227,10 @@ def main(argv=None) -> dict:
     dtypes = [d for d in args.dtypes.split(",") if d]
     grpo = None
     if args.src:
-        with open(args.src) as f:
-            grpo = json.load(f)
+        grpo = {"shapes": {}}
+        for path in args.src.split(","):
+            with open(path) as f:
+                grpo["shapes"].update(json.load(f)["shapes"])
     n = args.square
     res = {
         "benchmark": "matmul_peak",

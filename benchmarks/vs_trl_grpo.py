@@ -405,14 +405,15 @@ def _ours(spec: dict) -> dict:
             prog = jax.jit(fn).lower(*args).compile()
             compile_phase[name] = time.perf_counter() - t0
             res = jax.block_until_ready(prog(*args))  # a warm-up run, then rounds until a second has passed
-            times, host = [], []
+            times, host, cpu = [], [], []
             while len(times) < 2 or (sum(times) < 1.0 and len(times) < 10):
-                r0, t0 = text_reward.seconds, time.perf_counter()
+                r0, t0, c0 = text_reward.seconds, time.perf_counter(), time.process_time()
                 res = jax.block_until_ready(prog(*args))
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
                 host.append(text_reward.seconds - r0)
             phases[name], phases[f"{name}_reward_fn_s"] = _median(times), _median(host)
-            phases[f"{name}_rounds"] = len(times)
+            phases[f"{name}_rounds"], phases[f"{name}_cores"] = len(times), sum(cpu) / sum(times)
             if name == "generation":
                 args = (state, res)
             elif name == "scoring":
@@ -424,8 +425,9 @@ def _ours(spec: dict) -> dict:
         phases["scoring"] += r
         phases["reward_fn_s"] = r
         phases.pop("scoring_reward_fn_s"), phases.pop("update_reward_fn_s")
-        phases = {k: v for k, v in phases.items() if not k.endswith("_rounds")} | {
-            "rounds": {k[: -len("_rounds")]: v for k, v in phases.items() if k.endswith("_rounds")}
+        extra = ("_rounds", "_cores")
+        phases = {k: v for k, v in phases.items() if not k.endswith(extra)} | {
+            e[1:]: {k[: -len(e)]: v for k, v in phases.items() if k.endswith(e)} for e in extra
         }
         out.update(phases=phases, phase_compile_s=compile_phase)
     return out
@@ -464,6 +466,8 @@ def summary(side: dict) -> dict:
     timed = its[1:] or its
     s = {
         "iteration_s": _median([r["iteration_s"] for r in timed]),
+        "best_iteration_s": min(r["iteration_s"] for r in timed),
+        "cpu_s": _median([r["cores"] * r["iteration_s"] for r in timed]),
         "first_s": side["compile_s"] if side["side"] == "ours" else its[0]["iteration_s"],
         "peak_rss_mb": side["peak_rss_mb"],
         "cores": sum(r["cores"] * r["iteration_s"] for r in timed) / sum(r["iteration_s"] for r in timed),
@@ -536,8 +540,10 @@ def run_shape(shape: str, args, data: dict) -> dict:
     res["versions"] = first["trl"]["versions"]
     res["prompt_width"] = {"ours": first["ours"]["prompt_width"]}
     it = {side: _median([r["summary"][side]["iteration_s"] for r in res["runs"]]) for side in ("ours", "trl")}
-    res["iteration_s"] = it
+    best = {side: min(r["summary"][side]["best_iteration_s"] for r in res["runs"]) for side in ("ours", "trl")}
+    res["iteration_s"], res["best_iteration_s"] = it, best
     res["ratio"] = it["trl"] / it["ours"]  # throughput ours / TRL (same samples per iteration)
+    res["ratio_best"] = best["trl"] / best["ours"]
     res["loadavg_end"] = loadavg()
     return res
 
@@ -578,7 +584,7 @@ def print_shape(res: dict) -> None:
     n = len(res["runs"][0]["summary"]["ours"]["curve"])
     per = f" (means of {WINDOW})" if n > 2 * WINDOW else ""
     print(
-        f"{'seed':>4} {'side':>5} {'first s':>8} {'s/iter':>8} {'gen s':>7} {'score s':>8} {'update s':>9} "
+        f"{'seed':>4} {'side':>5} {'first s':>8} {'s/iter':>8} {'best s':>8} {'CPU s':>8} {'gen s':>7} {'score s':>8} {'update s':>9} "
         f"{'reward s':>8} {'cores':>5} {'peak MB':>8} {'len':>5}  reward per iteration{per}"
     )
     for run in res["runs"]:
@@ -588,6 +594,7 @@ def print_shape(res: dict) -> None:
             curve = " ".join(f"{x:.2f}" for x in windows(s["curve"]))
             print(
                 f"{run['seed']:>4} {side:>5} {s['first_s']:8.1f} {s['iteration_s']:8.3f} "
+                f"{s.get('best_iteration_s', float('nan')):8.3f} {s.get('cpu_s', float('nan')):8.3f} "
                 f"{ph.get('generation', float('nan')):7.3f} {ph.get('scoring', float('nan')):8.3f} "
                 f"{ph.get('update', float('nan')):9.3f} {ph.get('reward_fn_s', float('nan')):8.4f} "
                 f"{s['cores']:5.2f} {s['peak_rss_mb']:8.0f} {s['response_length']:5.1f}  {curve}"
@@ -600,10 +607,11 @@ def print_shape(res: dict) -> None:
                 f"{side:>5}: reward over the first {WINDOW} iterations {sum(first) / len(first):.3f}, over the last "
                 f"{WINDOW} {sum(last) / len(last):.3f} (mean of {len(last)} seeds: {', '.join(f'{x:.3f}' for x in last)})"
             )
-    it = res["iteration_s"]
+    it, best = res["iteration_s"], res.get("best_iteration_s")
     print(
-        f"{shape}: s/iteration ours {it['ours']:.3f}, TRL {it['trl']:.3f}: ours/TRL throughput {res['ratio']:.2f}x "
-        f"(load at end {res['loadavg_end']})"
+        f"{shape}: s/iteration ours {it['ours']:.3f}, TRL {it['trl']:.3f}: ours/TRL throughput {res['ratio']:.2f}x"
+        + (f"; fastest iterations {best['ours']:.3f} / {best['trl']:.3f} s: {res['ratio_best']:.2f}x" if best else "")
+        + f" (load at end {res['loadavg_end']})"
     )
 
 
