@@ -11,7 +11,7 @@ build of torch first, so that trl's requirements do not pull a CUDA build; no vL
 datasets 5.2.0, peft 0.22.0, tokenizers 0.23.3). Then (the lock keeps timings from overlapping with
 other benchmark runs on a shared machine)::
 
-    flock /tmp/purejaxppo-cpu.lock python benchmarks/vs_trl_grpo.py --quick      # a smoke run, ~2 min idle
+    flock /tmp/purejaxppo-cpu.lock python benchmarks/vs_trl_grpo.py --quick      # a smoke run: ~1 min idle, 2 under load
     flock /tmp/purejaxppo-cpu.lock python benchmarks/vs_trl_grpo.py              # both shapes (see README)
         [--shapes learning,135m] [--seeds 3] [--iterations 20] [--trl-python /work/trl-grpo-venv/bin/python]
         [--json benchmarks/results/vs_trl_grpo.json]
@@ -62,13 +62,15 @@ Not matchable (each side's code fixes it):
 What is timed. Ours: the whole iteration is one compiled program (compile reported apart); the
 iterations run back to back. TRL: ``trainer.train()`` for ``iterations x M x E`` optimizer steps; its
 first iteration (eager warm-up) is reported apart. s/iteration = the median of the iterations after
-the first, on both sides. The phases: TRL's by wrapping ``_generate_single_turn`` (generation),
+the first, on both sides (also printed: the fastest iteration and the CPU seconds per iteration, which
+held steady under other jobs' load where wall times did not). The phases: TRL's by wrapping ``_generate_single_turn`` (generation),
 ``_generate_and_score_completions`` (its rest = scoring: decoding, the reward, the teacher-forced
 passes it runs, advantages) and ``on_step_end`` (update = the optimizer steps to the iteration's last);
 ours by three more compiled programs on the final state (``sample_phase``; ``score_phase`` +
-``finish_phase``; ``update_phase``), each run twice, the second timed; the reward function's host time
-(inside ours' sampling program, a ``jax.pure_callback``) is moved from generation to scoring on both
-sides. torch runs with ``torch.set_num_threads(2)``; XLA uses the machine's cores.
+``finish_phase``; ``update_phase``), each run once to warm up, then timed at least twice and until a
+second has passed (at most 10 times), the median counts (TRL: the median over the iterations after
+the first); the reward function's host time (inside ours' sampling program, a ``jax.pure_callback``)
+is counted in scoring on both sides. torch runs with ``torch.set_num_threads(2)``; XLA uses the machine's cores.
 """
 
 from __future__ import annotations
