@@ -216,3 +216,16 @@ def test_the_cli_tells_errors_by_type_not_by_message():
         if name.endswith(".py"):
             source = open(os.path.join(folder, name)).read()
             assert not re.search(r"in str\(e\)|str\(e\)\.(startswith|endswith)|in e\.args", source), name
+
+
+def test_python_callers_give_one_reward_as_a_string_and_lists_where_flags_give_tuples():
+    """The Python API took ``reward="FILE.py:FUNC"`` before several rewards were allowed (the
+    RLHF pipeline experiment still does); a string read as a tuple iterates its characters
+    (``--reward /``). Lists (from JSON or a user's code) become tuples: the settings are hashed."""
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
+
+    s = RLHFSettings(reward="objective.py:true_reward", reward_weights=[1.0], pass_k=[1, 8])
+    assert s.reward == ("objective.py:true_reward",)
+    assert s.reward_weights == (1.0,) and s.pass_k == (1, 8)
+    hash(s)
+    assert RLHFSettings(reward=("math", "format")).reward == ("math", "format")

@@ -2,6 +2,7 @@
 quick run of every stage (slow: about two minutes on 2 CPU cores)."""
 
 import csv
+import importlib.util
 import json
 import os
 import sys
@@ -13,6 +14,28 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experimen
 sys.path.insert(0, HERE)
 
 import objective as obj  # noqa: E402
+
+
+def _pipeline(name: str):
+    """This experiment's module ``name``, loaded from its file and registered under that name.
+
+    Other experiments have a ``run.py`` too (experiments/rlvr/), and their folders may sit ahead
+    of this one on ``sys.path`` in the same worker: a plain ``import run`` found rlvr's. The
+    scripts import their siblings by plain name, so the right file is pinned in ``sys.modules``.
+    """
+    mod = sys.modules.get(name)
+    path = os.path.realpath(os.path.join(HERE, f"{name}.py"))
+    if mod is not None and os.path.realpath(getattr(mod, "__file__", "") or "") == path:
+        return mod
+    for sibling in ("run", "world", "ppo", "plots", "advantages", name):  # imported by plain name
+        other = sys.modules.get(sibling)
+        if other is not None and os.path.dirname(os.path.realpath(other.__file__ or "")) != os.path.realpath(HERE):
+            del sys.modules[sibling]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.mark.parametrize(
@@ -43,7 +66,7 @@ def test_corpus_is_seeded_and_mentions_the_prompt_noun():
 @pytest.fixture(scope="module")
 def quick_pipeline(tmp_path_factory):
     """A ``run.py --quick`` folder, shared by the pipeline's check and the advantages script's."""
-    import run
+    run = _pipeline("run")
 
     out = str(tmp_path_factory.mktemp("pipeline") / "p")
     assert run.main(["--out", out, "--quick"]) == 0
@@ -52,7 +75,7 @@ def quick_pipeline(tmp_path_factory):
 
 @pytest.mark.slow
 def test_quick_pipeline_runs_every_stage(quick_pipeline):
-    import run
+    run = _pipeline("run")
 
     out = quick_pipeline
     with open(os.path.join(out, "eval.csv")) as f:
@@ -71,7 +94,7 @@ def test_quick_pipeline_runs_every_stage(quick_pipeline):
 
 
 def test_at_kl_reads_the_first_crossing_by_hand():
-    import advantages as adv
+    adv = _pipeline("advantages")
 
     kl = [0.0, 1.0, 3.0, 2.0, 5.0]
     true = [0.0, 1.0, 2.0, 9.0, 4.0]
@@ -83,7 +106,7 @@ def test_at_kl_reads_the_first_crossing_by_hand():
 
 @pytest.mark.slow
 def test_advantages_script_runs_every_arm(quick_pipeline, tmp_path):
-    import advantages as adv
+    adv = _pipeline("advantages")
 
     out = str(tmp_path / "adv")
     assert adv.main(["--out", out, "--from", quick_pipeline, "--quick", "--arms", "gae,grpo,rloo"]) == 0

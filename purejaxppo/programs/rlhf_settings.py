@@ -154,6 +154,15 @@ class RLHFSettings:
     )
     hashes: tuple = setting((), "sha256 of the model's files and the data files, checked on a resume", cli=False)
 
+    def __post_init__(self):
+        # Python callers write one reward as a string (as before several were allowed) and lists
+        # where the flags give tuples; the settings are hashed (the task is cached on them).
+        if isinstance(self.reward, str):
+            object.__setattr__(self, "reward", (self.reward,))
+        for name in ("reward", "reward_weights", "pass_k"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["task_options"], d["hashes"] = dict(self.task_options), dict(self.hashes)
