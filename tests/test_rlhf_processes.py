@@ -11,6 +11,7 @@ The flag refusals come before any process waits for another.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -74,6 +75,71 @@ def test_two_processes_stopped_and_resumed_equal_one_process_with_two_devices(tm
         )
 
 
+ANSWER_REWARD = """import json
+
+def score(prompts, completions, answer):
+    with open("seen.jsonl", "a") as f:  # in the process's own folder
+        f.write(json.dumps([[p, c, a] for p, c, a in zip(prompts, completions, answer)]) + "\\n")
+    return [float(int(a) % 4) for a in answer]
+
+def short(prompts, completions):
+    return [-0.1 * len(c) for c in completions]
+"""
+
+
+def _calls(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_python_reward_reading_the_rows_answers_runs_on_two_processes_as_on_one(tmp_path):
+    """``--reward FILE.py:FUNC`` across processes: each process scores only its own rows (its
+    half of each iteration's prompts, drawn at random from a shuffled file), each response with
+    its own row's ``answer``; the scored rows of both together are exactly one process's (2
+    devices), the training metrics equal its to relative 1e-4 (two programs: the tolerance of
+    ``--devices 2`` vs 1), and each reward's mean (``reward_<name>_mean``, a host statistic)
+    is every process's rows' mean, recomputed here from the rows each process saw."""
+    from _lm_fixtures import tiny_gpt2_folder
+
+    model = tiny_gpt2_folder(tmp_path / "model")
+    order = np.random.default_rng(3).permutation(12)  # the file's rows shuffled; answers unrelated to positions
+    rows = [{"prompt": f"what is {i} plus one", "answer": str((7 * i) % 11)} for i in order]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "reward.py").write_text(ANSWER_REWARD)
+    fn = str(tmp_path / "reward.py")
+    args = ["rlhf", "--model", model, "--prompts", str(tmp_path / "data.jsonl"), "--reward", f"{fn}:score"]
+    args += ["--reward", f"{fn}:short", "--reward-weights", "1,0.5", "--batch", "8", "--group-size", "2"]
+    args += ["--advantage", "grpo", "--iterations", "2", "--minibatches", "2", "--epochs", "1"]
+    args += ["--max-new-tokens", "4", "--chunk", "1", "--eval-every", "0", "--quiet"]
+    _ok(_finish(_start(tmp_path, [*args, "--run-dir", "run", "--devices", "all"])))
+    assert os.listdir(tmp_path / "p1") == ["seen.jsonl"]  # process 1 scored, and wrote no run folder
+    ref = _one_process(tmp_path, args)
+    gold = {r["prompt"]: r["answer"] for r in rows}
+    # the calls: the SFT model's evaluation (every process, all 12 rows), then one per iteration
+    # (B / 2 = 4 rows per process; one process: one per device), then, on process 0 alone, the
+    # final samples (samples.txt: SHOWN = 4 prompts)
+    calls = [_calls(tmp_path / f"p{i}" / "seen.jsonl") for i in (0, 1)] + [_calls(tmp_path / "seen.jsonl")]
+    assert [[len(call) for call in c] for c in calls] == [[12, 4, 4, 4], [12, 4, 4], [12, 4, 4, 4, 4, 4]]
+    for prompt, _, answer in (r for c in calls for call in c for r in call):
+        assert gold[prompt] == answer, (prompt, answer)
+    mine = [c[1:3] for c in calls[:2]]  # each process's iterations
+    # the rows both processes scored are exactly those one process scored (its 2 devices in either order)
+    together = sorted(map(tuple, (r for c in mine for call in c for r in call)))
+    assert together == sorted(map(tuple, (r for call in calls[2][1:5] for r in call)))
+    (ha, ma), (hb, mb) = _metrics(tmp_path / "p0" / "run"), _metrics(ref)
+    assert ha == hb and ma.shape == mb.shape == (2, len(ha))
+    timed = ha.index("reward_fn_s")  # host seconds: not the same twice
+    keep = [j for j in range(len(ha)) if j != timed]
+    np.testing.assert_allclose(ma[:, keep], mb[:, keep], rtol=1e-4, atol=1e-6, equal_nan=True)
+    for it in (0, 1):  # iteration it's rows: each process's call it
+        scored = [r for c in mine for r in c[it]]
+        want = np.mean([int(a) % 4 for _, _, a in scored])
+        assert ma[it, ha.index("reward_score_mean")] == pytest.approx(want, rel=1e-6)
+        want = np.mean([-0.1 * len(c) for _, c, _ in scored])
+        assert ma[it, ha.index("reward_short_mean")] == pytest.approx(want, rel=1e-6, abs=1e-7)
+    assert ma[:, ha.index("reward_score_scored")].tolist() == [1.0, 1.0]
+
+
 @pytest.mark.parametrize(
     "flags,message",
     [
@@ -81,10 +147,6 @@ def test_two_processes_stopped_and_resumed_equal_one_process_with_two_devices(tm
         (["--distributed", "--process-id", "0"], "--distributed takes the process layout from the launcher"),
         (["--distributed"], "several processes need --run-dir"),
         (["--distributed", "--run-dir", "r", "--eval-every", "5"], "--eval-every does not run across processes"),
-        (
-            ["--distributed", "--run-dir", "r", "--model", "m", "--prompts", "p", "--reward", "r.py:f"],
-            "--reward (a Python function on the host) does not run across processes yet",
-        ),
     ],
 )
 def test_process_flags_are_refused_before_joining(tmp_path, monkeypatch, capsys, flags, message):

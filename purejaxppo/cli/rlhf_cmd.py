@@ -240,11 +240,6 @@ def rlhf_request(args):
     from purejaxppo.programs.rlhf_session import RLHFRequest
 
     cmd = flags.record_of(RLHFCommand, args)  # this session's own settings, the defaults declared there
-    if (args.distributed or args.coordinator is not None) and args.reward:  # before waiting for the others
-        raise UserError(
-            "--reward (a Python function on the host) does not run across processes yet; use "
-            "--reward-model DIR, or one process (--devices N splits the prompts over its devices)"
-        )
     session = dict(
         flag_of=config_flag,
         seed=cmd.seed,

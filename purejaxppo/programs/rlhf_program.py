@@ -49,6 +49,15 @@ def on_every_process(tree, num_devices: int):
     return jax.tree.map(one, tree)
 
 
+def sum_counts(every: list) -> dict:
+    """Additive counts (``{key: float}``, one dict per process) summed key by key."""
+    out: dict = {}
+    for counts in every:
+        for k, v in counts.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
 class RLHFProgram(ChunkedProgram):
     """The compiled ``init`` and ``n``-iteration chunks of token-level PPO over ``R`` seeds.
 
@@ -78,7 +87,8 @@ class RLHFProgram(ChunkedProgram):
             reward = getattr(task, "reward_fn", None) or (lambda _, *batch: task.score(*batch))
             self.reward_params = None
         # a text reward runs on the host (jax.pure_callback): its time is its own phase, reward_fn_s
-        self.text_reward = bound if isinstance(bound, TextReward) else None
+        # (beside a reward model, the Python rewards' part: MixedReward.text)
+        self.text_reward = bound if isinstance(bound, TextReward) else getattr(bound, "text", None)
         # runs_axis: the seeds agree on one response width per iteration (length_buckets), so a
         # chunk runs one branch of the width switch, not all of them
         build = functools.partial(
@@ -119,17 +129,24 @@ class RLHFProgram(ChunkedProgram):
     def chunk(self, n: int, state, configs=None):
         if self.text_reward is None:
             return super().chunk(n, state, configs)
-        before = self.text_reward.seconds
-        self.text_reward.take_stats()  # an evaluation's calls since the last chunk are not this chunk's
+        reward = self.text_reward
+        before = reward.seconds
+        reward.take_counts()  # an evaluation's calls since the last chunk are not this chunk's
         # waits for the chunk (its host calls done) before the loop dispatches the next: the time is
         # this chunk's, and the overlap lost is small next to the reward's own host time
         (state, metrics), finite = jax.block_until_ready(super().chunk(n, state, configs))
         runs = jax.tree.leaves(metrics)[0].shape[0]
+        seconds, counts = reward.seconds - before, reward.take_counts()
+        group = processes.current()
+        if group.many:  # each process scored its own rows: the counts of all, the slowest one's time, any failure
+            every = group.exchange((seconds, counts, reward.error))
+            seconds, counts = max(s for s, _, _ in every), sum_counts([c for _, c, _ in every])
+            reward.error = reward.error or next((e for _, _, e in every if e), None)
         # the chunk's host time spread evenly over its iterations (one call per iteration, every seed at once)
-        metrics = {**metrics, "reward_fn_s": np.full((runs, n), (self.text_reward.seconds - before) / n, np.float32)}
+        metrics = {**metrics, "reward_fn_s": np.full((runs, n), seconds / n, np.float32)}
         # each reward's mean and the share of completions it scored (reward_<name>_mean, _scored, ...):
         # over the chunk's iterations and seeds together (one value per chunk; --chunk 1 for each iteration's)
-        stats = self.text_reward.take_stats()
+        stats = reward.stats_of(counts)
         metrics.update({k: np.full((runs, n), v, np.float32) for k, v in sorted(stats.items())})
         return (state, metrics), finite
 

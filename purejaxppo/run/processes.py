@@ -52,7 +52,8 @@ class ProcessGroup:
     ``share(fn)``: ``fn()`` run on the writer alone, its result (or the exception it raised,
     raised again) returned on every process; ``broadcast(tree)``: the writer's host arrays on
     every process (``like``: a tree of the same shapes and dtypes, e.g. the state the arrays
-    go into; the other processes pass ``tree=None``)."""
+    go into; the other processes pass ``tree=None``); ``exchange(value)``: every process's
+    picklable ``value``, as a list by process index, on every process (a collective)."""
 
     def __init__(self, index: int = 0, count: int = 1):
         self.index, self.count, self._calls = index, count, 0
@@ -91,6 +92,20 @@ class ProcessGroup:
         if not ok:
             raise value
         return value
+
+    def exchange(self, value) -> list:
+        """Every process's ``value`` (anything picklable), by process index, on every process (a
+        collective: every process calls it at the same point). One process: ``[value]``."""
+        if not self.many:
+            return [value]
+        from jax.experimental import multihost_utils
+
+        data = np.frombuffer(pickle.dumps(value), np.uint8)
+        sizes = np.asarray(multihost_utils.process_allgather(np.int64(data.size))).reshape(-1)
+        padded = np.zeros(int(sizes.max()), np.uint8)
+        padded[: data.size] = data
+        every = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
+        return [pickle.loads(every[i, : int(sizes[i])].tobytes()) for i in range(len(sizes))]
 
     def broadcast(self, tree, like):
         if not self.many:

@@ -13,7 +13,10 @@ Where it runs: through ``jax.pure_callback`` inside the compiled iteration (one 
 iteration with every seed's rows at once), so the iteration stays one program and the chunk
 loop, resume and the NaN stop are unchanged; the device waits while Python runs.
 :attr:`TextReward.seconds` accumulates the host time (decoding and the function), which the run
-reports as its own phase (``reward_fn_s`` in metrics.csv).
+reports as its own phase (``reward_fn_s`` in metrics.csv). Across devices and processes each
+device's callback scores that device's rows (its share of the prompts) on its own host; a
+process's statistics (:meth:`TextReward.take_counts`) are then summed over the processes by
+the caller, so the logged means are every row's.
 
 A function that raises, returns the wrong number of values or a non-finite one does not raise
 inside XLA (a traceback through the runtime): the first such failure is kept in
@@ -30,6 +33,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 import os
 import sys
 import time
@@ -156,23 +160,53 @@ class TextReward:
             )
 
     def take_stats(self) -> dict:
-        """Host side: the statistics since the last take, as metric columns: ``reward_scored``
-        (the fraction of responses scored, not None) and, for a
-        :func:`~purejaxppo.lm.rewards.reward_mix.combine`, each reward's mean and fraction scored
-        (:meth:`~purejaxppo.lm.rewards.reward_mix.CombinedReward.take_stats`); a built-in's
-        counts as ``reward_<name>_<count>`` (``reward_math_timeouts``).
+        """Host side: the statistics since the last take, as metric columns
+        (:meth:`stats_of` of :meth:`take_counts`).
 
         Returns:
           ``{name: float}``; empty when nothing was scored since the last take.
         """
-        counts = self.tally.take()
-        own = {"reward_scored": rc.ratio(counts["scored"], counts["rows"])} if counts.get("rows") else {}
-        if callable(getattr(self.fn, "take_stats", None)):  # a combination: its rewards' own columns
-            return {**own, **self.fn.take_stats()}
-        if callable(getattr(self.fn, "take_counts", None)):  # a built-in reward's counts (timeouts, ...)
+        return self.stats_of(self.take_counts())
+
+    def take_counts(self) -> dict:
+        """Host side: the additive counts since the last take (this reward's, its function's
+        under ``"fn."``). Each process of a run scores only its own rows: the counts of all
+        of them, summed key by key, give :meth:`stats_of` the statistics of every row.
+
+        Returns:
+          ``{key: float}``.
+        """
+        counts = {f"own.{k}": v for k, v in self.tally.take().items()}
+        if callable(getattr(self.fn, "take_counts", None)):
+            counts.update({f"fn.{k}": v for k, v in self.fn.take_counts().items()})
+        return counts
+
+    def stats_of(self, counts: dict) -> dict:
+        """The metric columns of (summed) :meth:`take_counts` counts: ``reward_scored`` (the
+        fraction of responses scored, not None); with a reward model beside the function
+        (:meth:`__call__`'s ``model_scores``), ``reward_model_mean`` and ``reward_model_scored``
+        (1: it scores every response); for a
+        :func:`~purejaxppo.lm.rewards.reward_mix.combine`, each reward's mean and fraction
+        scored (:meth:`~purejaxppo.lm.rewards.reward_mix.CombinedReward.stats_of`); a
+        built-in's counts as ``reward_<name>_<count>`` (``reward_math_timeouts``).
+
+        Returns:
+          ``{name: float}``.
+        """
+        own = {k[4:]: v for k, v in counts.items() if k.startswith("own.")}
+        fn = {k[3:]: v for k, v in counts.items() if k.startswith("fn.")}
+        out = {}
+        if own.get("rows"):
+            out["reward_scored"] = rc.ratio(own.get("scored", 0.0), own["rows"])
+            if "model_rows" in own:
+                out["reward_model_mean"] = rc.ratio(own.get("model_sum", 0.0), own["model_rows"])
+                out["reward_model_scored"] = rc.ratio(own["model_rows"], own["rows"])
+        if callable(getattr(self.fn, "stats_of", None)):  # a combination: its rewards' own columns
+            return {**out, **self.fn.stats_of(fn)}
+        if fn:  # a built-in reward's counts (timeouts, ...)
             name = getattr(self.fn, "__name__", "fn")
-            return {**own, **{f"reward_{name}_{k}": v for k, v in self.fn.take_counts().items()}}
-        return own
+            out.update({f"reward_{name}_{k}": v for k, v in fn.items()})
+        return out
 
     def columns(self, rows, completion_ids: list) -> dict:
         """Host side: ``{column: [value per response]}`` of the row ids ``rows`` (None where a
@@ -197,7 +231,7 @@ class TextReward:
         if self.error is not None:
             raise RewardFunctionError(self.error)
 
-    def _host(self, prompt, prompt_valid, response, response_mask, rows):
+    def _host(self, prompt, prompt_valid, response, response_mask, rows, *model_scores):
         lead = prompt.shape[:-1]
         n = int(np.prod(lead))
         if self.error is not None or self.skip():  # the run is stopping: no more calls
@@ -208,6 +242,8 @@ class TextReward:
                 *(np.asarray(x).reshape(n, -1) for x in (prompt, prompt_valid, response, response_mask)), ids=True
             )
             out = self._call(prompts, responses, self.columns(np.asarray(rows).reshape(n), ids))
+            for scores in model_scores:  # logged only: the program adds them to the sum
+                self.tally.add(model_sum=math.fsum(np.asarray(scores, np.float64).reshape(n)), model_rows=n)
         finally:
             self.seconds += time.perf_counter() - t0
         return out.reshape(lead)
@@ -242,18 +278,22 @@ class TextReward:
             f"the reward function {self.name} raised {type(error).__name__}: {error} on a batch of {len(prompts)} rows"
         )
 
-    def __call__(self, prompt, prompt_valid, response, response_mask, rows=None):
+    def __call__(self, prompt, prompt_valid, response, response_mask, rows=None, model_scores=None):
         """The scores, ``[..., B]`` float32 (see the class).
 
         Args:
           prompt, prompt_valid: ``[..., B, P]``; response, response_mask: ``[..., B, T]``.
           rows: ``[..., B]`` int32, each row's id in :attr:`rows` (-1: none); None: none.
+          model_scores: ``[..., B]``, a reward model's scores of the same responses, computed
+            in the program beside this reward: only logged here (``reward_model_mean``), not
+            added; None: none.
 
         Returns:
           ``[..., B]`` float32: ``fn``'s numbers (None as 0; NaN after a failure).
         """
         shape = jax.ShapeDtypeStruct(prompt.shape[:-1], jnp.float32)
         rows = jnp.full(prompt.shape[:-1], -1, jnp.int32) if rows is None else jnp.asarray(rows, jnp.int32)
+        logged = () if model_scores is None else (jnp.asarray(model_scores, jnp.float32),)
         return jax.pure_callback(
-            self._host, shape, prompt, prompt_valid, response, response_mask, rows, vmap_method="broadcast_all"
+            self._host, shape, prompt, prompt_valid, response, response_mask, rows, *logged, vmap_method="broadcast_all"
         )

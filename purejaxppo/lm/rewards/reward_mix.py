@@ -81,14 +81,37 @@ class CombinedReward:
           ``{"reward_<name>_mean": float, "reward_<name>_scored": float, ...}`` (NaN: nothing
           scored); empty when nothing was called since the last take.
         """
-        counts, out = self.tally.take(), {}
-        if not counts:
-            return out
+        return self.stats_of(self.take_counts())
+
+    def take_counts(self) -> dict:
+        """Host side: the additive counts since the last take, each reward's own counts
+        (``"<name>.timeouts"``, ...) among them: counts of several callers (processes) add up
+        key by key, and :meth:`stats_of` their sum gives the statistics of all their calls.
+
+        Returns:
+          ``{key: float}``.
+        """
+        counts = self.tally.take()
         for fn, _, name in self.parts:
+            if callable(getattr(fn, "take_counts", None)):
+                counts.update({f"{name}.{k}": v for k, v in fn.take_counts().items()})
+        return counts
+
+    def stats_of(self, counts: dict) -> dict:
+        """The metric columns of :meth:`take_counts`' counts (or of several callers' summed).
+
+        Returns:
+          As :meth:`take_stats`; empty when the counts hold no completion.
+        """
+        out = {}
+        if not counts.get("rows"):
+            return out
+        for _, _, name in self.parts:
             out[f"reward_{name}_mean"] = ratio(counts.get(f"{name}_sum", 0.0), counts.get(f"{name}_scored", 0.0))
             out[f"reward_{name}_scored"] = ratio(counts.get(f"{name}_scored", 0.0), counts["rows"])
-            if callable(getattr(fn, "take_counts", None)):
-                out.update({f"reward_{name}_{k}": v for k, v in fn.take_counts().items()})
+            out.update(
+                {f"reward_{name}_{k[len(name) + 1 :]}": v for k, v in counts.items() if k.startswith(name + ".")}
+            )
         return out
 
     def score(self, prompts: list, completions: list, **columns) -> dict:
