@@ -165,11 +165,6 @@ def sample_turn(lm, params, keys, prompt, prompt_valid, tokens, length, cfg: Epi
     )  # fmt: skip
 
 
-def _where_rows(active, new, old):
-    """Per leaf: row ``i`` of ``new`` where ``active[i]``, else of ``old``."""
-    return jax.tree.map(lambda a, b: jnp.where(active.reshape(active.shape + (1,) * (a.ndim - 1)), a, b), new, old)
-
-
 def start(env, keys, rows, cfg: EpisodeConfig, dtype) -> EpisodeCarry:
     """The carry after every row's reset: its observation written at slot 0."""
     b, o = keys.shape[0], env.obs_width
@@ -195,6 +190,7 @@ def take_turn(lm, params, env, keys, prompt, prompt_valid, cfg: EpisodeConfig, c
     sample_keys, env_keys = jax.vmap(turn_keys, in_axes=(0, None))(keys, c.t)
     resp = sample_turn(lm, params, sample_keys, prompt, prompt_valid, c.tokens, c.length, cfg)
     alen = jnp.sum(resp.mask, axis=1, dtype=jnp.int32)  # >= 1: a live row always writes a token
+    # every row is stepped (fixed shapes); a finished row's new state is never read again
     st = jax.vmap(env.step)(env_keys, c.state, resp.tokens.astype(jnp.int32), alen)
     n, wrote = c.length, jnp.where(active, alen, 0)
     slots = jnp.arange(t_slots)[None, :]
@@ -211,7 +207,7 @@ def take_turn(lm, params, env, keys, prompt, prompt_valid, cfg: EpisodeConfig, c
     trunc = active & ~st.terminated & (st.truncated | (turns >= cfg.max_turns))
     return EpisodeCarry(
         c.t + 1, tokens, n + wrote + kept, action_mask, logp, rewards,
-        _where_rows(active, st.state, c.state), done | term | trunc, c.terminated | term,
+        st.state, done | term | trunc, c.terminated | term,
         truncated | trunc, turns, c.obs_cut + jnp.where(active, olen - kept, 0),
     )  # fmt: skip
 

@@ -128,10 +128,7 @@ def host_jax_episode(lm, params, env, keys, prompt, prompt_valid, rows, cfg: Epi
     def step(t, actions, lengths, active):
         env_keys = jax.vmap(turn_keys, in_axes=(0, None))(keys, t)[1]
         st = step_fn(env_keys, held["state"], jnp.asarray(actions, jnp.int32), jnp.asarray(lengths, jnp.int32))
-        on = jnp.asarray(active)
-        held["state"] = jax.tree.map(
-            lambda new, old: jnp.where(on.reshape(on.shape + (1,) * (new.ndim - 1)), new, old), st.state, held["state"]
-        )
+        held["state"] = st.state  # a finished row's is never read again
         return st.obs, st.length, st.reward, st.terminated, st.truncated, np.zeros(len(lengths), np.int32)
 
     return host_episode(lm, params, keys, prompt, prompt_valid, reset, step, cfg, env.obs_width)
