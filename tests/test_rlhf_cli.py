@@ -241,7 +241,7 @@ BAD_INPUTS = [  # (flags, what the one error line must say)
     (["--max-new-tokens", "4"], "--max-new-tokens needs --model DIR"),
     (["--model", "{good}"], "--model needs --prompts FILE"),
     (["--model", "{good}", "--prompts", "{prompts.jsonl}"], "--model needs a reward"),
-    (TEXT + ["--reward-model", "{good}"], "--model needs a reward"),
+    (TEXT + ["--reward-model", "{good}"], "--reward-model {good} holds no score head"),  # both: summed
     (TEXT + ["--task", "reverse"], "--task belongs to the built-in tasks"),
     (
         ["--model", "{good}", "--prompts", "{prompts.jsonl}", "--reward-model", "{othervocab}"],

@@ -136,3 +136,47 @@ def test_chunk_defaults_to_the_run_records_and_a_resume_takes_it(tmp_path, monke
     assert main(["rlhf", "--quiet", "--resume", str(folder)]) == 0
     assert main(["rlhf", "--quiet", "--resume", str(folder), "--chunk", "3"]) == 0
     assert [kw.get("chunk_updates") for _, kw in calls] == [None, 3] and calls[0][0] == "resume"
+
+
+@pytest.mark.slow
+def test_a_run_with_a_reward_model_beside_a_python_reward_logs_each_and_scores_their_weighted_sum(tmp_path):
+    """``rlhf --reward FILE.py:score --reward-model DIR --reward-weights 0.5,2`` trains (the reward
+    model's score in the compiled iteration, the function's through its callback); metrics.csv
+    has each part's column, and each iteration's score (the batch mean) is 0.5 * the function's
+    mean + 2 * the reward model's (every response scored by both: the means are the batch's)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import numpy as np
+    from _lm_fixtures import tiny_gpt2_folder
+    from test_rlvr_rewards import _reward_model_folder
+
+    from purejaxppo.run.metrics_file import load_rows
+
+    model = tiny_gpt2_folder(tmp_path / "model")
+    rm = _reward_model_folder(tmp_path, model)
+    rows = [{"prompt": f"what is {i} plus one", "answer": str((3 * i) % 7)} for i in range(6)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "reward.py").write_text(
+        "def score(prompts, completions, answer):\n    return [float(a) for a in answer]\n"
+    )
+    args = ["--model", model, "--prompts", str(tmp_path / "data.jsonl"), "--reward", f"{tmp_path}/reward.py:score"]
+    args += ["--reward-model", rm, "--reward-weights", "0.5,2", "--batch", "4", "--iterations", "2", "--chunk", "1"]
+    args += ["--minibatches", "2", "--epochs", "1", "--max-new-tokens", "4", "--eval-every", "0", "--quiet"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "purejaxppo", "rlhf", *args, "--run-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header, got, _ = load_rows(str(tmp_path / "run" / "metrics.csv"))
+    table = np.array([[float(x) for x in r] for r in got])
+    col = {name: table[:, header.index(name)] for name in header}
+    assert len(table) == 2 and np.all(col["reward_model_scored"] == 1) and np.all(col["reward_score_scored"] == 1)
+    assert np.all(np.abs(col["reward_model_mean"]) > 1e-3)  # the model's part is not nothing
+    np.testing.assert_allclose(col["score"], 0.5 * col["reward_score_mean"] + 2 * col["reward_model_mean"], rtol=1e-5)

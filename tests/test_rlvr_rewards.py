@@ -163,3 +163,103 @@ def test_columns_go_only_to_functions_that_take_them():
         rc.call_reward(lambda p, c: [float("inf")], "fn", ["p"], ["c"], {})
     with pytest.raises(rc.MissingExtraError, match=r'pip install "purejaxppo\[rlvr\]"'):
         rc.optional_import("no_such_package_xyz", "this reward")
+
+
+def _reward_model_folder(root, model: str) -> str:
+    """A reward model of the tiny policy's tokenizer: its trunk with a random score head."""
+    import shutil
+
+    import jax
+
+    from purejaxppo.lm.rewards.reward_model import load_reward_trunk, save_reward_model
+
+    lm, params, _ = load_reward_trunk(model)
+    head = params["params"]["value_head"]
+    kernel = jax.random.normal(jax.random.PRNGKey(5), head["kernel"].shape)
+    params = {**params, "params": {**params["params"], "value_head": {"kernel": kernel, "bias": head["bias"]}}}
+    save_reward_model(str(root / "rm"), lm, params)
+    shutil.copy(f"{model}/tokenizer.json", root / "rm" / "tokenizer.json")
+    return str(root / "rm")
+
+
+def test_a_reward_model_beside_python_rewards_scores_their_weighted_sum_in_the_program(tmp_path):
+    """``--reward FILE.py:score --reward-model DIR --reward-weights 0.5,2``: the score the compiled
+    reward gives (jit, vmapped over 2 runs as the program does) is 0.5 * the function's value of
+    each row's answer + 2 * the reward model's score, the model called here by hand (its values
+    on prompt + response, read at the last valid token found by a loop); each is logged on its
+    own (reward_score_mean, reward_model_mean)."""
+    import json
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from _lm_fixtures import tiny_gpt2_folder
+
+    from purejaxppo.lm.rewards.reward_model import load_reward_trunk
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
+
+    model = tiny_gpt2_folder(tmp_path / "model")
+    rm = _reward_model_folder(tmp_path, model)
+    rows = [{"prompt": f"what is {i} plus one", "answer": str((3 * i) % 7)} for i in range(6)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "reward.py").write_text(
+        "def score(prompts, completions, answer):\n    return [float(a) for a in answer]\n"
+    )
+    settings = RLHFSettings(
+        task="text",
+        model_dir=model,
+        prompts=str(tmp_path / "data.jsonl"),
+        reward=(f"{tmp_path}/reward.py:score",),
+        reward_model=rm,
+        reward_weights=(0.5, 2.0),
+        max_new_tokens=4,
+        sft_steps=0,
+    )
+    task = settings.make_task()
+    ids = np.array([3, 0, 5, 1, 3])
+    prompt, valid = np.asarray(task.table.tokens)[ids], np.asarray(task.table.valid)[ids]
+    response = np.asarray(jax.random.randint(jax.random.PRNGKey(1), (5, 4), 3, task.vocab_size), np.int32)
+    mask = np.arange(4)[None, :] < np.array([4, 2, 0, 3, 1])[:, None]
+    stack = [jnp.stack([x, x]) for x in (prompt, valid, response, mask, ids.astype(np.int32))]
+    program = jax.jit(jax.vmap(task.reward.fn, in_axes=(None, 0, 0, 0, 0, 0)))
+    got = np.asarray(program(task.reward.params, *stack[:4], stack[4]))
+    lm, params, _ = load_reward_trunk(rm)  # by hand
+    tokens, ok = np.concatenate([prompt, response], 1), np.concatenate([valid, mask], 1).astype(bool)
+    values = np.asarray(lm.values(params, jnp.asarray(tokens), jnp.asarray(ok)))
+    by_model = np.array([values[i, max(j for j in range(ok.shape[1]) if ok[i, j])] for i in range(5)])
+    python = np.array([float(rows[i]["answer"]) for i in ids])
+    assert np.abs(by_model).min() > 1e-3 and len(set(python)) > 2  # both parts matter
+    np.testing.assert_allclose(got, np.stack([0.5 * python + 2.0 * by_model] * 2), rtol=1e-5, atol=1e-5)
+    stats = task.reward.text.take_stats()
+    assert stats["reward_score_mean"] == pytest.approx(python.mean())
+    assert stats["reward_model_mean"] == pytest.approx(by_model.mean(), rel=1e-5)
+    assert stats["reward_model_scored"] == stats["reward_score_scored"] == 1.0
+    # bound (the evaluations' call): the same scores
+    np.testing.assert_allclose(np.asarray(task.score(prompt, valid, response, mask, rows=ids)), got[0], rtol=1e-6)
+
+
+def test_reward_weights_beside_a_reward_model_count_it_last(tmp_path):
+    """One weight per --reward then the reward model's; a wrong count, or weights for the
+    reward model alone, are refused naming the fix; both flags together are no longer refused."""
+    from _lm_fixtures import tiny_gpt2_folder
+
+    from purejaxppo.cli.parser import build_parser
+    from purejaxppo.cli.rlhf_cmd import rlhf_request
+    from purejaxppo.programs.rlhf_settings import RLHFSettings, reward_model_weight, text_reward
+
+    model = tiny_gpt2_folder(tmp_path / "model")
+    rm = _reward_model_folder(tmp_path, model)
+    (tmp_path / "p.txt").write_text("hello\n")
+    flags = ["rlhf", "--model", model, "--prompts", str(tmp_path / "p.txt"), "--reward", "format"]
+    request = rlhf_request(build_parser().parse_args([*flags, "--reward-model", rm, "--reward-weights", "1,3"]))
+    assert request.settings.reward_model == rm and request.settings.reward == ("format",)
+    assert reward_model_weight(request.settings) == 3.0
+    mix = text_reward(request.settings)  # the Python part: each reward its own column
+    assert [(w, n) for _, w, n in mix.parts] == [(1.0, "format")]
+    base = dict(task="text", model_dir=model, prompts=str(tmp_path / "p.txt"), reward_model=rm, sft_steps=0)
+    with pytest.raises(
+        RewardSpecError, match="3 weights for 2 rewards; give one per --reward, in the order given, then"
+    ):
+        text_reward(RLHFSettings(**base, reward=("format",), reward_weights=(1.0, 2.0, 3.0)))
+    with pytest.raises(RewardSpecError, match="--reward-model alone is one: drop the weights"):
+        RLHFSettings(**base, reward_weights=(2.0,), max_new_tokens=3).make_task()

@@ -213,10 +213,10 @@ def check_plain(args, text: bool) -> None:
             )
         if not args.prompts:
             raise UserError("--model needs --prompts FILE (.jsonl or .txt) to train on")
-        if bool(args.reward) == bool(args.reward_model):
+        if not args.reward and not args.reward_model:
             raise UserError(
                 "--model needs a reward: --reward NAME or FILE.py:FUNCTION (a built-in or a function of the texts; "
-                "repeat for several) or --reward-model DIR (one of the two, for now)"
+                "repeat for several), --reward-model DIR, or both (summed with --reward-weights)"
             )
         if args.sft_steps and not args.sft_data:
             raise UserError(f"--sft-steps {args.sft_steps} needs --sft-data FILE (prompt/response pairs)")

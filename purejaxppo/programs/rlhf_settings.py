@@ -18,7 +18,7 @@ from purejaxppo.config.fields import setting
 from purejaxppo.lm.checkpoints.gpt2_hf import load_gpt2
 from purejaxppo.lm.checkpoints.pretrained import load_pretrained
 from purejaxppo.lm.ppo.recipes import RECIPES
-from purejaxppo.lm.rewards.python_reward import TextReward
+from purejaxppo.lm.rewards.python_reward import RewardSpecError, TextReward
 from purejaxppo.lm.sft.sft_training import init_tiny_lm
 from purejaxppo.lm.tasks.builtin_tasks import TASKS, make_task
 from purejaxppo.programs.rlhf_eval import PassAtKSettings
@@ -111,7 +111,12 @@ class RLHFSettings:
         repeat=True,
         metavar="NAME|SPEC",
     )
-    reward_weights: tuple = setting((), "the rewards' weights, in the order given (default: 1 each)", metavar="W,W")
+    reward_weights: tuple = setting(
+        (),
+        "the rewards' weights, in the order given, a --reward-model's last (default: 1 each); the score is their "
+        "weighted sum",
+        metavar="W,W",
+    )
     reward_options: tuple = setting(
         (),
         "a built-in reward's option, e.g. length.limit=48, math.timeout=2 or format.template='<answer>...</answer>'",
@@ -138,7 +143,10 @@ class RLHFSettings:
         lo=0,
     )
     reward_model: Optional[str] = setting(
-        None, "a local *ForSequenceClassification folder scoring prompt + response", metavar="DIR"
+        None,
+        "a local *ForSequenceClassification folder scoring prompt + response (alone, or added to the --reward "
+        "functions with the last of --reward-weights)",
+        metavar="DIR",
     )
     chat_template: bool = setting(
         False,
@@ -242,11 +250,23 @@ def _text_task(settings: RLHFSettings):
     from purejaxppo.lm.tasks.text_task import make_text_task
 
     def reward_for(tokenizer):
+        model = None
         if settings.reward_model:
             from purejaxppo.lm.tasks.text_task import load_bound_reward_model
 
-            return load_bound_reward_model(settings.reward_model, settings.model_dir, DTYPES[settings.dtype])
-        return TextReward(text_reward(settings), " + ".join(settings.reward), tokenizer)
+            model = load_bound_reward_model(settings.reward_model, settings.model_dir, DTYPES[settings.dtype])
+            if not settings.reward:
+                if settings.reward_weights:  # a weight would only rescale the one reward: refused, not ignored
+                    raise RewardSpecError(
+                        "--reward-weights weighs several rewards; --reward-model alone is one: drop the weights"
+                    )
+                return model
+        text = TextReward(text_reward(settings), " + ".join(settings.reward), tokenizer)
+        if model is None:
+            return text
+        from purejaxppo.lm.tasks.mixed_reward import MixedReward
+
+        return MixedReward(text, model, reward_model_weight(settings))
 
     options = dict(settings.data_options)
     source = {k: options.pop(k) for k in ("size", "seed", "split") if k in options}
@@ -269,14 +289,22 @@ def _text_task(settings: RLHFSettings):
     )
 
 
+def reward_model_weight(settings: RLHFSettings) -> float:
+    """The ``--reward-model``'s weight beside Python rewards: the last of ``--reward-weights``
+    (default 1)."""
+    return float(settings.reward_weights[-1]) if settings.reward_weights else 1.0
+
+
 def text_reward(settings: RLHFSettings):
     """The settings' rewards as one function ``fn(prompts, completions, **columns)``: a built-in
     by name (:func:`purejaxppo.lm.rewards.get`, with its ``--reward-option`` s) or a user's
     function (:func:`~purejaxppo.lm.rewards.python_reward.load_reward_function`); several, or
-    one with a weight, summed by :func:`purejaxppo.lm.rewards.combine` (each logged on its own).
-    A bad spec, weight count or option is a :class:`RewardSpecError`."""
+    one with a weight, or any beside a ``reward_model`` (whose weight is the last of
+    ``reward_weights``, :func:`reward_model_weight`), summed by
+    :func:`purejaxppo.lm.rewards.combine` (each logged on its own). A bad spec, weight count or
+    option is a :class:`RewardSpecError`."""
     from purejaxppo.lm import rewards
-    from purejaxppo.lm.rewards.python_reward import RewardSpecError, load_reward_function
+    from purejaxppo.lm.rewards.python_reward import load_reward_function
 
     options: dict = {}
     for key, value in settings.reward_options:
@@ -298,12 +326,18 @@ def text_reward(settings: RLHFSettings):
         except RewardSpecError as e:
             raise RewardSpecError(f"--reward {spec}: {e}") from None
     weights = settings.reward_weights
-    if weights and len(weights) != len(fns):
+    if weights and len(weights) != len(fns) + bool(settings.reward_model):
+        each = "one per --reward, in the order given" + (", then the --reward-model's" if settings.reward_model else "")
         raise RewardSpecError(
-            f"--reward-weights {','.join(map(str, weights))}: {len(weights)} weights for {len(fns)} rewards; "
-            "give one per --reward, in the order given"
+            f"--reward-weights {','.join(map(str, weights))}: {len(weights)} weights for "
+            f"{len(fns) + bool(settings.reward_model)} rewards; give {each}"
         )
-    if len(fns) == 1 and not weights:
+    weights = weights[: len(fns)]
+    if len(fns) == 1 and not weights and not settings.reward_model:  # beside a reward model: its own column
         return fns[0]
     labels = [spec if spec in rewards.BUILTIN else spec.rpartition(":")[2] for spec in settings.reward]
+    if settings.reward_model and "model" in labels:  # its column is the reward model's
+        raise RewardSpecError(
+            "--reward ...:model beside --reward-model: rename the function (reward_model_mean is the model's)"
+        )
     return rewards.combine([(fn, w, label) for fn, w, label in zip(fns, weights or (1.0,) * len(fns), labels)])
