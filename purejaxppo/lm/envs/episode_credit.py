@@ -122,7 +122,7 @@ def finish_episode(exp: Experience, rewards, truncated, bootstrap, beta, cfg) ->
     Returns:
       ``(data, stats)``: the :class:`~purejaxppo.lm.ppo.token_records.TokenBatch` (``mask`` the
       action tokens; gradients stopped) and float32 scalars: ``score`` (mean episode return),
-      ``kl`` (per episode), ``action_tokens``, ``truncated``, ``logp_mismatch``.
+      ``kl`` (per episode), ``kl_k1`` (the controller's), ``action_tokens``, ``truncated``, ``logp_mismatch``.
     """
     mask = exp.mask
     kl = tk.kl_penalty(exp.logp_old, exp.logp_ref, cfg.kl_estimator, mask)
@@ -151,6 +151,7 @@ def finish_episode(exp: Experience, rewards, truncated, bootstrap, beta, cfg) ->
     stats = dict(
         score=jnp.mean(exp.score),
         kl=jnp.mean(tk.sequence_kl(kl, mask)),
+        kl_k1=jnp.mean(tk.sequence_kl(tk.kl_penalty(exp.logp_old, exp.logp_ref, "k1", mask), mask)),
         action_tokens=jnp.mean(jnp.sum(mask, axis=1, dtype=jnp.float32)),
         truncated=jnp.mean(truncated.astype(jnp.float32)),
         logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp.logp_sampled - exp.logp_old), 0.0)),
