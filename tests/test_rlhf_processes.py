@@ -140,6 +140,36 @@ def test_a_python_reward_reading_the_rows_answers_runs_on_two_processes_as_on_on
     assert ma[:, ha.index("reward_score_scored")].tolist() == [1.0, 1.0]
 
 
+@pytest.mark.slow
+def test_a_reward_function_failing_on_one_process_is_named_by_every_process(tmp_path):
+    """The function raises on process 1 alone (its folder's name; in an iteration's call of B / 2
+    rows, not the SFT model's evaluation): process 0, whose own calls all succeeded, stops with the
+    same one error line naming the function and its error (the processes exchange their failure
+    with their counts), not a bare non-finite stop; both exit 2, the folder resumable."""
+    from _lm_fixtures import tiny_gpt2_folder
+
+    model = tiny_gpt2_folder(tmp_path / "model")
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps({"prompt": f"what is {i}"}) + "\n" for i in range(6)))
+    (tmp_path / "bad.py").write_text(
+        "import os\n"
+        "def score(prompts, completions):\n"
+        "    if os.path.basename(os.getcwd()) == 'p1' and len(prompts) == 4:\n"
+        "        raise ValueError('only here')\n"
+        "    return [0.0] * len(prompts)\n"
+    )
+    args = ["rlhf", "--model", model, "--prompts", str(tmp_path / "data.jsonl"), "--reward", f"{tmp_path}/bad.py:score"]
+    args += ["--batch", "8", "--iterations", "2", "--minibatches", "2", "--epochs", "1", "--max-new-tokens", "4"]
+    results = _finish(
+        _start(
+            tmp_path, [*args, "--chunk", "1", "--eval-every", "0", "--quiet", "--run-dir", "run", "--devices", "all"]
+        )
+    )
+    for code, _out, err in results:
+        lines = [line for line in err.splitlines() if line.startswith("error: ")]
+        assert code == 2 and len(lines) == 1, err[-3000:]
+        assert "bad.py:score raised ValueError: only here" in lines[0] and "--resume run" in lines[0], lines[0]
+
+
 @pytest.mark.parametrize(
     "flags,message",
     [
