@@ -370,6 +370,7 @@ def _ours(spec: dict) -> dict:
     out = {
         "side": "ours",
         "jax": jax.__version__,
+        "library": os.path.dirname(os.path.dirname(os.path.abspath(__import__("purejaxppo").__file__))),
         "params": n_params,
         "trainable": count_params(state.train.params),
         "load_s": load_s,
@@ -528,18 +529,28 @@ def run_shape(shape: str, args, data: dict) -> dict:
         hf = {k: v for k, v in json.load(f).items() if k in SMALL or k in ("vocab_size", "rope_theta")}
     res = {"shape": shape, "settings": st, "model": hf, "sft": info, "spec": spec, "runs": []}
     res["scoring_passes"] = scoring_passes(spec)
+    recorded = _recorded_trl(args.trl_from, shape) if not args.trl else None
     for seed in seeds:
         s = {**spec, "seed": seed, "phases": seed == seeds[0]}
         ours = run_ours(s, f"ours_{shape}_s{seed}")
         print(f"  ours seed {seed}: compile {ours['compile_s']:.1f}s, wall {ours['wall_s']:.0f}s (load {loadavg()})")
-        trl = run_trl(args.trl_python, s, f"trl_{shape}_s{seed}")
-        print(f"  TRL  seed {seed}: wall {trl['wall_s']:.0f}s (load {loadavg()})", flush=True)
-        res["runs"].append(
-            {"seed": seed, "ours": ours, "trl": trl, "summary": {"ours": summary(ours), "trl": summary(trl)}}
-        )
+        if args.trl:
+            trl = run_trl(args.trl_python, s, f"trl_{shape}_s{seed}")
+            print(f"  TRL  seed {seed}: wall {trl['wall_s']:.0f}s (load {loadavg()})", flush=True)
+            run = {"seed": seed, "ours": ours, "trl": trl, "summary": {"ours": summary(ours), "trl": summary(trl)}}
+        else:  # TRL's row of a recorded run (its seed's, else its first)
+            old = next((r for r in recorded["runs"] if r["seed"] == seed), recorded["runs"][0])
+            run = {
+                "seed": seed,
+                "ours": ours,
+                "trl": old["trl"],
+                "summary": {"ours": summary(ours), "trl": old["summary"]["trl"]},
+            }
+        res["runs"].append(run)
     first = res["runs"][0]
     res["trl_config"] = first["trl"]["config"]
     res["versions"] = first["trl"]["versions"]
+    res["trl_recorded_from"] = None if args.trl else args.trl_from
     res["prompt_width"] = {"ours": first["ours"]["prompt_width"]}
     it = {side: _median([r["summary"][side]["iteration_s"] for r in res["runs"]]) for side in ("ours", "trl")}
     best = {side: min(r["summary"][side]["best_iteration_s"] for r in res["runs"]) for side in ("ours", "trl")}
@@ -548,6 +559,16 @@ def run_shape(shape: str, args, data: dict) -> dict:
     res["ratio_best"] = best["trl"] / best["ours"]
     res["loadavg_end"] = loadavg()
     return res
+
+
+def _recorded_trl(path: str, shape: str) -> dict:
+    """The ``shape`` of a saved run (``--trl-from``), for its TRL rows: exits with one line if it has none."""
+    try:
+        with open(path) as f:
+            return json.load(f)["shapes"][shape]
+    except (OSError, KeyError, ValueError) as e:
+        print(f"error: --trl-from {path}: no {shape!r} shape with TRL's rows there ({e!r})", file=sys.stderr)
+        sys.exit(2)
 
 
 def print_shape(res: dict) -> None:
@@ -633,6 +654,16 @@ def main(argv=None) -> dict:
     )
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient on both sides (TRL 1.16's default 0.0)")
     ap.add_argument("--trl-python", default=TRL_PYTHON, help="the TRL venv's python")
+    ap.add_argument(
+        "--sides",
+        default="ours,trl",
+        help="ours,trl (both), or ours: TRL is not run, its rows are taken from --trl-from (a recorded run)",
+    )
+    ap.add_argument(
+        "--trl-from",
+        default=os.path.join(HERE, "results", "vs_trl_grpo.json"),
+        help="with --sides ours: the saved run whose TRL rows the ratios use",
+    )
     ap.add_argument("--trl-threads", type=int, default=2, help="torch.set_num_threads on TRL's side")
     ap.add_argument("--json", default=None, help="default: benchmarks/results/vs_trl_grpo[_quick].json")
     ap.add_argument("--tables", metavar="JSON", default=None, help="print the tables of a saved run and exit")
@@ -655,7 +686,12 @@ def main(argv=None) -> dict:
     if bad:
         print(f"error: --shapes {args.shapes}: {bad[0]!r} is not one of {', '.join(SETTINGS)}", file=sys.stderr)
         sys.exit(2)
-    if not os.path.exists(args.trl_python):
+    sides = set(args.sides.split(","))
+    if not sides <= {"ours", "trl"} or "ours" not in sides:
+        print(f"error: --sides {args.sides}: give ours,trl or ours", file=sys.stderr)
+        sys.exit(2)
+    args.trl = "trl" in sides
+    if args.trl and not os.path.exists(args.trl_python):
         print(
             f"error: --trl-python {args.trl_python} does not exist (install: this script's docstring)", file=sys.stderr
         )

@@ -1,26 +1,24 @@
 """The experience stage of token-level PPO: sample responses, score them, shape the rewards.
 
-:func:`collect` is the token world's rollout, in two steps. Given left-padded prompts,
-:func:`sample` draws responses with the policy's KV cache
-(:func:`purejaxppo.lm.models.sampling.sample_response`, one key per row); :func:`score` re-reads the
-whole sequences teacher-forced (policy, reference, critic) and scores them: an
-:class:`~purejaxppo.lm.ppo.token_records.Experience`. :func:`finish` folds the per-token KL into
-the rewards and puts the score on the LAST valid response token (the stop token when one was
-generated; never a prompt or pad slot), giving the update's
-:class:`~purejaxppo.lm.ppo.token_records.TokenBatch`. The advantages (GAE and whitening, or a
-group baseline: :mod:`purejaxppo.lm.ppo.sequence_rewards`) are computed over the whole batch
-(over every device's rows, see :mod:`purejaxppo.lm.ppo.token_phases`).
+:func:`collect` is the token world's rollout, in two steps. Given left-padded prompts, :func:`sample` draws
+responses with the policy's KV cache (:func:`purejaxppo.lm.models.sampling.sample_response`, one key per
+row); :func:`score` re-reads the whole sequences teacher-forced (policy, reference, critic) and scores them:
+an :class:`~purejaxppo.lm.ppo.token_records.Experience`. :func:`finish` folds the per-token KL into the
+rewards and puts the score on the LAST valid response token (the stop token when one was generated; never a
+prompt or pad slot), giving the update's :class:`~purejaxppo.lm.ppo.token_records.TokenBatch`. The
+advantages (GAE and whitening, or a group baseline: :mod:`purejaxppo.lm.ppo.sequence_rewards`) are computed
+over the whole batch (over every device's rows, see :mod:`purejaxppo.lm.ppo.token_phases`).
 
-Old log-probs. The policy being trained is the distribution responses are sampled FROM: the
-policy's logits divided by ``temperature`` and cut to the top-k / top-p set
-(:func:`purejaxppo.lm.models.sampling.filter_logits`). ``logp_old`` is the teacher-forced log-prob
-under that distribution, and the loss computes ``logp_new`` the same way, so the first
-minibatch's ratio is 1 (to float rounding) with every sampling control. The log-probs the
-sampler reported are kept only to measure ``logp_mismatch`` (the decode path against the
-teacher-forced pass). The reference is scored at the same temperature and never cut
-(a cut reference would make the KL infinite on tokens outside its set), except for the pad
-id: the sampler never draws it (:func:`~purejaxppo.lm.models.sampling.sample_response`), so the
-policy's law, its old and new log-probs and the reference all renormalise without it.
+Old log-probs. The policy being trained is the distribution responses are sampled FROM: the policy's logits
+divided by ``temperature`` and cut to the top-k / top-p set (:func:`purejaxppo.lm.models.sampling.filter_logits`).
+``logp_old`` is the teacher-forced log-prob under that distribution, and the loss computes ``logp_new`` the
+same way, so the first minibatch's ratio is 1 (to float rounding) with every sampling control. The log-probs
+the sampler reported are kept only to measure ``logp_mismatch`` (the decode path against the teacher-forced
+pass). With one gradient step per batch the update's own log-probs, gradient stopped, are the old ones
+instead (no policy pass: :func:`~purejaxppo.lm.ppo.token_update.detached`). The reference is scored at the
+same temperature and never cut (a cut reference would make the KL infinite on tokens outside its set),
+except for the pad id: the sampler never draws it (:func:`~purejaxppo.lm.models.sampling.sample_response`),
+so the policy's law, its old and new log-probs and the reference all renormalise without it.
 """
 
 from __future__ import annotations
@@ -220,12 +218,18 @@ def score(
     rmask,
     cfg,
     scores=None,
+    policy: bool = True,
+    reference: bool = True,
 ):
     """Sampled responses read back teacher-forced (policy, reference, critic) and scored by the
     reward.
 
     The passes run ``pass_rows`` rows at a time (:data:`PASS_SLOTS`); the policy's logits are
-    computed from the last prompt position on.
+    computed from the last prompt position on. ``policy`` False (the update's own log-probs are the
+    old ones, :func:`~purejaxppo.lm.ppo.token_update.detached`): no policy pass (a critic's runs);
+    ``logp_old`` holds the sampler's log-probs (the KL statistics read them), ``logp_sampled`` None
+    (no mismatch to measure). ``reference`` False (no KL term, :func:`~purejaxppo.lm.ppo.token_update.kl_off`):
+    no reference pass, ``logp_ref`` None.
 
     Args:
       models, params, cfg: as :func:`sample`.
@@ -245,23 +249,33 @@ def score(
     mask = jnp.concatenate([jnp.zeros_like(prompt_valid), rmask], axis=1)
     first = prompt.shape[1] - 1  # the last prompt slot predicts the first response token
 
-    def passes(tokens, valid):  # the teacher-forced passes of some rows: (logp_old, logp_ref, values)
-        logits, values = heads(models, params, tokens, valid, first)
-        logp_old, _ = filtered_logprobs(logits, tokens, cfg, first)
-        ref_logits = role_logits(models.reference, reference_params, tokens, valid, first)
-        ref_x = filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id)
-        return logp_old, picked_logprobs(jax.nn.log_softmax(ref_x, axis=-1), tokens, first), values
+    def passes(tokens, valid):  # the teacher-forced passes of some rows: (logp_old, logp_ref, values), None: not run
+        logp_old = logp_ref = None
+        if policy or (models.values and models.critic is None):  # a value head rides on the policy's pass
+            logits, values = heads(models, params, tokens, valid, first)
+            logp_old = filtered_logprobs(logits, tokens, cfg, first)[0] if policy else None
+        elif models.values:
+            values = tk.shift_right(models.critic.values(params["critic"], tokens, valid))
+        else:
+            values = jnp.zeros(tokens.shape, jnp.float32)
+        if reference:
+            ref_logits = role_logits(models.reference, reference_params, tokens, valid, first)
+            ref_x = filter_logits(ref_logits, cfg.temperature, banned=cfg.pad_id)
+            logp_ref = picked_logprobs(jax.nn.log_softmax(ref_x, axis=-1), tokens, first)
+        return logp_old, logp_ref, values
 
     logp_old, logp_ref, values = in_row_chunks(passes, pass_rows(*tokens.shape, PASS_SLOTS), tokens, valid)
     if scores is None:
         scores = models.reward(reward_params, prompt, prompt_valid, response, rmask)
     scores = scores.astype(jnp.float32)
     has_stop = stopped(response, rmask, cfg.stop_ids)
-    zeros = jnp.zeros_like(logp_old[:, : prompt.shape[1]])
+    zeros = jnp.zeros_like(logp_old[:, : prompt.shape[1]]) if policy else jnp.zeros(prompt.shape, jnp.float32)
+    logp_sampled = jnp.concatenate([zeros, logp_sampled], axis=1) if not policy else logp_sampled
     # computed in this order, the order the program has always computed them in
-    logp_old, logp_ref = jnp.where(mask, logp_old, 0.0), jnp.where(mask, logp_ref, 0.0)
+    logp_old = jnp.where(mask, logp_old if policy else logp_sampled, 0.0)
+    logp_ref = jnp.where(mask, logp_ref, 0.0) if reference else None
     values_old = jnp.where(mask, values, 0.0)
-    logp_sampled = jnp.concatenate([zeros, logp_sampled], axis=1)
+    logp_sampled = jnp.concatenate([zeros, logp_sampled], axis=1) if policy else None
     return Experience(has_stop, logp_old, logp_ref, logp_sampled, mask, scores, tokens, valid, values_old)
 
 
@@ -291,11 +305,13 @@ def finish(exp: Experience, beta, cfg, keep: Optional[jax.Array] = None) -> tupl
       the ptx fields None); ``stats`` a dict of float32 scalars, the batch's means: ``score``,
       ``score_with_penalty``, ``kl`` (per sequence, ``cfg.kl_estimator``), ``kl_k1``,
       ``non_score_reward``, ``response_length``, ``eos_rate``, ``logp_mismatch`` (the largest
-      ``|logp_sampled - logp_old|``) and ``beta``.
+      ``|logp_sampled - logp_old|``) and ``beta``; ``kl`` and ``kl_k1`` absent without a reference
+      pass, ``logp_mismatch`` without a policy pass (:func:`score`).
     """
     mask = exp.mask
     total = shaped_score(exp.score, exp.has_stop, mask, cfg)
-    kl = tk.kl_penalty(exp.logp_old, exp.logp_ref, cfg.kl_estimator, mask)
+    no_ref = exp.logp_ref is None  # no KL term (beta 0), no reference pass: 0 x the KL is all it added
+    kl = jnp.zeros(mask.shape) if no_ref else tk.kl_penalty(exp.logp_old, exp.logp_ref, cfg.kl_estimator, mask)
     trained = mask if keep is None else mask & keep[:, None]
     adv, ret = advantages(total, kl, exp.values_old, trained, beta, cfg)
     loss_mask = trained
@@ -315,17 +331,19 @@ def finish(exp: Experience, beta, cfg, keep: Optional[jax.Array] = None) -> tupl
         valid=exp.valid,
         values_old=exp.values_old,
     )
-    k1 = tk.sequence_kl(tk.kl_penalty(exp.logp_old, exp.logp_ref, "k1", mask), mask)
+    k1 = None if no_ref else tk.sequence_kl(tk.kl_penalty(exp.logp_old, exp.logp_ref, "k1", mask), mask)
     seq_kl = tk.sequence_kl(kl, mask)
     stats = dict(
         score=jnp.mean(exp.score),
         score_with_penalty=jnp.mean(total),
-        kl=jnp.mean(seq_kl),
-        kl_k1=jnp.mean(k1),
-        non_score_reward=jnp.mean(-beta * seq_kl) if cfg.kl_in == "reward" else jnp.float32(0.0),
+        kl=None if no_ref else jnp.mean(seq_kl),
+        kl_k1=None if no_ref else jnp.mean(k1),
+        non_score_reward=jnp.mean(-beta * seq_kl) if cfg.kl_in == "reward" and not no_ref else jnp.float32(0.0),
         response_length=jnp.mean(jnp.sum(mask, axis=1)),
         eos_rate=jnp.mean(exp.has_stop),
-        logp_mismatch=jnp.max(jnp.where(mask, jnp.abs(exp.logp_sampled - exp.logp_old), 0.0)),
+        logp_mismatch=None
+        if exp.logp_sampled is None
+        else jnp.max(jnp.where(mask, jnp.abs(exp.logp_sampled - exp.logp_old), 0.0)),
         beta=jnp.asarray(beta, jnp.float32),
     )
-    return jax.lax.stop_gradient(data), stats
+    return jax.lax.stop_gradient(data), {k: v for k, v in stats.items() if v is not None}

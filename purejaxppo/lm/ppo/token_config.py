@@ -1,10 +1,9 @@
 """The configuration of token-level PPO (:mod:`purejaxppo.lm.ppo.token_ppo`), frozen and typed.
 
-As :class:`purejaxppo.config.PPOConfig`: **structural** fields (``static``: sizes, flags,
-estimator names, stop ids) live in the treedef, so changing one compiles anew; **numeric**
-fields (learning rates, coefficients, the initial KL coefficient, temperature) are pytree
-leaves, traced under ``jit``: ``jax.vmap(train)(keys, configs)`` over stacked configs (a
-sweep over ``beta``, say) compiles once.
+As :class:`purejaxppo.config.PPOConfig`: **structural** fields (``static``: sizes, flags, estimator names,
+stop ids) live in the treedef, so changing one compiles anew; **numeric** fields (learning rates,
+coefficients, the initial KL coefficient, temperature) are pytree leaves, traced under ``jit``:
+``jax.vmap(train)(keys, configs)`` over stacked configs (a sweep over ``beta``, say) compiles once.
 """
 
 from __future__ import annotations
@@ -33,13 +32,11 @@ IMPORTANCE_LEVELS = ("token", "sequence")
 @documented
 @struct.dataclass
 class TokenPPOConfig:
-    """The settings of token-level PPO: one typed record, frozen, a pytree (numeric fields are
-    leaves, structural ones static). :func:`validate_token_config` checks it; the ``rlhf``
-    command's flags are generated from its fields."""
+    """The settings of token-level PPO: one typed record, frozen, a pytree (numeric fields are leaves,
+    structural ones static). :func:`validate_token_config` checks it; the ``rlhf`` command's flags are its fields."""
 
-    # Each field declares its default, what it does, its choices or range and (where the rlhf
-    # command names it otherwise) its flag: the command's flags, --help and parse-time checks are
-    # generated from these declarations, and validate_token_config checks the same bounds.
+    # Each field declares its default, what it does, its choices or range and (where the rlhf command names it
+    # otherwise) its flag: the command's flags, --help and checks are generated from these, as are validate's.
     # --- structural (static) --------------------------------------------------------------
     batch_size: int = setting(
         64,
@@ -88,8 +85,7 @@ class TokenPPOConfig:
     )
     pad_id: int = setting(0, "the padding token id (never sampled)", lo=0, cli=False, static=True)
     top_k: int = setting(0, "sample from the k likeliest tokens only (0 = off)", lo=0, static=True)
-    # static: sorting the vocabulary is a code path
-    top_p: float = setting(
+    top_p: float = setting(  # static: sorting the vocabulary is a code path
         1.0,
         "nucleus sampling: the smallest set of tokens holding this probability (1 = off)",
         lo=0,
@@ -137,6 +133,12 @@ class TokenPPOConfig:
         False, "DAPO's dynamic sampling: groups whose scores all tie are dropped and more prompts drawn", static=True
     )
     max_extra_draws: int = setting(3, "with --dynamic-sampling: the most extra draws per iteration", lo=0, static=True)
+    rescore_old_logprobs: bool = setting(
+        False,
+        "always read the old log-probs back in a teacher-forced pass; off: with one step per batch (--epochs 1 "
+        "--minibatches 1) and no KL read before the update, the update's own, gradient stopped (ratio 1, no pass)",
+        static=True,
+    )
     critic: str = setting(
         "separate",
         "gae's critic (the other advantages have none): separate = its own model and parameters; value_head = a "
@@ -241,9 +243,8 @@ class TokenPPOConfig:
     def minibatch_size(self) -> int:
         return self.batch_size // self.num_minibatches
 
-    # the chunk loop's counters: one update is one iteration of ``batch_size`` sequences
     @property
-    def num_updates(self) -> int:
+    def num_updates(self) -> int:  # the chunk loop's counter: one update is one iteration of batch_size sequences
         return self.num_iterations
 
     def to_dict(self) -> dict:

@@ -11,7 +11,7 @@
 3. :func:`width_phase`: the rung of response widths that holds the longest response
    (:mod:`purejaxppo.lm.models.length_buckets`); the next three phases run at that width;
 4. :func:`score_phase`: the sequences read back teacher-forced (policy, reference and, for GAE,
-   the critic);
+   the critic; each pass only where something reads it);
 5. :func:`finish_phase`: every device's rows gathered, the KL, the advantages (GAE or a group
    baseline) and the batch statistics (:func:`purejaxppo.lm.ppo.experience.finish`);
 6. :func:`~purejaxppo.lm.ppo.token_update.update_phase`: the epochs of minibatch steps;
@@ -38,7 +38,7 @@ from purejaxppo.lm.ppo import token_stages as tk
 from purejaxppo.lm.ppo.group_advantages import repeat_prompts
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
-from purejaxppo.lm.ppo.token_update import Devices
+from purejaxppo.lm.ppo.token_update import Devices, detached, kl_off
 from purejaxppo.stages import device_rows
 
 #: ``prompts(key, n) -> (prompt [n, P] int32, prompt_valid [n, P] bool[, row [n] int32])``,
@@ -187,7 +187,10 @@ def width_phase(mask: jax.Array, cfg: TokenPPOConfig, devices: Devices) -> tuple
 def score_phase(
     models: experience.Models, params: dict, reference_params, s: Sampled, width: int, cfg: TokenPPOConfig
 ) -> Experience:
-    """The rows read back teacher-forced at a response width that holds every response.
+    """The rows read back teacher-forced at a response width that holds every response: the
+    policy's pass skipped when the update uses its own log-probs
+    (:func:`~purejaxppo.lm.ppo.token_update.detached`), the reference's when there is no KL term
+    (:func:`~purejaxppo.lm.ppo.token_update.kl_off`).
 
     Args:
       models, params, cfg: as :func:`sample_phase`.
@@ -210,6 +213,8 @@ def score_phase(
         s.mask[:, :width],
         cfg,
         scores=s.scores,
+        policy=not detached(cfg),
+        reference=not kl_off(cfg),
     )
 
 

@@ -16,6 +16,7 @@ the device-mean of the gradients (``update_epochs``' ``pmean``) is the one-devic
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple, Optional
 
 import jax
@@ -93,6 +94,23 @@ def trained_params(params: dict, base, models: Optional[experience.Models] = Non
     return {k: None if v is None else run_with(k, v) for k, v in params.items()}
 
 
+def kl_off(cfg: TokenPPOConfig) -> bool:
+    """Whether there is no KL term at all: ``beta`` a Python 0 (not traced, as a sweep's is) and no
+    adaptive KL. The reference pass is then skipped, the ``kl`` statistics and ``kl_loss`` are
+    absent, and the state's ``beta`` is not read (0 x the KL is all it added)."""
+    return not cfg.adaptive_kl and isinstance(cfg.beta, numbers.Real) and cfg.beta == 0
+
+
+def detached(cfg: TokenPPOConfig) -> bool:
+    """Whether the loss's old log-probs are its own, gradient stopped (ratio exactly 1, the same
+    gradient as a rescored ratio up to float rounding; no policy pass after sampling): unless
+    ``rescore_old_logprobs``, when the update takes one gradient step (``update_epochs x
+    num_minibatches == 1``: its parameters are the sampler's) and nothing reads the policy's
+    log-probs before it (no KL in the rewards, no adaptive KL)."""
+    one_step = cfg.update_epochs * cfg.num_minibatches == 1
+    return not cfg.rescore_old_logprobs and one_step and (kl_off(cfg) or cfg.kl_in == "loss" and not cfg.adaptive_kl)
+
+
 def units(mask, aggregation):
     """What the loss averages over: valid tokens (``token-mean``), non-empty sequences
     (``seq-mean``), or every sequence (``token-sum-norm``: its divisor is the rows x the
@@ -138,7 +156,8 @@ def share_loss(
     ``totals``: :func:`minibatch_totals` (``units`` always read; ``beta`` under ``kl_in ==
     "loss"``, ``ptx`` under ``ptx``); ``base``: the frozen weights LoRA adapters sit on (the
     reference); ``first`` (static): the policy's logits are computed from position ``first`` on
-    (the prompt width - 1: no earlier position predicts a response token)."""
+    (the prompt width - 1: no earlier position predicts a response token). Under :func:`detached`
+    ``mb.logp_old`` is not read; under :func:`kl_off` neither is ``mb.logp_ref`` (no KL term)."""
     params = trained_params(params, base, models)
     logits, values = experience.heads(models, params, mb.tokens, mb.valid, first)
     logp, entropy = experience.filtered_logprobs(logits, mb.tokens, cfg, first)
@@ -147,7 +166,7 @@ def share_loss(
         logp,
         entropy,
         values,
-        mb.logp_old,
+        jax.lax.stop_gradient(logp) if detached(cfg) else mb.logp_old,
         mb.values_old,
         mb.advantages,
         mb.returns,
@@ -164,7 +183,7 @@ def share_loss(
     )
     if not critic:
         del m["critic_loss"]  # identically 0: there is no critic
-    if cfg.kl_in == "loss":
+    if cfg.kl_in == "loss" and not kl_off(cfg):
         m["kl_loss"] = kl_loss(logp, mb.logp_ref, mb.mask, cfg)
         loss = loss + totals["beta"] * m["kl_loss"]
     share = units(mb.mask, cfg.aggregation) / jnp.maximum(totals["units"], 1.0) * num_devices
