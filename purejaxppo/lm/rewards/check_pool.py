@@ -5,12 +5,15 @@ Why processes: a reward runs inside ``jax.pure_callback``, off the main thread, 
 SIGALRM (math-verify's own timeout) cannot be used, and a thread that hangs cannot be
 stopped. A worker (:mod:`purejaxppo.lm.rewards.check_worker`) is a plain ``python`` running
 one script that imports only its check, so it starts in the time those imports take; it
-exits when its parent does (its stdin closes).
+exits when its parent does (its stdin closes). A check given as a Python object (a tool, a
+closure) is sent to its workers pickled: by value with ``cloudpickle`` when installed, else by
+reference (then it must be importable in a fresh ``python``).
 """
 
 from __future__ import annotations
 
 import atexit
+import base64
 import json
 import os
 import selectors
@@ -30,17 +33,40 @@ class CheckPoolError(RuntimeError):
     """A check's worker cannot start (its check does not import): the message says why."""
 
 
+def pickled(check) -> str:
+    """``check`` pickled for a worker (base64, one line): cloudpickle when installed (closures,
+    lambdas and functions of ``__main__`` by value), else :mod:`pickle` (by reference).
+
+    Raises:
+      CheckPoolError: ``check`` cannot be pickled.
+    """
+    try:
+        import cloudpickle as pickler
+    except ImportError:
+        import pickle as pickler
+    try:
+        return base64.b64encode(pickler.dumps(check)).decode()
+    except Exception as e:
+        raise CheckPoolError(
+            f"{check!r} cannot be sent to a worker process ({type(e).__name__}: {e}): define it at the top"
+            " level of an importable module, or install cloudpickle"
+        ) from None
+
+
 class _Worker:
-    def __init__(self, check: str):
+    def __init__(self, check: str, payload: Optional[str] = None):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", WORKER, check],
+            [sys.executable, "-u", WORKER, check if payload is None else "pickle"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
             env=env,
         )
+        if payload is not None:
+            self.proc.stdin.write(payload + "\n")
+            self.proc.stdin.flush()
         first = self._read(time.monotonic() + STARTUP_S)
         if first is None or "ready" not in first:
             self.kill()
@@ -75,9 +101,10 @@ class CheckPool:
     each bounded by ``timeout`` seconds. Thread-safe (one :meth:`run` at a time).
 
     Args:
-      check: ``"math"`` (:func:`purejaxppo.lm.rewards.check_worker.math_check`) or
+      check: ``"math"`` (:func:`purejaxppo.lm.rewards.check_worker.math_check`),
         ``"module:function"`` importable in a fresh ``python`` on this process's ``sys.path``,
-        taking JSON-able arguments and returning a JSON-able value.
+        or a callable (sent pickled: :func:`pickled`); taking JSON-able arguments and returning
+        a JSON-able value.
       workers: the most processes at once.
       timeout: seconds per check; a worker past it is killed and the check's result is
         :data:`TIMEOUT`.
@@ -86,10 +113,11 @@ class CheckPool:
       check, workers, timeout: as given.
     """
 
-    def __init__(self, check: str, workers: int = 2, timeout: float = 5.0):
+    def __init__(self, check, workers: int = 2, timeout: float = 5.0):
         if workers < 1 or not timeout > 0:
             raise ValueError(f"a check pool needs workers >= 1 and timeout > 0 (got {workers}, {timeout})")
         self.check, self.workers, self.timeout = check, workers, timeout
+        self._payload = None if isinstance(check, str) else pickled(check)
         self._idle: list = []
         self._lock = threading.Lock()
         weakref.finalize(self, CheckPool._close_all, self._idle)
@@ -137,7 +165,7 @@ class CheckPool:
     def _loop(self, tasks, todo, busy, results, sel) -> None:
         while todo or busy:
             while todo and len(busy) < self.workers:
-                w = self._idle.pop() if self._idle else _Worker(self.check)
+                w = self._idle.pop() if self._idle else _Worker(self.check, self._payload)
                 i = todo.pop()
                 try:
                     w.send(tasks[i])

@@ -3,14 +3,17 @@
 time its check's own imports take.
 
 ``CHECK`` is ``math`` (:func:`math_check`, math-verify with its own SIGALRM timeouts off: the
-pool bounds the time by killing the process) or ``module:function``. It prints one JSON line
+pool bounds the time by killing the process), ``module:function``, or ``pickle`` (the check is
+the first stdin line: a base64 pickle). It prints one JSON line
 ``{"ready": true}`` (or ``{"fatal": message}``) once imported, then for each JSON line of
 arguments on stdin one line ``{"value": result}`` or ``{"error": message}``.
 """
 
+import base64
 import importlib
 import json
 import logging
+import pickle
 import sys
 
 
@@ -34,6 +37,8 @@ def _target(spec: str):
         import math_verify  # noqa: F401  (imported before "ready": startup is not a check's time)
 
         return math_check
+    if spec == "pickle":
+        return pickle.loads(base64.b64decode(sys.stdin.readline()))
     module, _, name = spec.rpartition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -47,7 +52,8 @@ def main() -> None:
     try:
         fn = _target(sys.argv[1])
     except Exception as e:
-        out.write(json.dumps({"fatal": f"{type(e).__name__}: {e}"}) + "\n")
+        hint = " (a check sent pickled by reference must import here: define it at a module's top level)"
+        out.write(json.dumps({"fatal": f"{type(e).__name__}: {e}" + (hint if sys.argv[1] == "pickle" else "")}) + "\n")
         out.flush()
         return
     out.write('{"ready": true}\n')
