@@ -207,6 +207,50 @@ def fractions(grpo: dict, peaks: dict) -> list:
     return out
 
 
+def print_fractions(res: dict) -> None:
+    print(
+        f"\nphase FLOPs / phase time, against the float32 peaks (square {res['square']['float32']['gflops']:.1f} "
+        f"GFLOP/s; own shapes: the phase's products at its rows)"
+    )
+    print(f"{'shape':>9} {'side':>5} {'phase':>10} {'GFLOP':>9} {'s':>8} {'GFLOP/s':>8} {'of square':>9} {'of own':>7}")
+    for r in res["fractions"]:
+        if "gflops" not in r:
+            s = "-" if r["s"] is None else format(r["s"], "8.3f")
+            print(f"{r['shape']:>9} {r['side']:>5} {r['phase']:>10} {r['gflop']:9.2f} {s:>8}   (no model pass)")
+            continue
+        print(
+            f"{r['shape']:>9} {r['side']:>5} {r['phase']:>10} {r['gflop']:9.2f} {r['s']:8.3f} {r['gflops']:8.2f} "
+            f"{r['of_square']:9.1%} {r['of_own_shapes']:7.1%}"
+        )
+
+
+def _fractions_only(args) -> dict:
+    """``--peaks-from``: the fractions of ``--from``'s phases against a saved run's peaks (a loaded machine
+    times no peak worth keeping; the idle machine's stand)."""
+    if not args.src:
+        print("error: --peaks-from needs --from (the phases whose fractions to compute)", file=sys.stderr)
+        sys.exit(2)
+    with open(args.peaks_from) as f:
+        peaks = json.load(f)
+    grpo = {"shapes": {}}
+    for path in args.src.split(","):
+        with open(path) as f:
+            grpo["shapes"].update(json.load(f)["shapes"])
+    res = {
+        "benchmark": "matmul_peak",
+        "command": "python benchmarks/matmul_peak.py " + " ".join(sys.argv[1:]),
+        "peaks_from": args.peaks_from,
+        "source": args.src,
+        "square": peaks["square"],
+        "shapes": peaks["shapes"],
+    }
+    res["fractions"] = fractions(grpo, res)
+    print_fractions(res)
+    with open(args.json, "w") as f:
+        json.dump(res, f, indent=1)
+    return res
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
@@ -220,8 +264,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--reps", type=int, default=20, help="timed runs per product (the best counts)")
     ap.add_argument("--torch-python", default=TRL_PYTHON, help="time torch at the same shapes ('' to skip)")
     ap.add_argument("--torch-threads", type=int, default=2)
+    ap.add_argument(
+        "--peaks-from",
+        default=None,
+        help="a saved matmul_peak.py JSON: its peaks are reused (nothing is timed) for --from's fractions",
+    )
     ap.add_argument("--json", default=os.path.join(HERE, "results", "matmul_peak.json"))
     args = ap.parse_args(argv)
+    if args.peaks_from:
+        return _fractions_only(args)
     import jax
 
     dtypes = [d for d in args.dtypes.split(",") if d]
@@ -297,23 +348,7 @@ def main(argv=None) -> dict:
     if args.src:
         res["source"] = args.src
         res["fractions"] = fractions(grpo, res)
-        print(
-            f"\nphase FLOPs / phase time, against the float32 peaks (square {res['square']['float32']['gflops']:.1f} "
-            f"GFLOP/s; own shapes: the phase's products at its rows)"
-        )
-        print(
-            f"{'shape':>9} {'side':>5} {'phase':>10} {'GFLOP':>9} {'s':>8} {'GFLOP/s':>8} {'of square':>9} {'of own':>7}"
-        )
-        for r in res["fractions"]:
-            if "gflops" not in r:
-                print(
-                    f"{r['shape']:>9} {r['side']:>5} {r['phase']:>10} {r['gflop']:9.2f} {'-' if r['s'] is None else format(r['s'], '8.3f'):>8}   (no model pass)"
-                )
-                continue
-            print(
-                f"{r['shape']:>9} {r['side']:>5} {r['phase']:>10} {r['gflop']:9.2f} {r['s']:8.3f} {r['gflops']:8.2f} "
-                f"{r['of_square']:9.1%} {r['of_own_shapes']:7.1%}"
-            )
+        print_fractions(res)
     res["loadavg_end"] = loadavg()
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as f:

@@ -378,6 +378,7 @@ def _ours(spec: dict) -> dict:
         "peak_rss_mb": peak,
         "iterations": iters,
         "prompt_width": int(task.prompt_len),
+        "metric_names": sorted(m),  # which teacher-forced passes ran: logp_mismatch (policy), kl (reference)
     }
     if spec.get("phases", True):  # the split: three more programs on the final state
         models = Models(lm, lm, None, task.reward_fn, values=False)
@@ -489,10 +490,14 @@ def summary(side: dict) -> dict:
     return s
 
 
-def scoring_passes(spec: dict) -> dict:
-    """The teacher-forced forward passes each side's scoring runs (for matmul_peak.py's FLOP counts)."""
+def scoring_passes(spec: dict, ours: dict = None) -> dict:
+    """The teacher-forced forward passes each side's scoring runs (for matmul_peak.py's FLOP counts): TRL's by
+    its rule; ours as its metrics show them (``logp_mismatch``: the policy's pass ran; ``kl``: the reference's;
+    before the library skipped either, both always ran)."""
     m_e = spec["num_minibatches"] * spec["update_epochs"]
-    return {"ours": 2, "trl": int(m_e > 1) + int(spec["beta"] != 0)}
+    names = (ours or {}).get("metric_names")
+    mine = 2 if names is None else int("logp_mismatch" in names) + int("kl" in names)
+    return {"ours": mine, "trl": int(m_e > 1) + int(spec["beta"] != 0)}
 
 
 def run_shape(shape: str, args, data: dict) -> dict:
@@ -528,7 +533,6 @@ def run_shape(shape: str, args, data: dict) -> dict:
     with open(os.path.join(model_dir, "config.json")) as f:  # the folder's HF config (vocabulary included)
         hf = {k: v for k, v in json.load(f).items() if k in SMALL or k in ("vocab_size", "rope_theta")}
     res = {"shape": shape, "settings": st, "model": hf, "sft": info, "spec": spec, "runs": []}
-    res["scoring_passes"] = scoring_passes(spec)
     recorded = _recorded_trl(args.trl_from, shape) if not args.trl else None
     for seed in seeds:
         s = {**spec, "seed": seed, "phases": seed == seeds[0]}
@@ -548,6 +552,7 @@ def run_shape(shape: str, args, data: dict) -> dict:
             }
         res["runs"].append(run)
     first = res["runs"][0]
+    res["scoring_passes"] = scoring_passes(spec, first["ours"])
     res["trl_config"] = first["trl"]["config"]
     res["versions"] = first["trl"]["versions"]
     res["trl_recorded_from"] = None if args.trl else args.trl_from
