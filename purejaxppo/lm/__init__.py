@@ -15,6 +15,8 @@ implementation and may move. They are, bottom to top (each imports only the ones
 * ``rewards``: reward models, the Bradley-Terry loss and step, rewards written as Python
   functions on text (each dataset row's columns reaching them by name), built-in verifiable
   rewards (math, reasoning-gym, format, length) and their weighted combination.
+* ``envs``: text environments for multi-turn episodes (JAX ones stepped inside one compiled
+  episode, Python ones from the host), the episodes' masks and credit, PPO on episodes.
 * ``data``: prompt files, datasets of rows with columns (JSONL, Parquet, saved ``datasets``
   folders, reasoning-gym generators) and preference pairs.
 * ``tasks``: the task protocol (:class:`Task`), the built-in tasks and the user's own data as a task.
@@ -107,6 +109,19 @@ from purejaxppo.lm.rewards.reward_mix import CombinedReward
 from purejaxppo.lm.rewards.reward_mix import combine as combine_rewards
 from purejaxppo.lm.rewards.reward_mix import get as get_reward
 from purejaxppo.lm.rewards.reward_model import load_reward_model, make_reward_fn, save_reward_model
+from purejaxppo.lm.envs.char_tokenizer import CharTokenizer
+from purejaxppo.lm.envs.episode import Episode, EpisodeConfig, run_episode
+from purejaxppo.lm.envs.episode_credit import (
+    episode_gae,
+    episode_rewards,
+    episode_sequences,
+    finish_episode,
+    score_episode,
+)
+from purejaxppo.lm.envs.episode_host import host_jax_episode, host_python_episode
+from purejaxppo.lm.envs.episode_ppo import EpisodePPO, make_episode_ppo
+from purejaxppo.lm.envs.guess_number import GuessNumber
+from purejaxppo.lm.envs.jax_env import EnvStep, JaxTextEnv
 from purejaxppo.lm.sft.sft_training import evaluate_policy, init_tiny_lm, sft_loss, train_sft
 from purejaxppo.lm.tasks.builtin_tasks import GrammarTask, ReverseTask, Task, make_task
 from purejaxppo.lm.tasks.text_task import TextTask, make_text_task
@@ -205,6 +220,23 @@ __all__ = [
     "pair_loss",
     "reward_optimizer",
     "reward_step",
+    # multi-turn episodes: JAX environments, the compiled episode, masks and credit
+    "JaxTextEnv",
+    "EnvStep",
+    "Episode",
+    "EpisodeConfig",
+    "run_episode",
+    "host_jax_episode",
+    "host_python_episode",
+    "episode_sequences",
+    "episode_rewards",
+    "episode_gae",
+    "score_episode",
+    "finish_episode",
+    "EpisodePPO",
+    "make_episode_ppo",
+    "GuessNumber",
+    "CharTokenizer",
     # data and tasks
     "read_records",
     "read_rows",

@@ -45,7 +45,13 @@ def episode_sequences(prompt, prompt_valid, ep: Episode) -> tuple[jax.Array, jax
 
 
 def episode_rewards(prompt, ep: Episode) -> jax.Array:
-    """``[B, P + T]`` float32: the episode's per-token rewards after ``P`` zeros (the prompt)."""
+    """The episodes' rewards in :func:`episode_sequences`' layout.
+
+    Args:
+      prompt: ``[B, P]``; ep: the :class:`Episode` ``[B, T]``.
+    Returns:
+      ``[B, P + T]`` float32: ``P`` zeros (the prompt), then the episode's per-token rewards.
+    """
     return jnp.concatenate([jnp.zeros(prompt.shape, jnp.float32), ep.rewards], axis=1)
 
 

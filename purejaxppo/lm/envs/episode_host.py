@@ -115,9 +115,15 @@ def host_episode(
 
 def host_jax_episode(lm, params, env, keys, prompt, prompt_valid, rows, cfg: EpisodeConfig) -> Episode:
     """A :class:`~purejaxppo.lm.envs.jax_env.JaxTextEnv`'s episodes driven from the host, its
-    ``reset`` and ``step`` jitted and vmapped over the batch, called once per turn. Args and
-    Returns as :func:`~purejaxppo.lm.envs.episode.run_episode` (the same keys give the same
-    episode)."""
+    ``reset`` and ``step`` jitted and vmapped over the batch, called once per turn: the same
+    keys give the compiled :func:`~purejaxppo.lm.envs.episode.run_episode`'s episode.
+
+    Args:
+      lm, params, env, keys, prompt, prompt_valid, rows, cfg: as
+        :func:`~purejaxppo.lm.envs.episode.run_episode` (``keys [B]``, ``prompt [B, P]``).
+    Returns:
+      The :class:`~purejaxppo.lm.envs.episode.Episode` ``[B, T]``.
+    """
     reset_fn, step_fn = jax.jit(jax.vmap(env.reset)), jax.jit(jax.vmap(env.step))
     held: dict[str, Any] = {}
 

@@ -16,7 +16,7 @@ import jax
 class EnvStep(NamedTuple):
     """One environment step of ONE episode (the driver vmaps over the batch).
 
-    Fields:
+    Attributes:
       state: the environment's new state (a pytree of arrays, fixed shapes).
       obs: ``[O]`` int32 token ids of the observation, the first ``length`` valid, the rest
         ignored (pad them with any id).
@@ -45,11 +45,28 @@ class JaxTextEnv(Protocol):
     obs_width: int  # O: the observation buffer's width, static
 
     def reset(self, key: jax.Array, row: jax.Array) -> tuple[Any, jax.Array, jax.Array]:
-        """``(key, row int32) -> (state, obs [O] int32, length int32)``: the first observation
-        (the prompt of the episode, appended after any fixed prompt)."""
+        """The episode's start.
+
+        Args:
+          key: the reset's key (one episode's).
+          row: int32 scalar, the episode's row id (-1: none).
+
+        Returns:
+          ``(state, obs [O] int32, length int32)``: the first observation (the prompt of the
+          episode, appended after any fixed prompt).
+        """
         ...
 
     def step(self, key: jax.Array, state: Any, action: jax.Array, length: jax.Array) -> EnvStep:
-        """``(key, state, action [A] int32, length int32) -> EnvStep``: the model's turn
-        (``action[:length]``, its stop token included when it stopped) applied to the state."""
+        """The model's turn applied to the state.
+
+        Args:
+          key: this step's key; state: the episode's state.
+          action: ``[A]`` int32, the turn's tokens; the first ``length`` valid (its stop token
+            included when it stopped), the rest padding.
+          length: int32 scalar in ``[1, A]``.
+
+        Returns:
+          An :class:`EnvStep`.
+        """
         ...
