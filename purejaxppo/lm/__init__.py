@@ -122,6 +122,11 @@ from purejaxppo.lm.envs.episode_host import host_jax_episode, host_python_episod
 from purejaxppo.lm.envs.episode_ppo import EpisodePPO, make_episode_ppo
 from purejaxppo.lm.envs.guess_number import GuessNumber
 from purejaxppo.lm.envs.jax_env import EnvStep, JaxTextEnv
+from purejaxppo.lm.envs.python_env import PythonTextEnv, TextStep
+from purejaxppo.lm.envs.tool_calls import Call, CallError, ToolFormat, Turn, parse_turn
+from purejaxppo.lm.envs.tool_calls import get_format as tool_format
+from purejaxppo.lm.envs.tool_env import ToolCounts, ToolEnv
+from purejaxppo.lm.envs.calculator import CalculatorError, calculator, calculator_env
 from purejaxppo.lm.sft.sft_training import evaluate_policy, init_tiny_lm, sft_loss, train_sft
 from purejaxppo.lm.tasks.builtin_tasks import GrammarTask, ReverseTask, Task, make_task
 from purejaxppo.lm.tasks.text_task import TextTask, make_text_task
@@ -237,6 +242,20 @@ __all__ = [
     "make_episode_ppo",
     "GuessNumber",
     "CharTokenizer",
+    # Python environments and tools: the host steps them once per turn
+    "PythonTextEnv",
+    "TextStep",
+    "ToolEnv",
+    "ToolCounts",
+    "ToolFormat",
+    "tool_format",
+    "parse_turn",
+    "Turn",
+    "Call",
+    "CallError",
+    "calculator",
+    "CalculatorError",
+    "calculator_env",
     # data and tasks
     "read_records",
     "read_rows",

@@ -13,7 +13,7 @@ from typing import Any, Mapping, NamedTuple, Protocol, Sequence
 class TextStep(NamedTuple):
     """One environment step of one episode, as text.
 
-    Fields:
+    Attributes:
       observation: text appended to the context after the model's turn, already formatted (e.g.
         a ``<tool_response>`` block, or feedback such as "higher"); "" for none.
       reward: the reward earned by the turn just taken (placed on its last token).
@@ -38,6 +38,23 @@ class PythonTextEnv(Protocol):
     out of ``step`` is a bug in the environment and stops the run with its message.
     """
 
-    def reset(self, rows: Sequence[Mapping[str, Any]]) -> list[str]: ...
+    def reset(self, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Start one episode per row.
 
-    def step(self, actions: Sequence[str], active: Sequence[bool]) -> list[TextStep]: ...
+        Args:
+          rows: the dataset rows, each its columns by name (``prompt``, ``answer``, ...).
+        Returns:
+          Each episode's first text, one per row.
+        """
+        ...
+
+    def step(self, actions: Sequence[str], active: Sequence[bool]) -> list[TextStep]:
+        """Apply one turn of every episode.
+
+        Args:
+          actions: the model's turn as text, one per episode (its stop token dropped).
+          active: False where the episode already ended (its action is ignored).
+        Returns:
+          One :class:`TextStep` per episode (anything where ``active`` is False).
+        """
+        ...
