@@ -1,5 +1,7 @@
 """Token-level PPO on multi-turn episodes: one iteration, ``state -> state, metrics``, one
-compiled program when the environment is JAX.
+compiled program when the environment is JAX; with a Python environment the host samples the
+episodes (:func:`~purejaxppo.lm.envs.episode_host.host_python_episode`) and ``learn`` runs the
+rest of the iteration compiled.
 
 :func:`make_episode_ppo` composes, in order: the prompts (each ``group_size`` times, with their
 row ids: :func:`~purejaxppo.lm.ppo.token_phases.prompt_phase`); the episodes
@@ -37,11 +39,20 @@ class EpisodePPO(NamedTuple):
         (:func:`~purejaxppo.lm.ppo.token_ppo.init_state`).
       iteration: ``(state, prompts=None) -> (state, metrics)``.
       episode_config: the :class:`~purejaxppo.lm.envs.episode.EpisodeConfig` the episodes run with.
+      learn: ``(state, prompt [B, P], prompt_valid [B, P], episode) -> (state, metrics)``: the
+        iteration after its sampling, on episodes sampled elsewhere (a Python environment's,
+        :func:`~purejaxppo.lm.envs.episode_host.host_python_episode`, with the policy's
+        parameters ``purejaxppo.lm.policy_params(state)`` and :attr:`sample_keys`' keys).
+      sample_keys: ``(state, prompts=None) -> (prompt [B, P], prompt_valid [B, P], rows [B],
+        keys [B])``: the prompts (each ``group_size`` times) and row keys the iteration samples
+        with.
     """
 
     init: Callable
     iteration: Callable
     episode_config: EpisodeConfig
+    learn: Callable
+    sample_keys: Callable
 
 
 def episode_config(cfg: TokenPPOConfig, max_turns: int, turn_tokens: int) -> EpisodeConfig:
@@ -85,7 +96,8 @@ def make_episode_ppo(
         the episode's whole response budget ``T``; ``advantage``: ``gae`` with a critic, or a
         group baseline such as ``grpo``).
       policy: a :class:`~purejaxppo.lm.models.causal_lm.CausalLM` (positions for ``P + T``).
-      env: a :class:`~purejaxppo.lm.envs.jax_env.JaxTextEnv`.
+      env: a :class:`~purejaxppo.lm.envs.jax_env.JaxTextEnv`, or None: episodes come from
+        elsewhere (a Python environment's host loop) and are trained on with ``learn``.
       max_turns, turn_tokens: as :class:`~purejaxppo.lm.envs.episode.EpisodeConfig`.
       prompts: ``prompts(key, n) -> (prompt [n, P], prompt_valid [n, P][, row [n]])`` (the row
         ids reach ``env.reset``; none: -1), or None: each iteration is given its prompts.
@@ -101,23 +113,20 @@ def make_episode_ppo(
     if config.dynamic_sampling or config.ptx:
         raise ConfigError("episodes do not support dynamic_sampling or ptx; turn them off")
     ecfg = episode_config(config, max_turns, turn_tokens)
-    ecfg.check(env.obs_width)
+    if env is not None:
+        ecfg.check(env.obs_width)
     critic = None if config.critic == "value_head" or not needs_critic(config) else (critic or policy)
     models = experience.Models(policy, reference or policy, critic, None, values=needs_critic(config))
 
     def init(key, policy_params, reference_params, critic_params=None):
         return init_state(key, policy_params, reference_params, critic_params, None, config)
 
-    def iteration(state, batch_prompts=None):
-        next_key, k_prompt, k_sample, k_update = jax.random.split(state.key, 4)
-        prompt, prompt_valid, rows = prompt_phase(prompts, k_prompt, batch_prompts, config, policy)
+    def learn(state, prompt, prompt_valid, ep):
+        _, _, _, k_update = jax.random.split(state.key, 4)  # the iteration's update key
         params = trained_params(state.train.params, state.reference, models)
-        row_keys = jax.random.split(k_sample, config.batch_size)
-        ep = run_episode(policy, params["policy"], env, row_keys, prompt, prompt_valid, rows, ecfg)
         exp, bootstrap = score_episode(models, params, state.reference, prompt, prompt_valid, ep, config)
-        rewards = episode_rewards(prompt, ep)
-        data, stats = finish_episode(exp, rewards, ep.truncated, bootstrap, state.beta, config)
-        first = prompt.shape[1] - 1
+        data, stats = finish_episode(exp, episode_rewards(prompt, ep), ep.truncated, bootstrap, state.beta, config)
+        first = prompt.shape[1] - 1  # logits from the last prompt slot on
         train, upd = update_phase(
             models, state.train, data, k_update, state.beta, config, base=state.reference, first=first
         )
@@ -127,7 +136,21 @@ def make_episode_ppo(
             obs_cut=jnp.mean(ep.obs_cut.astype(jnp.float32)),
         )
         beta = beta_phase(state.beta, stats, config)
+        next_key = jax.random.split(state.key, 4)[0]
         new = state._replace(train=train, beta=beta, key=next_key, iteration=state.iteration + 1)
         return new, {**stats, **upd}
 
-    return EpisodePPO(init, iteration, ecfg)
+    def sample_keys(state, batch_prompts=None):
+        _, k_prompt, k_sample, _ = jax.random.split(state.key, 4)
+        prompt, prompt_valid, rows = prompt_phase(prompts, k_prompt, batch_prompts, config, policy)
+        return prompt, prompt_valid, rows, jax.random.split(k_sample, config.batch_size)
+
+    def iteration(state, batch_prompts=None):
+        if env is None:
+            raise ConfigError("make_episode_ppo(..., env=None) has no JAX environment to sample: use learn()")
+        prompt, prompt_valid, rows, row_keys = sample_keys(state, batch_prompts)
+        policy_params = trained_params(state.train.params, state.reference, models)["policy"]
+        ep = run_episode(policy, policy_params, env, row_keys, prompt, prompt_valid, rows, ecfg)
+        return learn(state, prompt, prompt_valid, ep)
+
+    return EpisodePPO(init, iteration, ecfg, learn, sample_keys)
