@@ -7,16 +7,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _episode_fixtures import TOK, PyGuess
 
 from purejaxppo.config.ppo_config import ConfigError
-from purejaxppo.lm.envs.char_tokenizer import CharTokenizer
+from purejaxppo.lm.envs.episode_host import host_python_episode
 from purejaxppo.lm.envs.episode_ppo import make_episode_ppo
 from purejaxppo.lm.envs.guess_number import GuessNumber
 from purejaxppo.lm.models.adapters import FlaxLM
 from purejaxppo.lm.models.tiny_lm import TinyLM
 from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+from purejaxppo.lm.ppo.token_ppo import policy_params
 
-TOK = CharTokenizer("0123456789 abcdefghilmnorstuwGN.\n")
 ENV = GuessNumber.from_tokenizer(TOK, lo=1, hi=3, max_turns=3, intro="Guess 1 to 3.\n")
 B, P, T = 8, 2, 56
 
@@ -54,3 +55,34 @@ def test_episode_ppo_refuses_what_it_cannot_run():
         make_episode_ppo(
             cfg.replace(dynamic_sampling=True, group_size=2, advantage="grpo"), lm, ENV, max_turns=3, turn_tokens=3
         )
+
+
+def test_learn_on_host_python_episodes_equals_the_compiled_iteration():
+    """The iteration on the JAX game == the Python copy of the game sampled by the host with the
+    iteration's prompts and keys, then ``learn``: same episodes, same update."""
+    lm = FlaxLM(TinyLM(TOK.vocab_size, d_model=16, n_layers=1, n_heads=2, max_len=P + T))
+    params = lm.model.init(jax.random.PRNGKey(0), jnp.zeros((1, 4), jnp.int32), jnp.ones((1, 4), bool))
+    cfg = TokenPPOConfig(
+        batch_size=B, group_size=4, advantage="grpo", max_new_tokens=T, stop_ids=TOK.stop_ids, pad_id=TOK.pad_id
+    )
+    ppo = make_episode_ppo(cfg, lm, ENV, max_turns=3, turn_tokens=3, prompts=prompts)
+    state = ppo.init(jax.random.PRNGKey(1), params, params)
+    compiled, m_compiled = jax.jit(ppo.iteration)(state)
+    prompt, valid, rows, keys = ppo.sample_keys(state)
+    rows = [{"row": int(r)} for r in np.asarray(rows)]
+    ep = host_python_episode(
+        lm,
+        policy_params(state),
+        PyGuess(max_guesses=3),
+        TOK,
+        keys,
+        prompt,
+        valid,
+        rows,
+        ppo.episode_config,
+        ENV.obs_width,
+    )
+    host, m_host = jax.jit(ppo.learn)(state, prompt, valid, ep)
+    assert float(m_host["turns"]) == float(m_compiled["turns"]) and float(m_host["score"]) == float(m_compiled["score"])
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), compiled.train.params, host.train.params)
+    assert np.array_equal(np.asarray(compiled.key), np.asarray(host.key))

@@ -7,15 +7,13 @@ for the sampled log-probs.
 
 from __future__ import annotations
 
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _episode_fixtures import TOK, PyGuess
 
 from purejaxppo.config.ppo_config import ConfigError
-from purejaxppo.lm.envs.char_tokenizer import CharTokenizer
 from purejaxppo.lm.envs.episode import Episode, EpisodeConfig, run_episode
 from purejaxppo.lm.envs.episode_credit import episode_gae, episode_sequences, score_episode
 from purejaxppo.lm.envs.episode_host import host_jax_episode, host_python_episode
@@ -28,7 +26,6 @@ from purejaxppo.lm.ppo.token_config import TokenPPOConfig
 from purejaxppo.lm.ppo.token_loss import token_ppo_loss
 from purejaxppo.lm.ppo.token_update import kl_loss
 
-TOK = CharTokenizer("0123456789 abcdefghilmnorstuwGN.\n")
 ENV = GuessNumber.from_tokenizer(TOK, lo=1, hi=3, max_turns=6, intro="Guess 1 to 3.\n")  # the driver cuts at 4
 B, P = 8, 2
 # max_turns binds in LONG; the budget binds in SHORT (2 * 14 + 3 = 31 slots hold one turn, 51 two)
@@ -117,36 +114,11 @@ def test_teacher_forced_logprobs_equal_sampled(model, compiled):
     assert np.all(np.asarray(exp.logp_old)[~mask] == 0.0)
 
 
-class PyGuess:
-    """The guessing game again, in Python on text: the PythonTextEnv path's reference."""
-
-    def reset(self, rows):
-        self.secret = [1 + r["row"] % 3 for r in rows]
-        self.guesses = [0] * len(rows)
-        return ["Guess 1 to 3.\n"] * len(rows)
-
-    def step(self, actions, active):
-        out = []
-        for i, text in enumerate(actions):
-            if not active[i]:
-                out.append(TextStep("", 0.0, False, False))
-                continue
-            self.guesses[i] += 1
-            m = re.search(r"\d+", text)
-            if m is None or len(m.group()) > 9:
-                k = 3
-            else:
-                v = int(m.group())
-                k = 0 if v < self.secret[i] else 1 if v > self.secret[i] else 2
-            out.append(TextStep(FEEDBACK_TEXTS[k], float(k == 2), k == 2, k != 2 and self.guesses[i] >= 6))
-        return out
-
-
 def test_python_env_host_loop_equals_compiled_jax_game(model, compiled):
     lm, params = model
     keys, prompt, valid, _ = batch()
     rows = [{"row": i} for i in range(B)]
-    host = host_python_episode(lm, params, PyGuess(), TOK, keys, prompt, valid, rows, LONG, ENV.obs_width)
+    host = host_python_episode(lm, params, PyGuess(max_guesses=6), TOK, keys, prompt, valid, rows, LONG, ENV.obs_width)
     ep = compiled["long"]
     for field in Episode._fields:
         np.testing.assert_allclose(np.asarray(getattr(ep, field)), np.asarray(getattr(host, field)), atol=1e-5)
