@@ -148,6 +148,20 @@ def test_python_env_observations_cut_and_counted(model):
     assert TOK.decode(toks[0, :5]) == "aaaaa"
 
 
+def test_mismatched_inputs_and_a_short_model_are_refused(model):
+    lm, params = model
+    keys, prompt, valid, rows = batch()
+    with pytest.raises(ConfigError, match="one per episode"):
+        run_episode(lm, params, ENV, keys[:3], prompt, valid, rows, LONG)
+    with pytest.raises(ConfigError, match="one per episode"):
+        host_python_episode(lm, params, PyGuess(6), TOK, keys, prompt, valid, [{"row": 0}], LONG, ENV.obs_width)
+    with pytest.raises(ConfigError, match="must both be"):
+        run_episode(lm, params, ENV, keys, prompt, valid[:, :1], rows, LONG)
+    short = FlaxLM(TinyLM(TOK.vocab_size, d_model=16, n_layers=1, n_heads=2, max_len=P + LONG.budget - 1))
+    with pytest.raises(ConfigError, match="positions"):
+        run_episode(short, params, ENV, keys, prompt, valid, rows, LONG)
+
+
 def test_budget_that_cannot_hold_a_turn_is_refused(model):
     lm, params = model
     keys, prompt, valid, rows = batch()

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 
 from purejaxppo.config.ppo_config import ConfigError
 from purejaxppo.lm.models.sampling import Response, sample_response
+from purejaxppo.lm.ppo.token_phases import position_rows
 
 
 class Episode(NamedTuple):
@@ -102,6 +103,25 @@ class EpisodeConfig:
                 f"budget={self.budget} cannot hold the reset observation and one turn "
                 f"(2 * obs_width + turn_tokens = {need}); raise the budget or shorten the turns"
             )
+
+
+def check_inputs(lm, keys, prompt, prompt_valid, n_rows: int, cfg: EpisodeConfig) -> None:
+    """Raise :class:`~purejaxppo.config.ppo_config.ConfigError` naming the fix unless ``prompt``
+    and ``prompt_valid`` are one ``[B, P]`` shape, ``keys`` and the rows give one per episode,
+    and the model's positions hold ``P + T`` tokens (past them positions would clamp silently)."""
+    if len(prompt.shape) != 2 or tuple(prompt.shape) != tuple(prompt_valid.shape):
+        raise ConfigError(
+            f"prompt {tuple(prompt.shape)} and prompt_valid {tuple(prompt_valid.shape)} must both be [B, P]"
+        )
+    b = prompt.shape[0]
+    if len(keys) != b or n_rows != b:
+        raise ConfigError(f"keys ({len(keys)}) and rows ({n_rows}) must give one per episode (B = {b} prompts)")
+    table = position_rows(lm)
+    if table is not None and prompt.shape[1] + cfg.budget > table:
+        raise ConfigError(
+            f"prompts of {prompt.shape[1]} slots + budget={cfg.budget} exceed the model's {table} "
+            "positions; shorten the prompts or the budget"
+        )
 
 
 class EpisodeCarry(NamedTuple):
@@ -237,10 +257,12 @@ def run_episode(lm, params, env, keys, prompt, prompt_valid, rows, cfg: EpisodeC
     Returns:
       The :class:`Episode`, ``[B, T]`` with ``T = cfg.budget``.
     Raises:
-      ConfigError: a budget that cannot hold one turn (:meth:`EpisodeConfig.check`).
+      ConfigError: a budget that cannot hold one turn (:meth:`EpisodeConfig.check`), or inputs
+        of mismatched shapes or a model too short for them (:func:`check_inputs`).
     """
     cfg.check(env.obs_width)
     rows = jnp.asarray(rows, jnp.int32)
+    check_inputs(lm, keys, prompt, prompt_valid, rows.shape[0], cfg)
     c = start(env, keys, rows, cfg, prompt.dtype)
     c = jax.lax.while_loop(
         lambda c: (c.t < cfg.max_turns) & ~jnp.all(c.done),

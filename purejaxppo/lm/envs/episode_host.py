@@ -17,13 +17,13 @@ so far (left-padded to ``P + T`` slots: one compiled sampler for every turn).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from purejaxppo.lm.envs.episode import Episode, EpisodeConfig, reset_key, turn_keys
+from purejaxppo.lm.envs.episode import Episode, EpisodeConfig, check_inputs, reset_key, turn_keys
 from purejaxppo.lm.models.sampling import sample_response
 
 #: ``reset() -> (obs [B, O] int, length [B] int, cut [B] int)``
@@ -61,13 +61,24 @@ def _left_padded(prompt, prompt_valid, tokens, length):
 
 
 def host_episode(
-    lm, params, keys, prompt, prompt_valid, reset: ResetFn, step: StepFn, cfg: EpisodeConfig, obs_width: int
+    lm,
+    params,
+    keys,
+    prompt,
+    prompt_valid,
+    reset: ResetFn,
+    step: StepFn,
+    cfg: EpisodeConfig,
+    obs_width: int,
+    n_rows: Optional[int] = None,
 ) -> Episode:
     """The turn loop on the host over an environment given as ``reset`` / ``step`` callables
     (:data:`ResetFn`, :data:`StepFn`); :func:`host_jax_episode` and :func:`host_python_episode`
-    build them. Args and Returns as :func:`~purejaxppo.lm.envs.episode.run_episode`."""
+    build them; ``n_rows``: the rows given, checked against the batch. Args and Returns as
+    :func:`~purejaxppo.lm.envs.episode.run_episode`."""
     cfg.check(obs_width)
     prompt, prompt_valid = np.asarray(prompt), np.asarray(prompt_valid).astype(bool)
+    check_inputs(lm, keys, prompt, prompt_valid, prompt.shape[0] if n_rows is None else n_rows, cfg)
     b, t_slots, a = prompt.shape[0], cfg.budget, cfg.turn_tokens
     tokens = np.full((b, t_slots), cfg.pad_id, prompt.dtype)
     action_mask = np.zeros((b, t_slots), bool)
@@ -137,7 +148,7 @@ def host_jax_episode(lm, params, env, keys, prompt, prompt_valid, rows, cfg: Epi
         held["state"] = st.state  # a finished row's is never read again
         return st.obs, st.length, st.reward, st.terminated, st.truncated, np.zeros(len(lengths), np.int32)
 
-    return host_episode(lm, params, keys, prompt, prompt_valid, reset, step, cfg, env.obs_width)
+    return host_episode(lm, params, keys, prompt, prompt_valid, reset, step, cfg, env.obs_width, len(rows))
 
 
 def host_python_episode(
@@ -202,4 +213,4 @@ def host_python_episode(
             cut,
         )
 
-    return host_episode(lm, params, keys, prompt, prompt_valid, reset, step, cfg, obs_width)
+    return host_episode(lm, params, keys, prompt, prompt_valid, reset, step, cfg, obs_width, b)
