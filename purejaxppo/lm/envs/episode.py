@@ -15,7 +15,7 @@ Layout of a row's response buffer (``T = cfg.budget`` slots)::
 Context budget and truncation rule. A turn writes at most ``A = cfg.turn_tokens`` action tokens
 and ``O = env.obs_width`` observation tokens, so a turn starts only when ``length + A + O <= T``:
 nothing is ever cut mid-turn. An episode whose next turn would not fit is ``truncated`` before
-it (its last state is bootstrapped), as is one still going after ``max_turns`` turns or one the
+it (a critic may bootstrap its last state: see :mod:`purejaxppo.lm.envs.episode_credit`), as is one still going after ``max_turns`` turns or one the
 environment truncates. ``terminated`` (the environment says the task is over) wins over
 ``truncated``. Every step's observation is appended, the last one too (it is context only).
 
@@ -52,7 +52,7 @@ class Episode(NamedTuple):
         earned it; 0 elsewhere.
       turns: ``[B]`` int32: the turns taken (actions written).
       terminated: ``[B]`` bool: the environment ended the task (nothing to bootstrap).
-      truncated: ``[B]`` bool: cut by the budget, ``max_turns`` or the environment (bootstrap).
+      truncated: ``[B]`` bool: cut by the budget, ``max_turns`` or the environment (a critic may bootstrap it).
       length: ``[B]`` int32: the written slots.
       obs_cut: ``[B]`` int32: observation tokens dropped to fit the observation bound (a host
         Python environment's long outputs; an environment keeping its contract: 0).

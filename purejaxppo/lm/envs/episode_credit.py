@@ -7,8 +7,15 @@ term, no value target, no KL and no entropy term (every loss cleans its masked s
 their gradient is exactly 0), while the model still reads them (``valid``). Rewards sit on the
 last token of the turn that earned them; GAE runs over the action tokens across turns
 (:func:`~purejaxppo.lm.ppo.token_stages.token_gae` chains each action token to the next VALID
-one, skipping the observation between), and a truncated episode's last action token is
-bootstrapped with the value of the whole context (:func:`episode_gae`).
+one, skipping the observation between). A truncated episode's last action token MAY be
+bootstrapped with the value of the whole context (:func:`episode_gae`), but
+:func:`~purejaxppo.lm.envs.episode_ppo.make_episode_ppo` does not by default: that final
+context (a transcript cut by the budget or ``max_turns``) is a state no turn is ever taken
+from, so its value is never a value target, only the critic's extrapolation, and the policy
+can learn to get truncated to collect it. Measured on the guessing game (tiny model, GAE,
+value head, 120 iterations): with the bootstrap the score fell to 0.00 (every episode burnt
+its budget), without it it rose to 1.00. Without the bootstrap a truncated episode ends like a
+terminated one (nothing after it), as single-turn responses cut at the budget do.
 
 The pieces compose with the single-turn update: :func:`score_episode` (teacher-forced passes:
 an :class:`~purejaxppo.lm.ppo.token_records.Experience`), :func:`finish_episode` (advantages:

@@ -88,6 +88,7 @@ def make_episode_ppo(
     prompts: Optional[Callable] = None,
     critic=None,
     reference=None,
+    bootstrap: bool = False,
 ) -> EpisodePPO:
     """Token-level PPO whose samples are multi-turn episodes on a JAX text environment.
 
@@ -103,6 +104,9 @@ def make_episode_ppo(
         ids reach ``env.reset``; none: -1), or None: each iteration is given its prompts.
       critic: a separate critic's model under ``critic="separate"``; reference: the reference's
         model (default: the policy's).
+      bootstrap: GAE bootstraps a truncated episode with the critic's value of its final
+        context (off by default: that value is never trained, see
+        :mod:`purejaxppo.lm.envs.episode_credit`); truncated episodes then end as terminated ones.
     Returns:
       An :class:`EpisodePPO`.
     Raises:
@@ -110,6 +114,7 @@ def make_episode_ppo(
         budget that cannot hold one turn.
     """
     validate_token_config(config)
+    bootstrap_truncated = bootstrap
     if config.dynamic_sampling or config.ptx:
         raise ConfigError("episodes do not support dynamic_sampling or ptx; turn them off")
     ecfg = episode_config(config, max_turns, turn_tokens)
@@ -124,8 +129,9 @@ def make_episode_ppo(
     def learn(state, prompt, prompt_valid, ep):
         _, _, _, k_update = jax.random.split(state.key, 4)  # the iteration's update key
         params = trained_params(state.train.params, state.reference, models)
-        exp, bootstrap = score_episode(models, params, state.reference, prompt, prompt_valid, ep, config)
-        data, stats = finish_episode(exp, episode_rewards(prompt, ep), ep.truncated, bootstrap, state.beta, config)
+        exp, boot = score_episode(models, params, state.reference, prompt, prompt_valid, ep, config)
+        cut = ep.truncated if bootstrap_truncated else jnp.zeros_like(ep.truncated)
+        data, stats = finish_episode(exp, episode_rewards(prompt, ep), cut, boot, state.beta, config)
         first = prompt.shape[1] - 1  # logits from the last prompt slot on
         train, upd = update_phase(
             models, state.train, data, k_update, state.beta, config, base=state.reference, first=first
