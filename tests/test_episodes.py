@@ -73,6 +73,17 @@ def test_compiled_episode_equals_host_loop(model, compiled, name, cfg):
         assert (np.asarray(ep.turns)[np.asarray(ep.truncated)] < cfg.max_turns).all()
 
 
+def test_a_rows_episode_does_not_depend_on_its_batch(model, compiled):
+    lm, params = model
+    keys, prompt, valid, rows = batch()
+    part = jax.jit(run_episode, static_argnums=(0, 2, 7))(
+        lm, params, ENV, keys[2:5], prompt[2:5], valid[2:5], rows[2:5], LONG
+    )
+    for field in Episode._fields:
+        want = np.asarray(getattr(compiled["long"], field))[2:5]
+        np.testing.assert_allclose(np.asarray(getattr(part, field)), want, atol=1e-5, err_msg=field)
+
+
 def test_episode_layout(compiled):
     """Each row reads: intro, then per turn the action (the mask) and its feedback text."""
     ep = compiled["long"]
