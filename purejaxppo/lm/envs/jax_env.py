@@ -1,6 +1,6 @@
 """The JAX text environment: pure functions on fixed-size token buffers, so a whole multi-turn
 episode (generate a turn, step the environment, append its tokens, generate the next) compiles
-into one ``lax.scan`` over turns, vmapped over the batch.
+into one loop over turns (:func:`purejaxppo.lm.envs.episode.run_episode`), vmapped over the batch.
 
 Episode ends follow the control side's contract: ``terminated`` (the task is over: no bootstrap
 past it) and ``truncated`` (cut by a limit: the value of the state reached is bootstrapped).
