@@ -18,15 +18,17 @@ its measured time (the medians the JSON holds), over the float32 peaks (both sid
   context`` per token and layer (QK^T and AV; causal: the mean context is half the sequence);
 * generation: every row's ``P + T`` positions once through the decoder (prefill and the KV-cache
   decode), the head at the ``T`` positions that sample;
-* scoring: the teacher-forced passes the side runs (ours 2: old log-probs and reference; TRL 0, 1 or 2:
-  old log-probs when ``M x E > 1``, reference when beta > 0), each over ``B x (P + T)`` tokens, the
-  head over ``B x T``;
+* scoring: the teacher-forced passes the side runs (the JSON's ``scoring_passes``; on both sides 0, 1 or 2:
+  old log-probs when ``M x E > 1``, reference when beta > 0; ours ran 2 always before issue 52's change),
+  each over ``B x (P + T)`` tokens, the head over ``B x T``;
 * update: ``E`` epochs over the batch, forward + backward: weight matmuls x3 under full fine-tuning
   (forward, input gradient, weight gradient) and x2 under LoRA (the frozen base's weight gradient is not
   computed; the factors' are counted x3), attention x3.
 
     python benchmarks/matmul_peak.py [--from benchmarks/results/vs_trl_grpo.json] [--dtypes float32,bfloat16]
         [--square 2048] [--reps 5] [--torch-python /work/trl-grpo-venv/bin/python] [--json OUT]
+    python benchmarks/matmul_peak.py --from RUN.json --peaks-from benchmarks/results/matmul_peak.json --json OUT
+        # the fractions against the saved (idle-machine) peaks: nothing timed, seconds
 """
 
 from __future__ import annotations

@@ -50,10 +50,10 @@ float32 on both), ``gradient_checkpointing=False`` (default True: ours keeps the
 never sampled (``suppress_tokens``; ours cuts its logit).
 
 Not matchable (each side's code fixes it):
-* teacher-forced passes: ours reads back the old log-probs and runs the reference pass in every
-  iteration (``score_phase``), also at beta 0 and with one on-policy step; TRL skips the old-log-prob
-  pass when ``steps_per_generation x num_iterations == 1`` and the reference pass when beta is 0 (at
-  the 135m shape TRL's scoring runs no model pass; ours runs two);
+* teacher-forced passes: both sides now skip the same ones (ours since issue 52's change: with one gradient step
+  per generation the update's own log-probs, gradient stopped, are the old ones, and at beta 0 there is no
+  reference pass); ours runs the old-log-prob pass when ``M x E > 1`` and the reference pass when beta > 0, as
+  TRL does (``scoring_passes`` reads ours from the metrics; before the change ours always ran both);
 * TRL computes the entropy of every token in its loss pass (for its logs);
 * dapo's normaliser is the generation batch's active tokens / steps_per_generation; ours divides each
   minibatch by its own active tokens (the same when every completion has the same length);
