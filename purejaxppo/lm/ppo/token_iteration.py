@@ -13,7 +13,9 @@
 3. **width**: the rung of response widths that holds the longest response; the next three
    phases (:func:`score_finish_update`) run at it, one branch of a ``lax.switch`` per rung;
 4. **score**: teacher-forced log-probs of the policy and the reference (and the critic's values,
-   for GAE): an :class:`~purejaxppo.lm.ppo.token_records.Experience`;
+   for GAE): an :class:`~purejaxppo.lm.ppo.token_records.Experience`; no policy pass when the update
+   takes one gradient step and uses its own log-probs, gradient stopped, as the old ones, no
+   reference pass when there is no KL term (``beta`` 0);
 5. **finish**: the rows gathered; the KL (in the rewards, or kept for a loss term), the
    advantages: masked GAE and whitening, or a group baseline (GRPO, RLOO; no critic): a
    :class:`~purejaxppo.lm.ppo.token_records.TokenBatch`;
