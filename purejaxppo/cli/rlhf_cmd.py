@@ -158,8 +158,12 @@ def add_rlhf(p: argparse.ArgumentParser) -> None:
     add_field_flags(text, settings_cls, skip=_all_but(settings_cls, TEXT_ONLY), notes=notes)
     toy = p.add_argument_group("a built-in task (--task NAME)")
     add_field_flags(toy, settings_cls, skip=_all_but(settings_cls, TASK_ONLY), notes=notes)
+    from purejaxppo.programs.rlhf_env import ENV_FIELDS
+
+    env = p.add_argument_group("a multi-turn JAX environment (--env NAME), docs/jax_episodes.md")
+    add_field_flags(env, settings_cls, skip=_all_but(settings_cls, ENV_FIELDS), notes=notes)
     both = p.add_argument_group("either way: the SFT stage and the evaluation")
-    add_field_flags(both, settings_cls, skip=TEXT_ONLY + TASK_ONLY, notes=notes)
+    add_field_flags(both, settings_cls, skip=TEXT_ONLY + TASK_ONLY + ENV_FIELDS, notes=notes)
 
 
 def _all_but(cls, names) -> tuple:
@@ -262,6 +266,10 @@ def rlhf_request(args):
         if given:
             raise UserError(f"--resume continues a run with its own settings; drop {', '.join(given)}")
         return RLHFRequest(None, None, **session)
+    if args.env is not None:  # a multi-turn environment: its own flags' rules
+        from purejaxppo.cli.rlhf_env_cmd import env_request
+
+        return env_request(args, session, token_config(args, True), given_config(args))
     text = args.model_dir is not None
     check_plain(args, text)
     many = args.distributed or args.coordinator is not None

@@ -20,6 +20,7 @@ from purejaxppo.lm.ppo.data_parallel import data_parallel
 from purejaxppo.lm.rewards.python_reward import TextReward
 from purejaxppo.lm.tasks.text_task import BoundReward
 from purejaxppo.lm.ppo.token_ppo import make_token_ppo
+from purejaxppo.programs.rlhf_env import env_build
 from purejaxppo.programs.rlhf_settings import RLHFSettings
 from purejaxppo.run import processes
 from purejaxppo.run.chunked_program import ChunkedProgram
@@ -101,6 +102,8 @@ class RLHFProgram(ChunkedProgram):
             diagnostics=task.diagnostics,
             runs_axis=RUNS_AXIS,
         )
+        if settings.env:  # a multi-turn environment: its episodes are the samples, the state the same
+            build = env_build(self.config, lm, task, critic)
         self.tp = data_parallel(build, num_devices)
         super().__init__()
         # the SFT model is an argument, not a constant folded into the program (a GPT-2's weights would be)

@@ -69,6 +69,8 @@ def _sft_model(settings: RLHFSettings, seed: int, start=None):
     key = jax.random.PRNGKey(seed)
     lm, params = settings.model(jax.random.fold_in(key, 1))
     params = params if start is None else start
+    if settings.env:  # an environment run: no demonstrations, no fixed prompts to evaluate
+        return lm, params, {"steps": 0, "final_loss": None}
     losses = np.zeros(0)
     if settings.sft_steps:
         params, losses = train_sft(
@@ -169,7 +171,7 @@ def train_rlhf(
             on_note=on_note,
             evaluator=evaluator,
         )
-        if run_dir and result.finished:
+        if run_dir and result.finished and not settings.env:  # an environment's episodes: none shown yet
             # without an evaluation during training, only the answers shown are computed
             shown = evaluator or RLHFEvaluator(prog.task, lm, 1, min(settings.eval_batch, SHOWN))
             _final_samples(run_dir, shown, result)
@@ -213,7 +215,7 @@ def checked_data(settings: RLHFSettings, resume: bool) -> RLHFSettings:
     """A text run's settings with the hashes of its model and data files: recorded when a run
     starts (unless given), compared on a resume (a changed file would not continue the same run:
     :class:`ConfigError` naming it)."""
-    if not settings.model_dir:
+    if not settings.model_dir or settings.env:  # an environment run reads no data files
         return settings
     now = settings.text_data().hashes
     if not resume:

@@ -232,7 +232,7 @@ def open_run(request: RLHFRequest, hooks: SessionHooks) -> PreparedRun:
     hooks.group.share(lambda: _check_folders(run_dir, request.export_dir, settings))
     devices = hooks.make_devices(request.devices, config.batch_size, f"--batch ({config.batch_size})", hooks.group)
     task, lm, params = _read(settings)
-    if settings.model_dir:
+    if settings.model_dir and not settings.env:
         settings = dataclasses.replace(settings, eval_batch=len(task.eval_table.texts))
         _describe_data(task, settings, (lambda line: None) if request.quiet else hooks.say)
     init_from = start = None

@@ -21,6 +21,7 @@ from purejaxppo.lm.ppo.recipes import RECIPES
 from purejaxppo.lm.rewards.python_reward import RewardSpecError, TextReward
 from purejaxppo.lm.sft.sft_training import init_tiny_lm
 from purejaxppo.lm.tasks.builtin_tasks import TASKS, make_task
+from purejaxppo.programs.rlhf_env import EnvSettings, env_task
 from purejaxppo.programs.rlhf_eval import PassAtKSettings
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -160,6 +161,10 @@ class RLHFSettings:
     truncate_prompts: bool = setting(
         False, "cut prompts over the budget from the left (counted) instead of refusing them", switch=True
     )
+    env: Optional[str] = EnvSettings.declared("env")  # a multi-turn environment (purejaxppo.programs.rlhf_env)
+    env_options: tuple = EnvSettings.declared("env_options")  # ((field, value), ...): hashable
+    max_turns: int = EnvSettings.declared("max_turns")
+    turn_tokens: int = EnvSettings.declared("turn_tokens")
     hashes: tuple = setting((), "sha256 of the model's files and the data files, checked on a resume", cli=False)
 
     def __post_init__(self):
@@ -174,7 +179,8 @@ class RLHFSettings:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["task_options"], d["hashes"] = dict(self.task_options), dict(self.hashes)
-        d["reward_options"], d["data_options"] = dict(self.reward_options), dict(self.data_options)
+        for name in ("reward_options", "data_options", "env_options"):
+            d[name] = dict(getattr(self, name))
         return d
 
     @classmethod
@@ -183,7 +189,7 @@ class RLHFSettings:
         d["task_options"] = tuple(sorted((d.get("task_options") or {}).items()))
         d["hashes"] = tuple(sorted((d.get("hashes") or {}).items()))
         d["pass_k"] = tuple(d.get("pass_k") or ())  # config.json gives a list back
-        for name in ("reward_options", "data_options"):
+        for name in ("reward_options", "data_options", "env_options"):
             d[name] = tuple(sorted((d.get(name) or {}).items()))
         reward, weights = d.get("reward"), d.get("reward_weights") or ()
         d["reward"] = (reward,) if isinstance(reward, str) else tuple(reward or ())  # one spec before several
@@ -193,8 +199,8 @@ class RLHFSettings:
     def make_task(self):
         """The task of these settings, built once per process: every stage (the command's checks,
         SFT, the program) shares the one object (a text task's reward keeps its failure there)."""
-        if self.model_dir:
-            return _text_task(self._data_only())[0]
+        if self.env or self.model_dir:
+            return env_task(self) if self.env else _text_task(self._data_only())[0]
         return _builtin_task(self.task, **dict(self.task_options))
 
     def text_data(self):
