@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import importlib.util
 import os
+import re
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -160,6 +161,13 @@ def make_env(spec: str, tokenizer, options: dict, max_turns: int):
     if spec in BUILTIN:
         if BUILTIN[spec] is None:
             raise ConfigError(f"--env {spec} {PYTHON_ENV}")
+        merged = merged_digits(tokenizer)
+        if merged is not None:
+            raise ConfigError(
+                f"--env {spec} reads one digit per token, and the tokenizer holds {merged[1]!r} (id {merged[0]}), "
+                "several digits in one token; use a model whose tokenizer splits digits (Qwen2.5, Llama 2) or "
+                "the built-in TinyLM (no --model)"
+            )
         try:
             env = GuessNumber.from_tokenizer(tokenizer, max_turns=max_turns, **options)
         except TypeError as e:
@@ -177,6 +185,16 @@ def make_env(spec: str, tokenizer, options: dict, max_turns: int):
             raise ConfigError(f"--env {spec}: the factory's environment (no obs_width) {PYTHON_ENV}")
         raise ConfigError(f"--env {spec}: the factory returned {type(env).__name__}, not a JaxTextEnv")
     return env
+
+
+def merged_digits(tokenizer) -> Optional[tuple]:
+    """``(id, text)`` of the first token of ``tokenizer`` whose text holds two digits in a row,
+    or None: a tokenizer that splits digits."""
+    for i in range(int(tokenizer.vocab_size)):
+        text = tokenizer.decode([i])
+        if re.search(r"\d\d", text):
+            return i, text
+    return None
 
 
 def _load_factory(spec: str) -> Callable:
