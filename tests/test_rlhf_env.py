@@ -129,8 +129,14 @@ def _rows(run):
 
 @pytest.mark.slow
 def test_a_run_on_the_guessing_game_is_the_python_apis_iterations(tmp_path):
+    from types import SimpleNamespace
+
+    from purejaxppo.lm.envs.char_tokenizer import EOS_ID, PAD_ID, CharTokenizer
     from purejaxppo.lm.envs.episode_ppo import make_episode_ppo
+    from purejaxppo.lm.envs.guess_number import GuessNumber
     from purejaxppo.lm.ppo.token_config import TokenPPOConfig
+    from purejaxppo.lm.sft.sft_training import init_tiny_lm
+    from purejaxppo.programs.rlhf_env import ALPHABET
     from purejaxppo.programs.rlhf_run import run_keys
     from purejaxppo.run.run_folder import load_record
 
@@ -142,14 +148,22 @@ def test_a_run_on_the_guessing_game_is_the_python_apis_iterations(tmp_path):
     got = {name: np.array([float(r[header.index(name)]) for r in body]) for name in header[2:]}
     np.testing.assert_array_equal(got["score"], got["terminated"])  # reward 1 exactly on the winning guess
     assert np.all((got["turns"] >= 1) & (got["turns"] <= 3))
-    # the same two iterations through the Python API, from the run's keys and TinyLM
+    # the same two iterations through the Python API, from the run's keys and TinyLM, the game and
+    # its prompts built here as the command's contract says (one EOS token; a row id in [0, 2**20))
     st = load_record(run).settings
     assert (st.env, st.env_options, st.max_turns, st.turn_tokens) == ("guess-number", (("hi", 9),), 3, 2)
-    task = st.make_task()
-    lm, params = st.model(jax.random.fold_in(jax.random.PRNGKey(3), 1))
+    tok = CharTokenizer(ALPHABET)
+    game = GuessNumber.from_tokenizer(tok, hi=9, max_turns=3)
+    budget = 28 + 3 * (2 + 28)  # "Guess a number from 1 to 9.\n" and three turns of 2 + 28
+
+    def prompts(key, n):
+        return jnp.full((n, 1), EOS_ID, jnp.int32), jnp.ones((n, 1), bool), jax.random.randint(key, (n,), 0, 2**20)
+
+    shape = SimpleNamespace(vocab_size=tok.vocab_size, prompt_len=1, max_new=budget)
+    lm, params = init_tiny_lm(shape, jax.random.fold_in(jax.random.PRNGKey(3), 1), 16, 1, 2)
     cfg = TokenPPOConfig(batch_size=8, num_iterations=2, update_epochs=1, num_minibatches=2)
-    cfg = cfg.replace(max_new_tokens=task.max_new, stop_ids=task.stop_ids, pad_id=task.pad_id)
-    ep = make_episode_ppo(cfg, lm, task.env, max_turns=3, turn_tokens=2, prompts=task.prompts)
+    cfg = cfg.replace(max_new_tokens=budget, stop_ids=(EOS_ID,), pad_id=PAD_ID)
+    ep = make_episode_ppo(cfg, lm, game, max_turns=3, turn_tokens=2, prompts=prompts)
     step = jax.jit(ep.iteration)
     for seed, key in enumerate(run_keys(3, 2)[0]):
         state = ep.init(key, params, params)
