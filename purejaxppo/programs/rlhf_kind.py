@@ -129,7 +129,8 @@ def report_token_run(run_dir: str) -> None:
     value = lambda r, k: float(r[k]) if r.get(k) not in (None, "") else float("nan")  # noqa: E731
     updates = sorted({int(r["update"]) for r in rows})
     mean = lambda k, u: np.nanmean([value(r, k) for r in rows if int(r["update"]) == u])  # noqa: E731
-    print(f"SFT model (greedy): score {sft.get('eval_score', float('nan')):.3f}")
+    if "eval_score" in sft:  # an environment run has no SFT stage nor fixed prompts
+        print(f"SFT model (greedy): score {sft['eval_score']:.3f}")
     print(
         f"sampled score: {mean('score', updates[0]):.3f} -> {mean('score', updates[-1]):.3f}; "
         f"KL per sequence {mean('kl', updates[0]):.3f} -> {mean('kl', updates[-1]):.3f}"

@@ -182,7 +182,8 @@ def _train(request: RLHFRequest, run: PreparedRun, say, options: dict) -> RunRes
     t = time.perf_counter()
     sft = rlhf_run.sft_model(run.settings, request.seed, run.start)
     greedy = {k[5:]: round(v, 3) for k, v in sft[2].items() if k.startswith("eval_")}
-    say(f"SFT: {run.settings.sft_steps} steps in {time.perf_counter() - t:.1f}s; greedy {json.dumps(greedy)}")
+    if not run.settings.env:  # an environment run has no SFT stage
+        say(f"SFT: {run.settings.sft_steps} steps in {time.perf_counter() - t:.1f}s; greedy {json.dumps(greedy)}")
     try:
         return rlhf_run.train_rlhf(
             run.config,
