@@ -122,6 +122,23 @@ def test_the_settings_keep_the_environment_through_config_json():
     assert task.env.obs_width == 28 and task.max_new == 28 + 3 * (2 + 28) and task.prompt_len == 1
 
 
+def test_a_users_factory_gets_the_tokenizer_and_its_options(tmp_path):
+    from purejaxppo.lm.envs.char_tokenizer import CharTokenizer
+    from purejaxppo.programs.rlhf_settings import RLHFSettings
+
+    (tmp_path / "mine.py").write_text(
+        "from purejaxppo.lm import GuessNumber\n"
+        "def make(tokenizer, top=5):\n"
+        "    return GuessNumber.from_tokenizer(tokenizer, 0, top, 2, intro='Pick ' + str(top) + '.')\n"
+    )
+    st = RLHFSettings(task="env", env=f"{tmp_path / 'mine.py'}:make", env_options=(("top", 7),), max_new_tokens=0)
+    task = st.make_task()
+    assert isinstance(task.tokenizer, CharTokenizer) and task.tokenizer.decode(task.env.intro) == "Pick 7."
+    assert (task.env.lo, task.env.hi, task.env.max_turns) == (0, 7, 2)
+    # the longest observation is " no number\n" (11): 11 + 4 turns of 4 + 11
+    assert task.env.obs_width == 11 and task.max_new == 11 + 4 * (4 + 11)
+
+
 def _rows(run):
     with open(os.path.join(run, "metrics.csv")) as f:
         return list(csv.reader(f))
@@ -187,6 +204,22 @@ def test_stopped_after_chunk_one_and_resumed_equals_the_whole_run_bit_for_bit(tm
     assert ma["update"] == mb["update"] == 2 and la.keys() == lb.keys()
     for k in la:
         np.testing.assert_array_equal(np.asarray(la[k]), np.asarray(lb[k]), err_msg=k)
+
+
+@pytest.mark.slow
+def test_sigint_after_chunk_one_exits_130_and_resumes_to_the_uninterrupted_run(tmp_path):
+    import signal
+
+    from test_lm_interrupts import _cli, _promised, _same_run, _stopped
+
+    argv = ["rlhf", *GAME, *TINY[:4], *TINY[6:], "--iterations", "3", "--chunk", "1", "--quiet"]
+    whole, run = str(tmp_path / "whole"), str(tmp_path / "run")
+    assert _cli([*argv, "--run-dir", whole]).returncode == 0
+    line = _stopped(_cli([*argv, "--run-dir", run], "chunk", 1, signal.SIGINT))  # exit 130, one line
+    assert not _promised(line, run).endswith("update_00000003")  # stopped before the end
+    p = _cli(["rlhf", "--resume", run, "--quiet"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    _same_run(run, whole)  # metrics.csv and every checkpoint leaf, exactly
 
 
 @pytest.mark.slow
