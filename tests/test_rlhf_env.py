@@ -191,7 +191,7 @@ def test_a_run_on_the_guessing_game_is_the_python_apis_iterations(tmp_path):
 
 
 @pytest.mark.slow
-def test_stopped_after_chunk_one_and_resumed_equals_the_whole_run_bit_for_bit(tmp_path):
+def test_stopped_after_chunk_one_and_resumed_equals_the_whole_run_bit_for_bit(tmp_path, capsys):
     whole, part = str(tmp_path / "whole"), str(tmp_path / "part")
     argv = ["rlhf", *GAME, *TINY, "--seeds", "2", "--chunk", "1", "--quiet"]
     assert main([*argv, "--run-dir", whole]) == 0
@@ -200,6 +200,10 @@ def test_stopped_after_chunk_one_and_resumed_equals_the_whole_run_bit_for_bit(tm
     assert len(_rows(part)) == 1 + 2  # the header and chunk 1's rows (two seeds)
     assert main(["rlhf", "--resume", part, "--quiet"]) == 0
     assert _rows(part) == _rows(whole)
+    capsys.readouterr()
+    assert main(["eval", whole]) == 2  # no fixed prompts to answer: one line naming metrics.csv
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no fixed evaluation prompts" in err[0] and "metrics.csv" in err[0], err
     (la, ma), (lb, mb) = (read_leaves(latest_checkpoint(os.path.join(r, "checkpoints"))) for r in (whole, part))
     assert ma["update"] == mb["update"] == 2 and la.keys() == lb.keys()
     for k in la:

@@ -83,6 +83,11 @@ class TokenRuns:
                     f"{flag} does not apply to {run_dir!r}, a {self.what} run: eval answers its task's "
                     f"{record.settings.eval_batch} fixed evaluation prompts greedily; drop {flag}"
                 )
+        if getattr(record.settings, "env", None):  # episodes, not fixed prompts: no greedy evaluation yet
+            raise ConfigError(
+                f"{run_dir!r} trained on the environment {record.settings.env}, which has no fixed evaluation "
+                "prompts; read its episodes' score, turns and terminated in metrics.csv"
+            )
         loaded = self.load(run_dir, record, request.checkpoint)
         prog, settings = loaded.agent_fns, record.settings
         evaluator = RLHFEvaluator(prog.task, prog.lm, 1, settings.eval_batch)
