@@ -202,6 +202,16 @@ def test_token_level_run_plots_score_and_kl_by_updates(tmp_path, capture):
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["reverse (2 seeds)"]
 
 
+def test_a_token_run_at_beta_0_plots_its_score_alone(tmp_path, capture):
+    """At beta 0 nothing reads the reference, its pass is skipped and metrics.csv has no kl."""
+    rows = [[s, u, 0.1 * u + s, 0.5] for s in range(2) for u in range(3)]
+    d = _run(tmp_path, "tok0", ["seed", "update", "score", "entropy"], rows, {"kind": "token", "rlhf": {}})
+    assert main(["plot", d, "-o", str(tmp_path / "t.png")]) == 0
+    ((fig, _),) = capture
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert len(titles) == 1 and titles[0].startswith("score"), titles
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -227,3 +237,22 @@ def test_bad_plot_flags_are_one_line_errors(tmp_path, monkeypatch, capsys, argv,
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1, err
     assert not os.path.exists("x.png")
+
+
+def test_the_token_run_report_leaves_out_kl_where_the_run_logged_none(tmp_path, capsys):
+    """At beta 0 the run has no kl column: the final report says the score alone (it printed
+    'KL per sequence nan -> nan' with numpy's empty-mean warning)."""
+    import warnings
+
+    from purejaxppo.programs.rlhf_kind import report_token_run
+
+    rows = [[s, u, 0.1 * u + s, 0.5] for s in range(2) for u in range(3)]
+    d = _run(tmp_path, "tok0", ["seed", "update", "score", "entropy"], rows, {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" would fail here
+        report_token_run(d)
+    out = capsys.readouterr().out
+    assert "sampled score: 0.500 -> 0.700" in out and "KL" not in out, out
+    d = _run(tmp_path, "tok1", ["seed", "update", "score", "kl"], [[0, 0, 0.1, 0.2], [0, 1, 0.3, 0.4]], {})
+    report_token_run(d)
+    assert "KL per sequence 0.200 -> 0.400" in capsys.readouterr().out

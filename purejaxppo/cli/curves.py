@@ -5,7 +5,7 @@ Kind-agnostic: a run folder is ``metrics.csv`` (``[member,] seed, update, <metri
 :mod:`purejaxppo.run.metrics_file`), ``config.json`` and, once a session ended, ``summary.json``;
 what is plotted is whatever columns the file has. The headline metrics are the first set of
 :data:`HEADLINES` every run has (a control run's ``episode_return``; a token-level run's
-``score`` and ``kl``).
+``score`` and ``kl``, or ``score`` alone at beta 0).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
-HEADLINES = (("episode_return",), ("score", "kl"))
+# a token-level run at beta 0 runs no reference pass (nothing reads it) and logs no kl
+HEADLINES = (("episode_return",), ("score", "kl"), ("score",))
 X_AXES = ("env_steps", "updates", "time")
 X_LABELS = {
     "env_steps": "env steps (per run)",

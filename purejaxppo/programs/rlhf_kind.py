@@ -136,10 +136,10 @@ def report_token_run(run_dir: str) -> None:
     mean = lambda k, u: np.nanmean([value(r, k) for r in rows if int(r["update"]) == u])  # noqa: E731
     if "eval_score" in sft:  # an environment run has no SFT stage nor fixed prompts
         print(f"SFT model (greedy): score {sft['eval_score']:.3f}")
-    print(
-        f"sampled score: {mean('score', updates[0]):.3f} -> {mean('score', updates[-1]):.3f}; "
-        f"KL per sequence {mean('kl', updates[0]):.3f} -> {mean('kl', updates[-1]):.3f}"
+    kl = (  # no reference pass at beta 0 (nothing reads it): no kl column
+        f"; KL per sequence {mean('kl', updates[0]):.3f} -> {mean('kl', updates[-1]):.3f}" if "kl" in rows[0] else ""
     )
+    print(f"sampled score: {mean('score', updates[0]):.3f} -> {mean('score', updates[-1]):.3f}{kl}")
     if "reward_fn_s" in rows[0]:
         spent = sum(value(r, "reward_fn_s") for r in rows if r["seed"] == rows[0]["seed"])
         print(f"text reward on the host: {spent:.2f}s over {len(updates)} iterations (reward_fn_s in metrics.csv)")
