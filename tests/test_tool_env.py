@@ -330,6 +330,12 @@ SIGINT_SCRIPT = textwrap.dedent("""
 """)
 
 
+def _default_sigint():
+    # a shell starts background jobs (nohup ... &, CI) with SIGINT ignored and children inherit
+    # it: the script would never see the signal. Start it as from a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -348,6 +354,7 @@ def test_sigint_during_a_tool_call_kills_its_worker_and_reaches_the_caller(tmp_p
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
     worker = None
     try:
