@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from purejaxppo.lm.rewards import check_pool as cp
+import purejaxppo.lm.rewards.check_pool as cp
 from purejaxppo.lm.rewards.reward_columns import Tally, optional_import
 
 TAG = re.compile(r"<answer>(.*?)</answer>", re.S)

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from purejaxppo.lm.checkpoints.tokenizer import strip_special
-from purejaxppo.lm.rewards import reward_columns as rc
+import purejaxppo.lm.rewards.reward_columns as rc
 
 
 class RewardSpecError(ValueError):
