@@ -33,7 +33,7 @@ from purejaxppo.lm.models.sampling import filter_logits
 from purejaxppo.lm.ppo import experience
 from purejaxppo.lm.ppo import token_stages as tk
 from purejaxppo.lm.ppo.sequence_rewards import advantages as sequence_advantages
-from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
+from purejaxppo.lm.ppo.token_records import Experience, TokenBatch, update_batch
 
 
 def episode_sequences(prompt, prompt_valid, ep: Episode) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -148,19 +148,7 @@ def finish_episode(exp: Experience, rewards, truncated, bootstrap, beta, cfg) ->
             adv = jnp.where(mask, tk.masked_whiten(adv, mask), 0.0)
     else:
         adv, ret = sequence_advantages(exp.score, kl, exp.values_old, mask, beta, cfg)
-    data = TokenBatch(
-        advantages=adv,
-        logp_old=exp.logp_old,
-        logp_ref=exp.logp_ref if cfg.kl_in == "loss" else None,
-        mask=mask,
-        ptx_mask=None,
-        ptx_tokens=None,
-        ptx_valid=None,
-        returns=ret,
-        tokens=exp.tokens,
-        valid=exp.valid,
-        values_old=exp.values_old,
-    )
+    data = update_batch(exp, adv, ret, mask, cfg.kl_in)
     stats = dict(
         score=jnp.mean(exp.score),
         kl=jnp.mean(tk.sequence_kl(kl, mask)),

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from purejaxppo.lm.models.sampling import filter_logits, sample_response
 from purejaxppo.lm.ppo import token_stages as tk
 from purejaxppo.lm.ppo.sequence_rewards import advantages, shaped_score, stopped  # noqa: F401  (named here too)
-from purejaxppo.lm.ppo.token_records import Experience, TokenBatch
+from purejaxppo.lm.ppo.token_records import Experience, TokenBatch, update_batch
 
 #: ``reward(reward_params, prompt [B, P], prompt_valid [B, P], response [B, T], mask [B, T]) -> [B]``
 RewardFn = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
@@ -318,19 +318,7 @@ def finish(exp: Experience, beta, cfg, keep: Optional[jax.Array] = None) -> tupl
     if cfg.mask_truncated:
         loss_mask = trained & exp.has_stop[:, None]
         adv, ret = jnp.where(loss_mask, adv, 0.0), jnp.where(loss_mask, ret, 0.0)
-    data = TokenBatch(
-        advantages=adv,
-        logp_old=exp.logp_old,
-        logp_ref=exp.logp_ref if cfg.kl_in == "loss" else None,
-        mask=loss_mask,
-        ptx_mask=None,
-        ptx_tokens=None,
-        ptx_valid=None,
-        returns=ret,
-        tokens=exp.tokens,
-        valid=exp.valid,
-        values_old=exp.values_old,
-    )
+    data = update_batch(exp, adv, ret, loss_mask, cfg.kl_in)
     k1 = None if no_ref else tk.sequence_kl(tk.kl_penalty(exp.logp_old, exp.logp_ref, "k1", mask), mask)
     seq_kl = tk.sequence_kl(kl, mask)
     stats = dict(

@@ -82,3 +82,29 @@ class TokenBatch(NamedTuple):
     tokens: jax.Array
     valid: jax.Array
     values_old: jax.Array
+
+
+def update_batch(exp: Experience, advantages, returns, mask, kl_in: str) -> TokenBatch:
+    """The update's :class:`TokenBatch` of scored experience (the ptx fields None; a ptx batch
+    is joined by the update).
+
+    Args:
+      exp: the :class:`Experience` ``[B, L]``.
+      advantages, returns: ``[B, L]`` float32; mask: ``[B, L]`` bool, the tokens the loss reads.
+      kl_in: ``"loss"`` keeps the reference log-probs for the KL loss term; else they are dropped.
+    Returns:
+      The :class:`TokenBatch` (gradients not yet stopped).
+    """
+    return TokenBatch(
+        advantages=advantages,
+        logp_old=exp.logp_old,
+        logp_ref=exp.logp_ref if kl_in == "loss" else None,
+        mask=mask,
+        ptx_mask=None,
+        ptx_tokens=None,
+        ptx_valid=None,
+        returns=returns,
+        tokens=exp.tokens,
+        valid=exp.valid,
+        values_old=exp.values_old,
+    )
